@@ -1,0 +1,25 @@
+"""megatron-sailor: plan, simulate and train GPT models on heterogeneous, geo-distributed GPU pools."""
+from setuptools import find_packages, setup
+
+# The planner and the simulator need only numpy; the runtime needs torch + megatron-core (extra "runtime",
+# installed by default through "all" in .ci/run). torch is pinned: an unpinned torch pulls a CUDA build.
+RUNTIME = ["torch==2.13.0", "megatron-core==0.16.1", "einops>=0.7"]
+PLOT = ["matplotlib>=3.7"]
+TEST = ["pytest>=7", "pytest-timeout>=2.1"]
+
+setup(
+    name="megatron-sailor",
+    version="0.1.0",
+    description="Plan, simulate and train GPT models on heterogeneous, multi-zone GPU pools",
+    python_requires=">=3.10",
+    packages=find_packages(include=["planner*", "megatron_sailor*", "patches*", "launch*"]),
+    package_data={"planner": ["data/*.json"]},
+    install_requires=["numpy>=1.24", "rich>=13", "PyYAML>=6"],
+    extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "all": RUNTIME + PLOT + TEST},
+    entry_points={
+        "console_scripts": [
+            "sailor-sim=planner.cli_sim:main",
+            "sailor-plan=planner.cli_plan:main",
+        ]
+    },
+)
