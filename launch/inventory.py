@@ -1,0 +1,185 @@
+"""Node inventory: the machines a plan may run on (YAML or JSON).
+
+::
+
+    nodes:
+      - host: gpu-a1.example.org     # address used for ssh / srun / the rendezvous endpoint
+        name: a1                     # optional unique id (default: host)
+        gpu_type: A100-40
+        zone: us-central1-a
+        gpus_per_node: 4
+        cpus_per_node: 48            # optional: OMP_NUM_THREADS = cpus_per_node // processes on the node
+        emulate: {slowdown: 2.0, link_delay_s: 0.005}   # optional: emulated GPU type (demos, tests)
+
+A bare top-level list of nodes is accepted too. Names must be unique. Several nodes may share one host
+address only when it is a loopback address (``localhost``, ``127.x.y.z``, ``::1``): that emulates a
+multi-node cluster on one machine. Unknown keys are rejected; errors name the file, field and value.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from planner.errors import InputError
+from planner.plan import read_text
+
+_NODE_KEYS = {"host", "name", "gpu_type", "zone", "gpus_per_node", "cpus_per_node", "emulate"}
+_NODE_REQUIRED = {"host", "gpu_type", "zone", "gpus_per_node"}
+_EMULATE_KEYS = {"slowdown", "link_delay_s"}
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, ``127.x.y.z`` and ``::1``."""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """Emulate a slower GPU on this node: compute takes ``slowdown`` x longer, each p2p/collective message
+    gets ``link_delay_s`` extra seconds. The runtime reads them from ``SAILOR_EMULATE_*`` env vars."""
+
+    slowdown: float = 1.0
+    link_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("slowdown", 1.0), ("link_delay_s", 0.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"field 'emulate.{name}' must be a number, got {value!r}")
+            if value < minimum:
+                raise InputError(f"field 'emulate.{name}' must be >= {minimum}, got {value}")
+
+    def env(self) -> dict[str, str]:
+        return {"SAILOR_EMULATE_SLOWDOWN": repr(float(self.slowdown)),
+                "SAILOR_EMULATE_LINK_DELAY_S": repr(float(self.link_delay_s))}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine: ``gpus_per_node`` GPUs of one type in one zone."""
+
+    host: str
+    gpu_type: str
+    zone: str
+    gpus_per_node: int
+    name: str = ""
+    cpus_per_node: int | None = None
+    emulate: Emulation | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("host", "gpu_type", "zone"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value.strip() or value != value.strip():
+                raise InputError(f"field '{key}' must be a non-empty string without spaces, got {value!r}")
+        _require_positive_int(self.gpus_per_node, "gpus_per_node")
+        if self.cpus_per_node is not None:
+            _require_positive_int(self.cpus_per_node, "cpus_per_node")
+        if not self.name:
+            object.__setattr__(self, "name", self.host)
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError(f"field 'name' must be a non-empty string, got {self.name!r}")
+
+    @property
+    def pool(self) -> tuple[str, str]:
+        """``(gpu_type, zone)``: nodes of one pool are interchangeable for the plan."""
+        return self.gpu_type, self.zone
+
+
+def _require_positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"field '{name}' must be an integer >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The nodes, in file order (file order breaks ties when placing replicas)."""
+
+    nodes: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, tuple) or not self.nodes:
+            raise InputError("the inventory lists no nodes")
+        seen_names: set[str] = set()
+        seen_hosts: dict[str, str] = {}
+        for i, node in enumerate(self.nodes):
+            if node.name in seen_names:
+                raise InputError(f"nodes[{i}]: duplicate node name {node.name!r}")
+            seen_names.add(node.name)
+            if node.host in seen_hosts and not is_loopback(node.host):
+                raise InputError(f"nodes[{i}]: duplicate host {node.host!r} (also node "
+                                 f"{seen_hosts[node.host]!r}); only loopback hosts may be listed twice")
+            seen_hosts.setdefault(node.host, node.name)
+
+    def pool_nodes(self, gpu_type: str, zone: str) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.pool == (gpu_type, zone))
+
+    def by_name(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+
+def node_from_dict(data: Any, index: int) -> Node:
+    where = f"nodes[{index}]"
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where} must be a mapping, got {data!r}")
+    unknown = sorted(set(data) - _NODE_KEYS)
+    if unknown:
+        raise InputError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(_NODE_KEYS)}")
+    missing = sorted(_NODE_REQUIRED - set(data))
+    if missing:
+        raise InputError(f"{where} is missing required key(s) {missing}")
+    try:
+        emulate = _emulation_from_dict(data.get("emulate"))
+        return Node(host=data["host"], gpu_type=data["gpu_type"], zone=data["zone"],
+                    gpus_per_node=data["gpus_per_node"], name=data.get("name") or "",
+                    cpus_per_node=data.get("cpus_per_node"), emulate=emulate)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _emulation_from_dict(data: Any) -> Emulation | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise InputError(f"field 'emulate' must be a mapping {{slowdown, link_delay_s}}, got {data!r}")
+    unknown = sorted(set(data) - _EMULATE_KEYS)
+    if unknown:
+        raise InputError(f"field 'emulate' has unknown key(s) {unknown}; allowed: {sorted(_EMULATE_KEYS)}")
+    return Emulation(**dict(data))
+
+
+def inventory_from_data(data: Any) -> Inventory:
+    """Build an :class:`Inventory` from parsed YAML/JSON (``{"nodes": [...]}`` or a bare list)."""
+    if isinstance(data, Mapping):
+        unknown = sorted(set(data) - {"nodes"})
+        if unknown:
+            raise InputError(f"inventory has unknown top-level key(s) {unknown}; allowed: ['nodes']")
+        data = data.get("nodes")
+    if not isinstance(data, list) or not data:
+        raise InputError(f"inventory must list nodes (a non-empty list under 'nodes'), got {data!r}")
+    return Inventory(nodes=tuple(node_from_dict(d, i) for i, d in enumerate(data)))
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read a YAML (``.yaml``/``.yml``) or JSON inventory file; errors name the file."""
+    text = read_text(path)
+    try:
+        if str(path).endswith(".json"):
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot parse inventory ({reason})", source=str(path)) from None
+    try:
+        return inventory_from_data(data)
+    except InputError as exc:
+        raise exc.with_source(str(path)) from None
