@@ -108,13 +108,13 @@ class Inventory:
         seen_names: set[str] = set()
         seen_hosts: dict[str, str] = {}
         for i, node in enumerate(self.nodes):
-            if node.name in seen_names:
-                raise InputError(f"nodes[{i}]: duplicate node name {node.name!r}")
-            seen_names.add(node.name)
             if node.host in seen_hosts and not is_loopback(node.host):
                 raise InputError(f"nodes[{i}]: duplicate host {node.host!r} (also node "
                                  f"{seen_hosts[node.host]!r}); only loopback hosts may be listed twice")
             seen_hosts.setdefault(node.host, node.name)
+            if node.name in seen_names:
+                raise InputError(f"nodes[{i}]: duplicate node name {node.name!r} (give each node a distinct 'name')")
+            seen_names.add(node.name)
 
     def pool_nodes(self, gpu_type: str, zone: str) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.pool == (gpu_type, zone))
