@@ -1,0 +1,167 @@
+"""Import a Sailor data folder (laid out like ``../shared/data/sailor``): model, profiles, network, prices.
+
+Files read (relative to the folder):
+- ``sailor/Planner/llm_info.json``: per-layer parameter and activation sizes per TP at micro-batch 1;
+- ``sailor/Planner/simulations/profiles_tmp.json`` (preferred) or
+  ``sailor/Planner/sailor_planner/profiles/<model>/<gpu>/profile.json``: ``[fwd_s, bwd_s, update_s]`` per
+  layer id per (mbs, tp). ``update_s`` is one optimizer step of the profiled model (embedding + 2 layers +
+  head), so we convert it to seconds per parameter of that model;
+- ``sailor/Planner/simulations/configs/training_config_*.json``: shape of the model, global batch;
+- ``sailor/providers/multizone_bandwidths_het.json``: bandwidth fits per zone pair, GPU types and
+  concurrent pairs; ``sailor/providers/gcp/communication_cost.json``: egress $/GB.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+from planner.hardware import GPUCatalog
+from planner.model import ModelSpec, get_model, with_overrides
+from planner.network import Link, NetworkModel
+from planner.plan import read_text
+from planner.profiles import LayerCosts, ProfileStore
+
+SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": None, "LLAMA-3-8": None}
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno})", source=str(path)) from None
+
+
+@dataclass
+class SailorData:
+    """Everything the simulator needs, taken from one Sailor data folder for one model."""
+
+    model: ModelSpec
+    sailor_model: str
+    profiles: ProfileStore
+    network: NetworkModel
+    global_batch_size: int | None
+    gpus_per_node: dict[str, int]
+
+
+def _root(folder: str | Path) -> Path:
+    root = Path(folder)
+    if (root / "sailor" / "Planner").is_dir():
+        return root / "sailor"
+    if (root / "Planner").is_dir():
+        return root
+    raise InputError("not a Sailor data folder (no sailor/Planner inside)", source=str(folder))
+
+
+def _known(name: str) -> bool:
+    try:
+        get_model(name)
+        return True
+    except InputError:
+        return False
+
+
+def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | None]:
+    cfg_key = SAILOR_MODELS[sname]
+    cfg_path = root / "Planner" / "simulations" / "configs" / f"training_config_{cfg_key}.json"
+    base = get_model(sname) if _known(sname) else None
+    n_layers = len(llm["1"] if "1" in llm else next(iter(llm.values()))) - 2
+    if cfg_key and cfg_path.is_file():
+        cfg = _json(cfg_path)
+        spec = with_overrides(
+            base or get_model("opt-350m"), name=sname, num_layers=cfg["num_layers"], hidden_size=cfg["hidden_size"],
+            num_heads=cfg["heads"], ffn_hidden_size=4 * cfg["hidden_size"], seq_length=cfg["sequence_length"],
+            max_position_embeddings=cfg["max_position_embeddings"])
+        return spec, cfg.get("global_batch_size")
+    if base is None:
+        raise InputError(f"model '{sname}': no training config and no built-in shape", source=str(cfg_path))
+    return with_overrides(base, name=sname, num_layers=n_layers), None
+
+
+def _profile_source(root: Path, sname: str) -> dict[str, Any]:
+    """{gpu: {mbs: {tp: {layer_id: [f, b, u]}}}}, profiles_tmp.json first, planner copies as fallback."""
+    out: dict[str, Any] = {}
+    pdir = root / "Planner" / "sailor_planner" / "profiles" / sname
+    if pdir.is_dir():
+        for gdir in sorted(pdir.iterdir()):
+            if (gdir / "profile.json").is_file():
+                out[gdir.name] = _json(gdir / "profile.json")
+    tmp = root / "Planner" / "simulations" / "profiles_tmp.json"
+    if tmp.is_file():
+        out.update(_json(tmp).get(sname, {}))
+    if not out:
+        raise InputError(f"no profiles for model '{sname}'", source=str(tmp))
+    return out
+
+
+def _layer_costs(gpu: str, mbs: int, tp: int, table: dict, info: dict | None, n_layers: int,
+                 src: str) -> LayerCosts:
+    ids = [str(i) for i in range(n_layers + 2)]
+    if any(i not in table for i in ids):
+        raise InputError(f"profile {gpu} mbs={mbs} tp={tp} lacks layer ids 0..{n_layers + 1}", source=src)
+    rows = [table[i] for i in ids]
+    kw: dict[str, Any] = {}
+    update_s = rows[1][2]
+    if info is not None:
+        p = [info[i]["params_floats"] for i in ids]
+        act = [info[i]["act_mem_bytes"] * mbs for i in ids]
+        kw = dict(layer_params=p[1], embedding_params=p[0], head_params=p[-1], layer_act_bytes=float(act[1]),
+                  embedding_act_bytes=float(act[0]), head_act_bytes=float(act[-1]))
+        profiled_params = p[0] + 2 * p[1] + p[-1]
+    else:
+        profiled_params = None
+    per_param = update_s / profiled_params if profiled_params else update_s / 1e8
+    return LayerCosts(gpu_type=gpu, mbs=mbs, tp=tp, embedding_fwd_s=rows[0][0], embedding_bwd_s=rows[0][1],
+                      layer_fwd_s=tuple(r[0] for r in rows[1:-1]), layer_bwd_s=tuple(r[1] for r in rows[1:-1]),
+                      head_fwd_s=rows[-1][0], head_bwd_s=rows[-1][1], update_s_per_param=per_param,
+                      source=src, **kw)
+
+
+def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
+    net = NetworkModel(catalog, name="sailor")
+    bw_path = root / "providers" / "multizone_bandwidths_het.json"
+    if bw_path.is_file():
+        for sz, by_gpu in _json(bw_path).items():
+            for sg, by_n in by_gpu.items():
+                for _, by_dz in by_n.items():
+                    for dz, by_dg in by_dz.items():
+                        for dg, table in by_dg.items():
+                            links = {int(k): Link(float(v[1]), 0.0, tuple(v[0])) for k, v in table.items()}
+                            net.pair_links[(sz, sg, dz, dg)] = links
+    cost_path = root / "providers" / "gcp" / "communication_cost.json"
+    if cost_path.is_file():
+        for sz, row in _json(cost_path).items():
+            for dz, usd in row.items():
+                net.egress_usd_per_gb[(sz, dz)] = float(usd)
+    return net
+
+
+def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None = None,
+                     precision: str = "fp32") -> SailorData:
+    root = _root(folder)
+    catalog = catalog or GPUCatalog()
+    sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)
+    if sname is None:
+        sname = {"opt-350m": "OPT-350", "gpt-neo-2.7b": "GPT-Neo-2.7", "llama-3-8b": "LLAMA-3-8"}.get(
+            model_name.lower())
+    if sname is None:
+        raise InputError(f"--model '{model_name}' is not in the Sailor data; use one of {sorted(SAILOR_MODELS)}")
+    llm_all = _json(root / "Planner" / "llm_info.json")
+    if sname not in llm_all:
+        raise InputError(f"model '{sname}' missing", source=str(root / "Planner" / "llm_info.json"))
+    llm = llm_all[sname]
+    spec, gbs = _model_spec(root, sname, llm)
+    store = ProfileStore(spec, catalog, precision)
+    src = str(root / "Planner" / "simulations" / "profiles_tmp.json")
+    for gpu, by_mbs in _profile_source(root, sname).items():
+        if gpu not in catalog:
+            continue
+        for mbs, by_tp in by_mbs.items():
+            for tp, table in by_tp.items():
+                store.add(_layer_costs(gpu, int(mbs), int(tp), table, llm.get(tp), spec.num_layers, src))
+    gpn_path = root / "Planner" / "simulations" / "configs" / "basic_cluster_config.json"
+    gpn = {k: v["gpus_per_node"] for k, v in _json(gpn_path).items() if isinstance(v, dict)} \
+        if gpn_path.is_file() else {}
+    return SailorData(spec, sname, store, _network(root, catalog), gbs, gpn)

@@ -1,0 +1,132 @@
+"""``simulate(plan, ctx)``: the one cost model used by the planner's search and by every report."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from planner.errors import InputError
+from planner.plan import Plan
+from planner.simulator.memory import MemoryBreakdown, replica_memory, usable_bytes
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import ReplicaCosts, all_replica_costs
+from planner.simulator.time import p2p_seconds, pipeline_seconds, stage_busy_s, stage_sync, sync_seconds
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    stage: int
+    first_layer: int
+    num_layers: int
+    replicas: int
+    gpu_types: tuple[str, ...]
+    tp_degrees: tuple[int, ...]
+    zones: tuple[str, ...]
+    compute_s: float            # slowest replica's fwd+bwd per micro-batch
+    busy_s: float               # slowest replica's steady-state seconds per micro-batch (with blocking p2p)
+    p2p_s: float                # one transfer to the next stage (slowest pipeline); 0 on the last stage
+    sync_s: float
+    sync_mode: str
+    update_s: float
+    peak_memory_bytes: float    # max over this stage's GPUs
+    memory_capacity_bytes: float  # the smallest GPU of the stage
+    fits_in_memory: bool
+    estimated_profile: bool
+
+
+@dataclass(frozen=True)
+class Estimate:
+    iteration_time_s: float
+    throughput_iters_per_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    peak_memory_bytes: float
+    fits_in_memory: bool
+    cost_per_iteration_usd: float
+    gpu_usd_per_iteration: float
+    egress_usd_per_iteration: float
+    cross_zone_bytes_per_iteration: float
+    pipeline_s: tuple[float, ...]
+    sync_s: float
+    update_s: float
+    bottleneck_stage: int
+    num_gpus: int
+    estimated_profiles: bool
+    runtime: str
+    stages: tuple[StageEstimate, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _egress(plan: Plan, ctx: SimContext, syncs) -> tuple[float, float]:
+    """(cross-zone bytes, egress USD) per iteration: p2p across zones + gradient sync across zones."""
+    nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    total_b, usd = 0.0, 0.0
+    for j, m in enumerate(plan.microbatch_counts):
+        reps = plan.pipeline(j)
+        for b in range(len(reps) - 1):
+            a, c = reps[b], reps[b + 1]
+            if a.zone != c.zone:
+                k = min(a.tp, c.tp) if ctx.settings.p2p_all_tp_ranks else 1
+                moved = m * nbytes * k        # forward activations a -> c, gradients c -> a
+                total_b += 2 * moved
+                usd += moved * (ctx.network.egress_usd_per_byte(a.zone, c.zone)
+                                + ctx.network.egress_usd_per_byte(c.zone, a.zone))
+    for sc in syncs:
+        for (za, zb), moved in sc.cross_zone_bytes.items():
+            total_b += moved
+            usd += moved * ctx.network.egress_usd_per_byte(za, zb)
+    return total_b, usd
+
+
+def _stage_estimate(plan: Plan, s: int, costs: list[ReplicaCosts], mems: list[MemoryBreakdown],
+                    ctx: SimContext, busy: list[float], p2p: float, sync) -> StageEstimate:
+    st = plan.stages[s]
+    peak = max(m.total_bytes for m in mems)
+    fits = all(m.total_bytes <= usable_bytes(ctx, c.gpu_type) for m, c in zip(mems, costs))
+    return StageEstimate(
+        stage=s, first_layer=st.first_layer, num_layers=st.num_layers, replicas=len(st.replicas),
+        gpu_types=tuple(r.gpu_type for r in st.replicas), tp_degrees=tuple(r.tp for r in st.replicas),
+        zones=tuple(r.zone for r in st.replicas), compute_s=max(c.fwd_s + c.bwd_s for c in costs),
+        busy_s=max(busy), p2p_s=p2p, sync_s=sync.time_s, sync_mode=sync.mode,
+        update_s=max(c.update_s for c in costs), peak_memory_bytes=peak,
+        memory_capacity_bytes=min(usable_bytes(ctx, c.gpu_type) for c in costs), fits_in_memory=fits,
+        estimated_profile=any(c.estimated for c in costs))
+
+
+def simulate(plan: Plan, ctx: SimContext) -> Estimate:
+    """Predict iteration time, per-GPU peak memory and $/iteration of ``plan``."""
+    if plan.num_layers != ctx.model.num_layers:
+        raise InputError(f"plan has num_layers {plan.num_layers} but model '{ctx.model.name}' has "
+                         f"{ctx.model.num_layers}")
+    for s, j, rep in plan.replicas():
+        ctx.model.check_tp(rep.tp)
+        if rep.tp > ctx.node_size(rep.gpu_type):
+            raise InputError(f"stages[{s}].replicas[{j}]: TP {rep.tp} exceeds the {ctx.node_size(rep.gpu_type)} "
+                             f"GPUs per node of {rep.gpu_type} (TP stays inside a node)")
+    costs = all_replica_costs(plan, ctx)
+    S, D = plan.num_stages, plan.dp_degree
+    p2p = [p2p_seconds(plan, ctx, j) for j in range(D)]
+    busy = [stage_busy_s([costs[s][j] for s in range(S)], p2p[j], ctx) for j in range(D)]
+    pipes = tuple(pipeline_seconds([costs[s][j] for s in range(S)], p2p[j], m, ctx)
+                  for j, m in enumerate(plan.microbatch_counts))
+    syncs = [stage_sync(plan, ctx, s, costs[s]) for s in range(S)]
+    sync_s = sync_seconds(plan, ctx, syncs, costs)
+    update_s = max(c.update_s for row in costs for c in row)
+    iteration_s = max(pipes) + sync_s + update_s
+    mems = [[replica_memory(plan, ctx, c) for c in row] for row in costs]
+    stages = tuple(_stage_estimate(plan, s, costs[s], mems[s], ctx, [busy[j][s] for j in range(D)],
+                                   max((p2p[j][s] for j in range(D)), default=0.0) if s < S - 1 else 0.0,
+                                   syncs[s]) for s in range(S))
+    cross_b, egress_usd = _egress(plan, ctx, syncs)
+    gpu_usd = sum(ctx.catalog.get(rep.gpu_type).usd_per_s * rep.tp for _, _, rep in plan.replicas()) * iteration_s
+    bottleneck = max(range(S), key=lambda s: stages[s].busy_s)
+    samples = plan.global_batch_size
+    return Estimate(
+        iteration_time_s=iteration_s, throughput_iters_per_s=1.0 / iteration_s,
+        tokens_per_s=samples * ctx.model.seq_length / iteration_s, samples_per_s=samples / iteration_s,
+        peak_memory_bytes=max(st.peak_memory_bytes for st in stages),
+        fits_in_memory=all(st.fits_in_memory for st in stages),
+        cost_per_iteration_usd=gpu_usd + egress_usd, gpu_usd_per_iteration=gpu_usd,
+        egress_usd_per_iteration=egress_usd, cross_zone_bytes_per_iteration=cross_b, pipeline_s=pipes,
+        sync_s=sync_s, update_s=update_s, bottleneck_stage=bottleneck, num_gpus=plan.world_size,
+        estimated_profiles=any(st.estimated_profile for st in stages), runtime=ctx.settings.name, stages=stages)

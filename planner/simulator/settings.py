@@ -1,0 +1,73 @@
+"""Runtime behaviours the simulator makes explicit, and the inputs it reads.
+
+Different training runtimes execute the same plan differently (blocking or overlapped p2p, a barrier before
+the gradient reduction, allocator behaviour). :class:`RuntimeSettings` names each such behaviour so one
+model predicts any of them; presets cover our runtime and the Sailor/DeepSpeed runtime of the published
+measurements.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from planner.errors import InputError
+from planner.hardware import GPUCatalog
+from planner.model import ModelSpec
+from planner.network import NetworkModel
+from planner.profiles import ProfileStore
+
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How the runtime executes a plan (all times in seconds, sizes in bytes)."""
+
+    name: str = "megatron-sailor"
+    p2p_blocking: bool = False           # True: a stage's sends/receives sit on its critical path
+    p2p_all_tp_ranks: bool = True        # every TP rank of a replica sends the full activation to its peer
+    grad_sync: str = "auto"              # "flat" ring, "hierarchical" (zone-aware) or "auto" (the faster)
+    dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
+    per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
+    compute_scale: float = 1.0           # multiplies profiled compute
+    profile_offset_s: float = 0.0        # per-call overhead in the profiled per-layer times that a full
+                                         # schedule hides (each layer fwd/bwd t -> max(t - o, o))
+    memory_overhead_bytes: float = 1.0 * GIB  # CUDA context, communicator buffers
+    activation_reserve_factor: float = 1.0    # caching-allocator reserve over live activations
+    grad_bucket_elems: int = 0           # extra flat gradient buffer (DeepSpeed buckets), elements
+    memory_headroom_fraction: float = 0.0    # keep this fraction of GPU memory free when judging fit
+
+    def __post_init__(self) -> None:
+        if self.grad_sync not in ("flat", "hierarchical", "auto"):
+            raise InputError(f"grad_sync must be flat, hierarchical or auto, got {self.grad_sync!r}")
+        for name in ("per_microbatch_overhead_s", "compute_scale", "profile_offset_s", "memory_overhead_bytes",
+                     "activation_reserve_factor", "grad_bucket_elems", "memory_headroom_fraction"):
+            if getattr(self, name) < 0:
+                raise InputError(f"runtime setting '{name}' must be >= 0, got {getattr(self, name)!r}")
+
+    def with_(self, **changes: Any) -> "RuntimeSettings":
+        return replace(self, **changes)
+
+
+# The Sailor artifact's runtime: DeepSpeed pipeline engine (blocking p2p, barrier before reduction,
+# 5e8-element gradient buckets). Fitted constants come from benchmarks/validate_simulator.py (documented
+# there and in docs/SIMULATOR.md); the defaults below are the values that procedure printed.
+SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, dp_sync_waits_for_all=True,
+                                   grad_sync="flat", grad_bucket_elems=500_000_000)
+OURS = RuntimeSettings()
+PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
+
+
+@dataclass
+class SimContext:
+    """Inputs of the cost model: model, profiles, network, GPU catalog, node sizes, runtime behaviour."""
+
+    model: ModelSpec
+    profiles: ProfileStore
+    network: NetworkModel
+    catalog: GPUCatalog
+    settings: RuntimeSettings = field(default_factory=RuntimeSettings)
+    gpus_per_node: dict[str, int] = field(default_factory=dict)
+
+    def node_size(self, gpu_type: str) -> int:
+        return self.gpus_per_node.get(gpu_type) or self.catalog.get(gpu_type).gpus_per_node

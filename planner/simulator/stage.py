@@ -1,0 +1,84 @@
+"""Per (stage, replica) quantities: compute seconds, parameters held, activation bytes per micro-batch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.plan import Plan, Replica
+from planner.profiles import LayerCosts
+from planner.simulator.settings import SimContext
+
+
+@dataclass(frozen=True)
+class ReplicaCosts:
+    """What one GPU of replica ``replica`` of stage ``stage`` does per micro-batch and holds."""
+
+    stage: int
+    replica: int
+    gpu_type: str
+    tp: int
+    zone: str
+    fwd_s: float
+    bwd_s: float
+    params: int                   # parameters held by one GPU (its TP shard)
+    act_bytes_per_mb: float       # activations kept for backward per in-flight micro-batch
+    max_layer_act_bytes: float    # largest single-layer activation (transient working set)
+    update_s: float               # optimizer step of this GPU
+    estimated: bool
+
+
+def _layer_sizes(ctx: SimContext, costs: LayerCosts, tp: int, elem: int) -> tuple[int, int, int, float, float, float]:
+    m = ctx.model
+    lp = costs.layer_params if costs.layer_params is not None else sum(m.layer_params(tp))
+    ep = costs.embedding_params if costs.embedding_params is not None else sum(m.embedding_params(tp))
+    hp = costs.head_params if costs.head_params is not None else sum(m.head_params(tp))
+    mbs = costs.mbs
+    la = costs.layer_act_bytes if costs.layer_act_bytes is not None else \
+        m.layer_activation_bytes(mbs, tp, elem)
+    ea = costs.embedding_act_bytes if costs.embedding_act_bytes is not None else \
+        m.embedding_activation_bytes(mbs, elem)
+    ha = costs.head_act_bytes if costs.head_act_bytes is not None else m.head_activation_bytes(mbs, tp, elem)
+    return lp, ep, hp, la, ea, ha
+
+
+def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
+    stage = plan.stages[s]
+    last = plan.num_stages - 1
+    costs = ctx.profiles.get(rep.gpu_type, plan.micro_batch_size, rep.tp)
+    lo, hi = stage.first_layer, stage.layer_end
+    off = ctx.settings.profile_offset_s
+    fwd = sum(max(t - off, off) for t in costs.layer_fwd_s[lo:hi])
+    bwd = sum(max(t - off, off) for t in costs.layer_bwd_s[lo:hi])
+    lp, ep, hp, la, ea, ha = _layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
+    params = lp * stage.num_layers
+    act = la * stage.num_layers
+    biggest = la if stage.num_layers else 0.0
+    if plan.recompute_activations and stage.num_layers:
+        # full-layer recompute: keep only each layer's input; one layer's activations live while recomputed
+        boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+        act = boundary * stage.num_layers
+        fwd_extra = fwd
+        bwd += fwd_extra
+    if s == 0:
+        fwd += costs.embedding_fwd_s
+        bwd += costs.embedding_bwd_s
+        params += ep
+        act += ea
+    if s == last:
+        fwd += costs.head_fwd_s
+        bwd += costs.head_bwd_s
+        params += hp
+        act += ha
+        biggest = max(biggest, ha)
+    scale = ctx.settings.compute_scale
+    update_s = costs.update_s_per_param * params
+    if plan.distributed_optimizer:
+        update_s /= plan.dp_degree
+    return ReplicaCosts(stage=s, replica=j, gpu_type=rep.gpu_type, tp=rep.tp, zone=rep.zone,
+                        fwd_s=fwd * scale, bwd_s=bwd * scale, params=int(params), act_bytes_per_mb=act,
+                        max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated)
+
+
+def all_replica_costs(plan: Plan, ctx: SimContext) -> list[list[ReplicaCosts]]:
+    """``[stage][replica]`` costs."""
+    return [[replica_costs(plan, ctx, s, j, rep) for j, rep in enumerate(st.replicas)]
+            for s, st in enumerate(plan.stages)]

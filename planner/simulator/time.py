@@ -1,0 +1,127 @@
+"""Iteration time: 1F1B per pipeline with p2p between stages, data-parallel gradient sync, optimizer step.
+
+Per pipeline j with m_j micro-batches and per-stage busy time per micro-batch T_s::
+
+    T_j = (m_j - 1) * max_s T_s  +  sum_s (F_s + B_s)  +  2 * sum_b p_b
+
+(fill + drain: one micro-batch crosses every stage forward and backward and every boundary b twice).
+T_s = F_s + B_s + overhead, plus the stage's own transfers (2 per adjacent boundary) when p2p blocks.
+The iteration is the slowest pipeline, then the gradient sync (after a barrier, or overlapped with the
+remaining backward of earlier stages), then the slowest optimizer step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.network import Endpoint, Link
+from planner.plan import Plan, Replica
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import ReplicaCosts
+
+
+@dataclass(frozen=True)
+class SyncCost:
+    time_s: float
+    cross_zone_bytes: dict[tuple[str, str], float]   # (src zone, dst zone) -> bytes per iteration
+    mode: str
+
+
+def p2p_link(ctx: SimContext, a: Replica, b: Replica) -> Link:
+    k = min(a.tp, b.tp) if ctx.settings.p2p_all_tp_ranks else 1
+    return ctx.network.link(Endpoint(a.gpu_type, a.zone), Endpoint(b.gpu_type, b.zone), concurrent=k)
+
+
+def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
+    """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j."""
+    nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    reps = plan.pipeline(j)
+    return [p2p_link(ctx, reps[b], reps[b + 1]).time_s(nbytes) for b in range(len(reps) - 1)]
+
+
+def stage_busy_s(costs: list[ReplicaCosts], p2p_s: list[float], ctx: SimContext) -> list[float]:
+    """Busy seconds per micro-batch of each stage of one pipeline (steady state)."""
+    out = []
+    for s, c in enumerate(costs):
+        t = c.fwd_s + c.bwd_s + ctx.settings.per_microbatch_overhead_s
+        if ctx.settings.p2p_blocking:
+            if s > 0:
+                t += 2 * p2p_s[s - 1]
+            if s < len(costs) - 1:
+                t += 2 * p2p_s[s]
+        out.append(t)
+    return out
+
+
+def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
+    busy = stage_busy_s(costs, p2p_s, ctx)
+    fill_drain = sum(c.fwd_s + c.bwd_s + ctx.settings.per_microbatch_overhead_s for c in costs) + 2 * sum(p2p_s)
+    return (m - 1) * max(busy) + fill_drain
+
+
+def _ring_s(n: int, nbytes: float, link: Link) -> float:
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    chunk = nbytes / n
+    return 2 * (n - 1) * link.time_s(chunk)
+
+
+def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -> SyncCost:
+    """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups)."""
+    reps = plan.stages[s].replicas
+    d = len(reps)
+    if d == 1:
+        return SyncCost(0.0, {}, "none")
+    grad_bytes = max(c.params for c in costs) * 4.0   # the smallest-TP replica's GPUs hold the most
+    full_bytes = max(c.params * c.tp for c in costs) * 4.0   # the whole stage's gradient (all TP shards)
+    conc = min(r.tp for r in reps)
+    zones: dict[str, list[Replica]] = {}
+    for r in reps:
+        zones.setdefault(r.zone, []).append(r)
+    ends = [Endpoint(r.gpu_type, r.zone) for r in reps]
+
+    def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
+        links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
+        return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
+
+    ring_pairs = [(ends[i], ends[(i + 1) % d]) for i in range(d)]
+    flat_t = _ring_s(d, grad_bytes, worst(ring_pairs))
+    zone_list = sorted(zones)
+    flat_bytes = _ring_cross_bytes(zone_list, d, full_bytes)
+    if len(zones) == 1 or ctx.settings.grad_sync == "flat":
+        return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
+    inner = 0.0
+    for z in zone_list:
+        members = [Endpoint(r.gpu_type, r.zone) for r in zones[z]]
+        if len(members) > 1:
+            link = worst([(members[i], members[(i + 1) % len(members)]) for i in range(len(members))])
+            # reduce to the leader (reduce-scatter + gather) and broadcast back: ~ 3 ring halves
+            inner = max(inner, 1.5 * _ring_s(len(members), grad_bytes, link))
+    leaders = [Endpoint(zones[z][0].gpu_type, z) for z in zone_list]
+    cross = _ring_s(len(leaders), grad_bytes, worst([(leaders[i], leaders[(i + 1) % len(leaders)])
+                                                    for i in range(len(leaders))]))
+    hier_t = inner + cross
+    hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), full_bytes)
+    if ctx.settings.grad_sync == "auto" and flat_t < hier_t:
+        return SyncCost(flat_t, flat_bytes, "flat")
+    return SyncCost(hier_t, hier_bytes, "hierarchical")
+
+
+def _ring_cross_bytes(zone_list: list[str], n: int, grad_bytes: float) -> dict[tuple[str, str], float]:
+    """Bytes on each cross-zone edge of a ring ordered by zone: 2 (n-1)/n of the gradient, per edge."""
+    if len(zone_list) < 2:
+        return {}
+    per_edge = 2 * (n - 1) / n * grad_bytes
+    z = len(zone_list)
+    return {(zone_list[i], zone_list[(i + 1) % z]): per_edge for i in range(z)}
+
+
+def sync_seconds(plan: Plan, ctx: SimContext, syncs: list[SyncCost], costs: list[list[ReplicaCosts]]) -> float:
+    """Time the gradient sync adds after the last backward of the slowest pipeline."""
+    if ctx.settings.dp_sync_waits_for_all:
+        return max((sc.time_s for sc in syncs), default=0.0)
+    # stage s finishes its last backward before stages < s do: it overlaps with their remaining backward
+    extra = 0.0
+    for s, sc in enumerate(syncs):
+        slack = sum(max(c.bwd_s for c in costs[t]) for t in range(s))
+        extra = max(extra, sc.time_s - slack)
+    return max(0.0, extra)
