@@ -22,8 +22,9 @@ logger = logging.getLogger(__name__)
 Resolver = Callable[[str, object], object]
 
 
-def check_hosts(commands: Sequence[NodeCommand], resolver: Resolver = socket.getaddrinfo) -> None:
-    """Raise :class:`InputError` for the first host that does not resolve."""
+def check_hosts(commands: Sequence[NodeCommand], resolver: Resolver | None = None) -> None:
+    """Raise :class:`InputError` for the first host that does not resolve (default: getaddrinfo)."""
+    resolver = resolver or socket.getaddrinfo
     for cmd in commands:
         try:
             resolver(cmd.host, None)
