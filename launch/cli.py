@@ -79,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.splitlines()[0])
     add_common_args(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the per-node commands, run nothing")
+    parser.add_argument("--node", default=None,
+                        help="run only this inventory node's command, here (start it on each host yourself)")
     own_argv, script_args = split_script_args(argv)
     args = parser.parse_args(own_argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -87,8 +89,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             sys.stdout.write(dry_run_text(assignment, commands))
             return 0
-        check_hosts(commands)
+        if args.node is not None:   # only this node's host and the rendezvous host must resolve
+            selected = select_node(commands, args.node)
+            check_hosts((commands[0], *selected))
+            commands = selected
+        else:
+            check_hosts(commands)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return run_commands(commands)
+    return run_commands(commands, force_local=args.node is not None)
+
+
+def select_node(commands: Sequence[NodeCommand], name: str) -> tuple[NodeCommand, ...]:
+    chosen = tuple(c for c in commands if c.node_name == name)
+    if not chosen:
+        raise InputError(f"--node {name!r} runs nothing: the plan uses nodes {[c.node_name for c in commands]}")
+    return chosen

@@ -38,9 +38,10 @@ def is_local_host(host: str) -> bool:
     return is_loopback(host) or host in {socket.gethostname(), socket.getfqdn()}
 
 
-def process_argv(cmd: NodeCommand, workdir: str) -> tuple[list[str], dict[str, str] | None]:
+def process_argv(cmd: NodeCommand, workdir: str,
+                 force_local: bool = False) -> tuple[list[str], dict[str, str] | None]:
     """``(argv, env)`` for :class:`subprocess.Popen`: direct for a local host, ``ssh`` otherwise."""
-    if is_local_host(cmd.host):
+    if force_local or is_local_host(cmd.host):
         return list(cmd.argv), {**os.environ, **dict(cmd.env)}
     remote = f"cd {shlex.quote(workdir)} && {cmd.shell()}"
     return ["ssh", "-o", "BatchMode=yes", cmd.host, remote], None
@@ -59,13 +60,15 @@ def _terminate(procs: Sequence[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def run_commands(commands: Sequence[NodeCommand], workdir: str | None = None, poll_s: float = 0.2) -> int:
-    """Start every node's command, wait for all; return 0 or the first non-zero exit status."""
+def run_commands(commands: Sequence[NodeCommand], workdir: str | None = None, poll_s: float = 0.2,
+                 force_local: bool = False) -> int:
+    """Start every node's command, wait for all; return 0 or the first non-zero exit status.
+    ``force_local``: run every command on this machine (no ssh)."""
     workdir = workdir or os.getcwd()
     procs: list[subprocess.Popen] = []
     try:
         for cmd in commands:
-            argv, env = process_argv(cmd, workdir)
+            argv, env = process_argv(cmd, workdir, force_local)
             logger.info("node %d (%s on %s): %s", cmd.node_rank, cmd.node_name, cmd.host, cmd.shell())
             procs.append(subprocess.Popen(argv, env=env, cwd=workdir))
         while True:

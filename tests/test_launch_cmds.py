@@ -153,3 +153,18 @@ def test_localhost_resolves_without_network() -> None:
     argv, env = runner.process_argv(remote, "/work dir")
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and env is None
     assert argv[3:] == ["gpu-7.cluster", "cd '/work dir' && A=1 torchrun x.py"]
+
+
+def test_cli_node_option_runs_one_node_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture) -> None:
+    plan_path, nodes_path = _write_inputs(tmp_path, ("localhost", "v1.cluster", "v2.cluster"))
+    checked: list[str] = []
+    monkeypatch.setattr(runner.socket, "getaddrinfo", lambda host, port: checked.append(host) or [()])
+    calls: list[tuple] = []
+    monkeypatch.setattr(cli, "run_commands", lambda cmds, **kw: calls.append((cmds, kw)) or 0)
+    assert cli.main([str(plan_path), "--nodes-file", str(nodes_path), "--node", "n2"]) == 0
+    (cmds, kw), = calls
+    assert [c.node_name for c in cmds] == ["n2"] and kw == {"force_local": True}
+    assert checked == ["localhost", "v2.cluster"]
+    assert cli.main([str(plan_path), "--nodes-file", str(nodes_path), "--node", "n9"]) == 2
+    assert "--node 'n9' runs nothing" in capsys.readouterr().err
