@@ -102,3 +102,26 @@ def plan_rank_from_env(environ: Mapping[str, str]) -> int | None:
     if world is not None and max(ranks) >= int(world):
         raise ValueError(f"{RANK_MAP_ENV}={text!r} names rank {max(ranks)} but WORLD_SIZE is {world}")
     return ranks[local_rank]
+
+
+def rank_and_world_from_env(environ: Mapping[str, str]) -> tuple[int, int]:
+    """``(plan_rank, world_size)`` to pass to ``torch.distributed.init_process_group(rank=, world_size=)``.
+
+    Without ``SAILOR_RANK_MAP`` this is torchrun's ``(RANK, WORLD_SIZE)``. With it, the plan rank may differ
+    from torchrun's rank; that is safe only while the torchrun agent hosts the store
+    (``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's default), else worker rank 0 would have to serve the
+    store on ``MASTER_ADDR`` -- so a remap without it raises ``ValueError``.
+    """
+    world = int(environ["WORLD_SIZE"])
+    declared = environ.get(WORLD_SIZE_ENV)
+    if declared is not None and int(declared) != world:
+        raise ValueError(f"{WORLD_SIZE_ENV}={declared} (from the plan) but torchrun's WORLD_SIZE is {world}: "
+                         "the nodes that joined do not match the plan")
+    torchrun_rank = int(environ.get("RANK", "0"))
+    plan_rank = plan_rank_from_env(environ)
+    if plan_rank is None or plan_rank == torchrun_rank:
+        return torchrun_rank, world
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        raise ValueError(f"{RANK_MAP_ENV} maps torchrun rank {torchrun_rank} to plan rank {plan_rank}, which "
+                         "needs torchrun's agent store (unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE)")
+    return plan_rank, world

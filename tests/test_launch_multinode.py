@@ -22,16 +22,14 @@ GLOO_SCRIPT = '''
 import argparse, json, os
 import torch
 import torch.distributed as dist
-from launch.ranks import plan_rank_from_env
+from launch.ranks import rank_and_world_from_env
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sailor-plan", required=True)
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 torchrun_rank = int(os.environ["RANK"])
-plan_rank = plan_rank_from_env(os.environ)
-world = int(os.environ["WORLD_SIZE"])
-assert world == int(os.environ["SAILOR_WORLD_SIZE"])
+plan_rank, world = rank_and_world_from_env(os.environ)
 os.environ["RANK"] = str(plan_rank)
 dist.init_process_group("gloo", rank=plan_rank, world_size=world)
 total = torch.tensor([float(plan_rank)])

@@ -52,3 +52,16 @@ def test_plan_rank_from_env() -> None:
         plan_rank_from_env({**env, "LOCAL_WORLD_SIZE": "2"})
     with pytest.raises(ValueError, match="WORLD_SIZE is 7"):
         plan_rank_from_env({**env, "WORLD_SIZE": "7"})
+
+
+def test_rank_and_world_from_env() -> None:
+    from launch.ranks import rank_and_world_from_env
+    env = {"SAILOR_RANK_MAP": "3,0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "RANK": "2", "WORLD_SIZE": "4",
+           "SAILOR_WORLD_SIZE": "4", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert rank_and_world_from_env(env) == (3, 4)
+    assert rank_and_world_from_env({"RANK": "1", "WORLD_SIZE": "2"}) == (1, 2)
+    with pytest.raises(ValueError, match="agent store"):
+        rank_and_world_from_env({**env, "TORCHELASTIC_USE_AGENT_STORE": "False"})
+    assert rank_and_world_from_env({**env, "TORCHELASTIC_USE_AGENT_STORE": "False", "RANK": "3"}) == (3, 4)
+    with pytest.raises(ValueError, match="SAILOR_WORLD_SIZE=5"):
+        rank_and_world_from_env({**env, "SAILOR_WORLD_SIZE": "5"})
