@@ -18,7 +18,7 @@ setup(
     extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "all": RUNTIME + PLOT + TEST},
     entry_points={
         "console_scripts": [
-            "sailor-sim=planner.cli_sim:main",
+            "sailor-sim=planner.cli_sim:entry",
             "sailor-plan=planner.cli_plan:main",
         ]
     },

@@ -114,9 +114,47 @@ class ProfileStore:
         self._cache[key] = costs
         return costs
 
+    def smooth_across_mbs(self, window: float = 4.0) -> None:
+        """Replace each measured fwd/bwd time by a least-squares affine fit ``a + b*mbs`` over the profiled
+        micro-batch sizes within ``[mbs/window, mbs*window]`` of the same (GPU, TP) (at least 3 points).
+
+        Kernel time is affine in the batch (fixed launch/latency cost + work); single short measurements
+        at small sizes are noisy (launch-bound), so a local fit denoises them. Not fitted to any run.
+        """
+        groups: dict[tuple[str, int], dict[int, LayerCosts]] = {}
+        for (g, m, t), c in self._entries.items():
+            groups.setdefault((g, t), {})[m] = c
+        updated = {}
+        for (g, t), by_mbs in groups.items():
+            for m, c in by_mbs.items():
+                near = sorted(x for x in by_mbs if m / window <= x <= m * window)
+                if len(near) >= 3:
+                    updated[(g, m, t)] = _smoothed(c, [by_mbs[x] for x in near], near)
+        self._entries.update(updated)
+        self._cache.clear()
+
     def load_file(self, path: str | Path) -> None:
         for costs in parse_profile_file(path, self.model):
             self.add(costs)
+
+
+def _affine_at(xs: list[int], ys: list[float], x: float) -> float:
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((a - mx) ** 2 for a in xs)
+    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / var if var else 0.0
+    return max(0.0, my + slope * (x - mx))
+
+
+def _smoothed(c: LayerCosts, near: list[LayerCosts], sizes: list[int]) -> LayerCosts:
+    from dataclasses import replace
+    fit = lambda get: _affine_at(sizes, [get(n) for n in near], c.mbs)  # noqa: E731
+    n_layers = len(c.layer_fwd_s)
+    return replace(
+        c, layer_fwd_s=tuple(fit(lambda n, i=i: n.layer_fwd_s[i]) for i in range(n_layers)),
+        layer_bwd_s=tuple(fit(lambda n, i=i: n.layer_bwd_s[i]) for i in range(n_layers)),
+        head_fwd_s=fit(lambda n: n.head_fwd_s), head_bwd_s=fit(lambda n: n.head_bwd_s),
+        source=c.source + " (smoothed across mbs)")
 
 
 def _replicate_layers(c: LayerCosts, n: int) -> LayerCosts:

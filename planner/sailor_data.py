@@ -161,6 +161,7 @@ def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | 
         for mbs, by_tp in by_mbs.items():
             for tp, table in by_tp.items():
                 store.add(_layer_costs(gpu, int(mbs), int(tp), table, llm.get(tp), spec.num_layers, src))
+    store.smooth_across_mbs()
     gpn_path = root / "Planner" / "simulations" / "configs" / "basic_cluster_config.json"
     gpn = {k: v["gpus_per_node"] for k, v in _json(gpn_path).items() if isinstance(v, dict)} \
         if gpn_path.is_file() else {}

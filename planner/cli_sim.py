@@ -1,0 +1,80 @@
+"""``sailor-sim PLAN``: predict iteration time, per-GPU peak memory and $/iteration of a plan.
+
+PLAN is our plan JSON or a Sailor ``plan_config`` JSON (auto-detected; Sailor plans default to the
+``sailor-deepspeed`` runtime preset, the runtime they were measured on).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner.sailor_plan import load_any_plan
+from planner.simulator import Estimate, simulate
+
+GB = 1e9
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sailor-sim", description=__doc__.splitlines()[0])
+    p.add_argument("plan", help="plan JSON (ours or Sailor's plan_config)")
+    add_data_args(p)
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    return p
+
+
+def estimate_json(est: Estimate) -> dict:
+    return to_jsonable(est.to_dict())
+
+
+def render_table(est: Estimate, plan_name: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=max(Console().width, 160))
+    t = Table(title=f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'")
+    for col in ("stage", "layers", "replicas (gpu x tp @ zone)", "compute s/mb", "busy s/mb", "p2p s",
+                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits"):
+        t.add_column(col, justify="right" if col not in ("replicas (gpu x tp @ zone)",) else "left")
+    for st in est.stages:
+        reps: dict[str, int] = {}
+        for g, tp, z in zip(st.gpu_types, st.tp_degrees, st.zones):
+            key = f"{g} x{tp} @{z}"
+            reps[key] = reps.get(key, 0) + 1
+        desc = ", ".join(f"{n}x({k})" for k, n in reps.items())
+        t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}" if st.num_layers else "-",
+                  desc + (" [estimate]" if st.estimated_profile else ""), f"{st.compute_s:.4f}", f"{st.busy_s:.4f}",
+                  f"{st.p2p_s:.4f}", f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
+                  f"{st.memory_capacity_bytes / GB:.2f}",
+                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}",
+                  "yes" if st.fits_in_memory else "[red]OOM[/red]")
+    console.print(t)
+    console.print(
+        f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
+        f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
+        f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
+        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage}"
+        + (" | some profiles are analytic ESTIMATES" if est.estimated_profiles else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    plan, info = load_any_plan(args.plan)
+    bundle = load_data(args, plan.precision, model_hint=plan.model)
+    ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
+                       info.gpus_per_node if info else None)
+    est = simulate(plan, ctx)
+    if args.json:
+        json.dump(estimate_json(est), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        render_table(est, args.plan)
+    return 0
+
+
+def entry() -> int:
+    return run_cli(main)
+
+
+if __name__ == "__main__":
+    sys.exit(entry())
