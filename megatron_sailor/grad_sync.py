@@ -41,7 +41,6 @@ class GradSync:
     """Reduces the gradients of one rank's stage model across the replicas of its stage."""
 
     def __init__(self, model: torch.nn.Module, layout: RankLayout, groups: RankGroups) -> None:
-        me = layout.info(groups.rank)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.sharded = [p for p in self.params if is_sharded(p)]
         self.replicated = [p for p in self.params if not is_sharded(p)]
@@ -52,7 +51,6 @@ class GradSync:
         self.mode = groups.sync_mode
         self.layout = layout
         self.rank = groups.rank
-        del me
 
     def _pieces(self, shard: ShardPlan) -> list[torch.Tensor]:
         out = [p.grad.chunk(shard.pieces, dim=p.partition_dim)[shard.piece] for p in self.sharded]
@@ -102,7 +100,7 @@ class GradSync:
         total = 0
         for shard in self.shards:
             members = shard.groups.members
-            if len(members) < 2 or members[0] != self.rank or shard.piece != 0:
+            if len(members) < 2 or members[0] != self.rank:
                 continue
             size = self.buffer_numel(shard) * bytes_per_elem
             total += ring_cross_zone_bytes([self.layout.info(r).zone for r in members], size, self.mode)

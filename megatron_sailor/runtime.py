@@ -1,0 +1,96 @@
+"""Wire one rank of a plan together: layout, groups, stage model, P2P, grad sync, optimizer, schedule."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from megatron_sailor.data import MicroBatch, TokenSource, microbatch, pipeline_microbatch_ids
+from megatron_sailor.grad_sync import GradSync
+from megatron_sailor.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
+from megatron_sailor.init_weights import init_stage_weights
+from megatron_sailor.metrics import StepMetrics
+from megatron_sailor.optimizer import OptimizerConfig, clip_and_step, make_adamw, reduce_norm_and_loss
+from megatron_sailor.p2p import StageP2P
+from megatron_sailor.schedule import StageRole, StageStep, run_1f1b
+from megatron_sailor.stage_model import StageSpec, build_stage_model, check_model_fits_plan
+from megatron_sailor.topology import RankLayout, build_layout
+from planner.model import ModelSpec
+from planner.plan import Plan
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 1234
+    sync_mode: str = SYNC_HIERARCHICAL
+    optimizer: OptimizerConfig = OptimizerConfig()
+
+
+def seed_megatron_rng(seed: int) -> None:
+    """Register the model-parallel RNG state megatron's attention forks (dropout is 0 anyway)."""
+    from megatron.core.tensor_parallel import random as mrand
+    tracker = mrand.get_cuda_rng_tracker()
+    tracker.reset()
+    tracker.add("model-parallel-rng", seed + 2718)
+    torch.manual_seed(seed)
+
+
+class RankRuntime:
+    """Everything one rank needs to train its part of the plan."""
+
+    def __init__(self, plan: Plan, model: ModelSpec, rank: int, data: TokenSource, cfg: RunConfig,
+                 layout: RankLayout | None = None, groups: RankGroups | None = None) -> None:
+        check_model_fits_plan(model, plan)
+        self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
+        self.layout = layout or build_layout(plan)
+        self.me = self.layout.info(rank)
+        self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode)
+        seed_megatron_rng(cfg.seed)
+        stage = plan.stages[self.me.stage]
+        role = StageRole(self.me.stage, plan.num_stages)
+        self.stage = StageSpec(first_layer=stage.first_layer, num_layers=stage.num_layers,
+                               pre_process=role.is_first, post_process=role.is_last,
+                               tp=self.me.tp, tp_rank=self.me.tp_rank)
+        self.model = build_stage_model(model, self.stage, self.groups)
+        init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed)
+        self.optimizer = make_adamw(self.model, cfg.optimizer)
+        self.grad_sync = GradSync(self.model, self.layout, self.groups)
+        global_tokens = plan.global_batch_size * model.seq_length
+        self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens)
+        shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
+        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape)
+        self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
+
+    def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory
+        ids = self.microbatch_ids
+        cache: dict[int, MicroBatch] = {}
+
+        def get(n: int) -> MicroBatch:
+            if n not in cache:
+                cache[n] = microbatch(self.data, iteration, self.plan.global_batch_size,
+                                      self.plan.micro_batch_size, ids[n])
+            return cache[n]
+        return get
+
+    def train_step(self, iteration: int) -> StepMetrics:
+        """One iteration: 1F1B, gradient sync, global-norm clipping, AdamW step."""
+        start_s = time.perf_counter()
+        self.model.train()
+        loss_share = run_1f1b(self.step_fn, self.p2p, self._batches(iteration), len(self.microbatch_ids))
+        self.grad_sync.sync()
+        grad_norm, loss = reduce_norm_and_loss(self.model, self.me, loss_share, self.groups.world)
+        clip_and_step(self.model, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
+        elapsed_s = time.perf_counter() - start_s
+        tokens = self.plan.global_batch_size * self.spec.seq_length
+        return StepMetrics(iteration=iteration, loss=loss, iteration_time_s=elapsed_s,
+                           tokens_per_s=tokens / elapsed_s, grad_norm=grad_norm)
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters under their global names (for checks against a reference)."""
+        from megatron_sailor.init_weights import global_name
+        return {global_name(n, self.stage.first_layer): p.detach().clone()
+                for n, p in self.model.named_parameters()}
