@@ -59,7 +59,7 @@ def build_from_args(args: argparse.Namespace,
 def describe(assignment: Assignment) -> list[str]:
     """Comment lines: which plan slots run where."""
     lines = [f"# world size {assignment.world_size} on {len(assignment.nodes)} node(s); "
-             f"torchrun rank order == plan rank order: {assignment.is_identity}"]
+             f"plan ranks contiguous in node order: {assignment.is_identity} (SAILOR_RANK_MAP remaps either way)"]
     for na in assignment.nodes:
         n = na.node
         slots = " ".join(f"r{s.rank}=s{s.stage}/d{s.replica}/t{s.tp_rank}" for s in na.slots)
