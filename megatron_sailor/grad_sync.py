@@ -77,12 +77,14 @@ class GradSync:
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        for shard in self.shards:
-            pieces = self._pieces(shard)
-            if len(shard.groups.members) < 2:
-                continue
-            buf = torch.cat([t.reshape(-1) for t in pieces])
+        # Pack every buffer before unpacking any: a rank holding several fine shards must send its own
+        # (not an already reduced) copy of the replicated gradients to every shard group.
+        packed = [(shard, torch.cat([t.reshape(-1) for t in self._pieces(shard)]))
+                  for shard in self.shards if len(shard.groups.members) > 1]
+        for shard, buf in packed:
             self._reduce(buf, shard.groups)
+        for shard, buf in packed:
+            pieces = self._pieces(shard)
             if not shard.write_replicated:
                 pieces = pieces[:len(self.sharded)]
             offset = 0

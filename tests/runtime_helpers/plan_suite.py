@@ -30,6 +30,13 @@ from planner.plan import Plan  # noqa: E402
 from tests.runtime_helpers.reference import reference_run  # noqa: E402
 
 
+def spec_eps() -> float:
+    """Adam's eps for the comparison. With eps=1e-8 an element whose gradient is ~1e-8 (cancellation)
+    turns a 1e-9 rounding difference (a different reduction order under TP) into a 10% different update;
+    1e-4 keeps the update well conditioned so parameter differences reflect runtime errors."""
+    return float(os.environ.get("SUITE_ADAM_EPS", "1e-4"))
+
+
 def compare(ref_params: dict, gathered: list) -> tuple[float, int]:
     worst, checked = 0.0, 0
     for entries in gathered:
@@ -38,14 +45,17 @@ def compare(ref_params: dict, gathered: list) -> tuple[float, int]:
             if template_attrs is not None:
                 param.tensor_model_parallel, param.partition_dim = True, template_attrs
             expected = shard_of(ref_params[name], param, tp, tp_rank)
-            worst = max(worst, float((expected - value).abs().max()))
+            d = float((expected - value).abs().max())
+            if d > 1e-5: print("DIFF", name, tp, tp_rank, d, flush=True)
+            worst = max(worst, d)
             checked += 1
     return worst, checked
 
 
 def run_case(case: dict, env, iterations: int, seed: int, data, model, refs: dict, single) -> dict:
     plan = Plan.from_dict(case["plan"])
-    cfg = RunConfig(seed=seed, sync_mode=case.get("sync_mode", "hierarchical"), optimizer=OptimizerConfig())
+    cfg = RunConfig(seed=seed, sync_mode=case.get("sync_mode", "hierarchical"),
+                    optimizer=OptimizerConfig(eps=spec_eps()))
     rt = RankRuntime(plan, model, env.rank, data, cfg)
     metrics = [rt.train_step(it) for it in range(iterations)]
     mine = [(n, rt.me.tp, rt.me.tp_rank, p.detach(),

@@ -1,0 +1,97 @@
+"""Pretrain a GPT model on a megatron-sailor plan.
+
+    torchrun --nproc-per-node N examples/gpt/pretrain_gpt.py --sailor-plan PLAN \
+        --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
+        --max-position-embeddings 32 --vocab-size 128 --train-iters 20 --lr 1e-3 --mock-data
+
+PLAN is our plan JSON or a Sailor plan_config JSON. Micro-batch and global batch come from the plan.
+Input errors print one ``error: ...`` line (from rank 0) and exit with status 2; a rank that cannot reach
+the rendezvous or times out in a collective prints one line and exits with status 1.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from planner.errors import InputError  # noqa: E402
+
+
+def _rank_env() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
+    if rank == 0 or all_ranks:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _make_data(cfg):  # noqa: ANN001, ANN202
+    from megatron_sailor.data import IndexedTokens, MockTokens
+    if cfg.data_path is None:
+        return MockTokens(seed=cfg.seed, seq_length=cfg.model.seq_length, vocab_size=cfg.model.vocab_size)
+    return IndexedTokens(cfg.data_path, cfg.model.seq_length, cfg.model.vocab_size)
+
+
+def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
+    import torch
+
+    from megatron_sailor.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.groups import create_groups
+    from megatron_sailor.metrics import MetricsWriter
+    from megatron_sailor.runtime import RankRuntime, RunConfig
+    from megatron_sailor.topology import build_layout, describe
+    from patches import apply_cpu_patches
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    apply_cpu_patches()
+    data = _make_data(cfg)
+    env = env_from_torchrun()
+    init_distributed(env, timeout_s=cfg.timeout_s)
+    layout = build_layout(cfg.plan)
+    from datetime import timedelta
+    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+    if rank == 0:
+        print(describe(cfg.plan, layout), flush=True)
+    rt = RankRuntime(cfg.plan, cfg.model, rank, data,
+                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer),
+                     layout=layout, groups=groups)
+    writer = MetricsWriter(cfg.metrics_file if rank == 0 else None)
+    for it in range(cfg.train_iters):
+        m = rt.train_step(it)
+        writer.write(m)
+        if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
+            print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
+                  f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
+    writer.close()
+    import torch.distributed as dist
+    dist.barrier(group=groups.world)
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("SAILOR_LOG_LEVEL", "WARNING"))
+    rank, world_size = _rank_env()
+    try:
+        from megatron_sailor.train_args import parse_config
+        cfg = parse_config(argv, world_size)
+    except InputError as exc:
+        return _fail(rank, str(exc), 2)
+    from megatron_sailor.distributed import RendezvousError
+    try:
+        train(cfg, rank, world_size)
+    except InputError as exc:
+        return _fail(rank, str(exc), 2)
+    except RendezvousError as exc:
+        return _fail(rank, str(exc), 1, all_ranks=True)
+    except RuntimeError as exc:  # collective timeouts and peers that died
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return _fail(rank, f"rank {rank}: distributed failure: {first}", 1, all_ranks=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Megatron-style command-line arguments for ``examples/gpt/pretrain_gpt.py`` and their validation
+against the plan (pure: no torch.distributed; every problem is one-line :class:`InputError`)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from dataclasses import dataclass
+
+from planner.errors import InputError
+from planner.model import ModelSpec, get_model
+from planner.plan import Plan
+from planner.sailor_plan import load_any_plan
+
+from megatron_sailor.groups import SYNC_FLAT, SYNC_HIERARCHICAL
+from megatron_sailor.optimizer import OptimizerConfig
+from megatron_sailor.stage_model import check_model_fits_plan
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    plan: Plan
+    model: ModelSpec
+    optimizer: OptimizerConfig
+    train_iters: int
+    seed: int
+    data_path: str | None          # None = mock data
+    metrics_file: str | None
+    sync_mode: str
+    log_interval: int
+    timeout_s: float
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Train a GPT model on a megatron-sailor plan (run under torchrun).")
+    p.add_argument("--sailor-plan", required=True, help="our plan JSON or a Sailor plan_config JSON")
+    g = p.add_argument_group("model (default: the plan's named model, if built in)")
+    for name in ("num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length",
+                 "max-position-embeddings", "vocab-size", "num-query-groups"):
+        g.add_argument(f"--{name}", type=int, default=None)
+    g.add_argument("--make-vocab-size-divisible-by", type=int, default=None)
+    g.add_argument("--model", default=None, help="built-in model name to start from (e.g. tiny, opt-350m)")
+    b = p.add_argument_group("batch / parallelism (must agree with the plan when given)")
+    for name in ("micro-batch-size", "global-batch-size", "tensor-model-parallel-size",
+                 "pipeline-model-parallel-size"):
+        b.add_argument(f"--{name}", type=int, default=None)
+    t = p.add_argument_group("training")
+    t.add_argument("--train-iters", type=int, required=True)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--clip-grad", type=float, default=1.0)
+    t.add_argument("--adam-beta1", type=float, default=0.9)
+    t.add_argument("--adam-beta2", type=float, default=0.95)
+    t.add_argument("--adam-eps", type=float, default=1e-8)
+    t.add_argument("--seed", type=int, default=1234)
+    d = t.add_mutually_exclusive_group(required=True)
+    d.add_argument("--mock-data", action="store_true")
+    d.add_argument("--data-path", default=None, help="prefix of a megatron .bin/.idx pair")
+    t.add_argument("--metrics-file", default=None)
+    t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=SYNC_HIERARCHICAL)
+    t.add_argument("--log-interval", type=int, default=1)
+    t.add_argument("--distributed-timeout-s", type=float, default=120.0)
+    return p
+
+
+_MODEL_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_heads",
+                 "ffn_hidden_size": "ffn_hidden_size", "seq_length": "seq_length",
+                 "max_position_embeddings": "max_position_embeddings", "vocab_size": "vocab_size",
+                 "num_query_groups": "num_kv_heads",
+                 "make_vocab_size_divisible_by": "make_vocab_size_divisible_by"}
+
+
+def model_from_args(args: argparse.Namespace, plan: Plan) -> ModelSpec:
+    """Model dimensions from the arguments, defaulting to ``--model`` or the plan's named built-in model."""
+    base_name = args.model or plan.model
+    values: dict = {}
+    if base_name:
+        try:
+            values = get_model(base_name).to_dict()
+        except InputError:
+            if args.model:
+                raise
+    given = {spec: getattr(args, arg) for arg, spec in _MODEL_FIELDS.items() if getattr(args, arg) is not None}
+    values.update(given)
+    if "ffn_hidden_size" not in values and "hidden_size" in values:
+        values["ffn_hidden_size"] = 4 * values["hidden_size"]
+    if "max_position_embeddings" not in values and "seq_length" in values:
+        values["max_position_embeddings"] = values["seq_length"]
+    values.setdefault("make_vocab_size_divisible_by", 128)
+    missing = [a for a, s in _MODEL_FIELDS.items() if s not in values and s != "num_kv_heads"]
+    if missing:
+        raise InputError("model dimensions missing: give --" + ", --".join(m.replace("_", "-") for m in missing))
+    values.update(name=values.get("name", "args"), tied_embeddings=False)
+    if values["seq_length"] > values["max_position_embeddings"]:
+        raise InputError(f"--seq-length {values['seq_length']} exceeds --max-position-embeddings "
+                         f"{values['max_position_embeddings']}")
+    return ModelSpec(**values)
+
+
+def check_against_plan(args: argparse.Namespace, plan: Plan) -> None:
+    pairs = (("micro-batch-size", args.micro_batch_size, plan.micro_batch_size),
+             ("global-batch-size", args.global_batch_size, plan.global_batch_size),
+             ("pipeline-model-parallel-size", args.pipeline_model_parallel_size, plan.num_stages))
+    for name, given, planned in pairs:
+        if given is not None and given != planned:
+            raise InputError(f"--{name} {given} contradicts the plan ({planned})")
+    tps = sorted({rep.tp for _, _, rep in plan.replicas()})
+    tp = args.tensor_model_parallel_size
+    if tp is not None and tps != [tp]:
+        raise InputError(f"--tensor-model-parallel-size {tp} contradicts the plan (TP degrees {tps})")
+
+
+def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
+    """Parse and validate everything that can be checked before joining the process group."""
+    args = build_parser().parse_args(argv)
+    plan, _ = load_any_plan(args.sailor_plan, model=args.model)
+    model = model_from_args(args, plan)
+    check_against_plan(args, plan)
+    check_model_fits_plan(model, plan)
+    if world_size != plan.world_size:
+        raise InputError(f"world size {world_size} does not match the plan's {plan.world_size} GPUs "
+                         f"(run torchrun with --nproc-per-node/--nnodes giving {plan.world_size} ranks)",
+                         source=args.sailor_plan)
+    if args.data_path is not None:
+        for ext in (".bin", ".idx"):
+            if not Path(args.data_path + ext).is_file():
+                raise InputError(f"data file not found: {args.data_path + ext}", source="--data-path")
+    if args.train_iters < 1:
+        raise InputError(f"--train-iters must be >= 1, got {args.train_iters}")
+    opt = OptimizerConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(args.adam_beta1, args.adam_beta2),
+                          eps=args.adam_eps, clip_grad=args.clip_grad)
+    return TrainConfig(plan=plan, model=model, optimizer=opt, train_iters=args.train_iters, seed=args.seed,
+                       data_path=args.data_path, metrics_file=args.metrics_file, sync_mode=args.grad_sync,
+                       log_interval=max(1, args.log_interval), timeout_s=args.distributed_timeout_s)
