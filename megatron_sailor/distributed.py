@@ -25,9 +25,21 @@ class DistEnv:
 
 
 def env_from_torchrun() -> DistEnv:
-    """Read RANK / WORLD_SIZE / LOCAL_RANK (torchrun sets them; a plain ``python`` run is rank 0 of 1)."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    """This process's plan rank, world size and local rank.
+
+    torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; a multi-node launch by ``python -m launch`` also sets
+    ``SAILOR_RANK_MAP`` and the plan rank is ``SAILOR_RANK_MAP[LOCAL_RANK]`` (docs/LAUNCH.md); RANK is then
+    rewritten to the plan rank. A plain ``python`` run is rank 0 of 1.
+    """
+    if "WORLD_SIZE" in os.environ:
+        from launch.ranks import rank_and_world_from_env
+        try:
+            rank, world = rank_and_world_from_env(os.environ)
+        except ValueError as exc:
+            raise RendezvousError(str(exc)) from None
+        os.environ["RANK"] = str(rank)
+    else:
+        rank, world = 0, 1
     local = int(os.environ.get("LOCAL_RANK", "0"))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     return DistEnv(rank=rank, world_size=world, local_rank=local, backend=backend)

@@ -20,7 +20,10 @@ from planner.errors import InputError  # noqa: E402
 
 
 def _rank_env() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    """(plan rank, world size); honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
+    from megatron_sailor.distributed import env_from_torchrun
+    env = env_from_torchrun()
+    return env.rank, env.world_size
 
 
 def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
@@ -74,7 +77,10 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("SAILOR_LOG_LEVEL", "WARNING"))
-    rank, world_size = _rank_env()
+    try:
+        rank, world_size = _rank_env()
+    except Exception as exc:  # noqa: BLE001 - a bad SAILOR_RANK_MAP / WORLD_SIZE pair
+        return _fail(0, str(exc), 2, all_ranks=True)
     try:
         from megatron_sailor.train_args import parse_config
         cfg = parse_config(argv, world_size)
