@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan", help="plan JSON (ours or Sailor's plan_config)")
     add_data_args(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--timeline", metavar="PNG", help="draw the event timeline of one iteration (needs matplotlib)")
+    p.add_argument("--timeline-json", metavar="JSON", help="write the event timeline of one iteration as JSON")
     return p
 
 
@@ -64,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
                        info.gpus_per_node if info else None)
     est = simulate(plan, ctx)
+    if args.timeline or args.timeline_json:
+        from planner.simulator.events import simulate_events
+        from planner.simulator.timeline_plot import draw_timeline, require_matplotlib, write_timeline_json
+        if args.timeline:
+            require_matplotlib()
+        timeline = simulate_events(plan, ctx)
+        if args.timeline_json:
+            write_timeline_json(timeline, est.iteration_time_s, args.timeline_json)
+        if args.timeline:
+            draw_timeline(timeline, plan, args.timeline, title=args.plan.rsplit("/", 1)[-1])
     if args.json:
         json.dump(estimate_json(est), sys.stdout)
         sys.stdout.write("\n")

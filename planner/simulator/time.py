@@ -2,7 +2,8 @@
 
 Per pipeline j with m_j micro-batches and per-stage busy time per micro-batch T_s::
 
-    T_j = (m_j - 1) * max_s T_s  +  sum_s (F_s + B_s)  +  2 * sum_b p_b
+    T_j = (m_j - 1) * period  +  sum_s (F_s + B_s)  +  2 * sum_b p_b
+    period = max(max_s T_s, max_{k: m_j > S-k} round_trip_k / (S - k))
 
 (fill + drain: one micro-batch crosses every stage forward and backward and every boundary b twice).
 T_s = F_s + B_s + overhead, plus the stage's own transfers (2 per adjacent boundary) when p2p blocks.
@@ -52,10 +53,28 @@ def stage_busy_s(costs: list[ReplicaCosts], p2p_s: list[float], ctx: SimContext)
     return out
 
 
-def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
+def steady_period_s(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
+    """Seconds per micro-batch in the 1F1B steady state.
+
+    At least the busiest stage's time; and stage k keeps at most ``S-k`` micro-batches in flight, so when
+    ``m > S-k`` a round trip from k to the last stage and back (compute of stages >= k plus two transfers per
+    boundary) is shared by ``S-k`` micro-batches: ``period >= round_trip_k / (S-k)``. The second bound binds
+    when transfers are slow next to balanced stages.
+    """
     busy = stage_busy_s(costs, p2p_s, ctx)
+    period = max(busy)
+    S = len(costs)
+    ovh = ctx.settings.per_microbatch_overhead_s
+    for k in range(S - 1):
+        if m > S - k:  # micro-batch slots on stage k are reused only when more than S-k micro-batches run
+            trip = sum(c.fwd_s + c.bwd_s + ovh for c in costs[k:]) + 2 * sum(p2p_s[k:])
+            period = max(period, trip / (S - k))
+    return period
+
+
+def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
     fill_drain = sum(c.fwd_s + c.bwd_s + ctx.settings.per_microbatch_overhead_s for c in costs) + 2 * sum(p2p_s)
-    return (m - 1) * max(busy) + fill_drain
+    return (m - 1) * steady_period_s(costs, p2p_s, m, ctx) + fill_drain
 
 
 def _ring_s(n: int, nbytes: float, link: Link) -> float:

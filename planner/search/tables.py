@@ -1,0 +1,130 @@
+"""Per (GPU type, TP, micro-batch) tables and vectorised per-stage quantities for candidate layer splits.
+
+These mirror :mod:`planner.simulator.stage` and :mod:`planner.simulator.memory` term by term (same formulas,
+same settings) so the search can score thousands of splits with numpy; ``tests/test_planner_evaluator.py``
+checks the numbers against :func:`planner.simulator.simulate` on random plans.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from planner.simulator.memory import state_bytes_per_param
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import _layer_sizes
+
+
+@dataclass(frozen=True)
+class TypeTable:
+    """Costs of one GPU of ``gpu_type`` at (``mbs``, ``tp``); arrays are per transformer layer."""
+
+    gpu_type: str
+    tp: int
+    mbs: int
+    cum_fwd_s: np.ndarray      # prefix sums (length L+1) of the offset-adjusted per-layer forward seconds
+    cum_bwd_s: np.ndarray
+    emb_fwd_s: float
+    emb_bwd_s: float
+    head_fwd_s: float
+    head_bwd_s: float
+    layer_params: int
+    emb_params: int
+    head_params: int
+    layer_act_bytes: float
+    emb_act_bytes: float
+    head_act_bytes: float
+    update_s_per_param: float
+    usable_bytes: float
+    usd_per_s: float
+    estimated: bool
+
+
+def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precision: str) -> TypeTable:
+    costs = ctx.profiles.get(gpu_type, mbs, tp)
+    off = ctx.settings.profile_offset_s
+    fwd = [max(t - off, off) for t in costs.layer_fwd_s]
+    bwd = [max(t - off, off) for t in costs.layer_bwd_s]
+    elem = 4 if precision == "fp32" else 2
+    lp, ep, hp, la, ea, ha = _layer_sizes(ctx, costs, tp, elem)
+    gpu = ctx.catalog.get(gpu_type)
+    return TypeTable(
+        gpu_type=gpu_type, tp=tp, mbs=mbs, cum_fwd_s=np.concatenate([[0.0], np.cumsum(fwd)]),
+        cum_bwd_s=np.concatenate([[0.0], np.cumsum(bwd)]), emb_fwd_s=costs.embedding_fwd_s,
+        emb_bwd_s=costs.embedding_bwd_s, head_fwd_s=costs.head_fwd_s, head_bwd_s=costs.head_bwd_s,
+        layer_params=int(lp), emb_params=int(ep), head_params=int(hp), layer_act_bytes=float(la),
+        emb_act_bytes=float(ea), head_act_bytes=float(ha), update_s_per_param=costs.update_s_per_param,
+        usable_bytes=gpu.memory_bytes * (1.0 - ctx.settings.memory_headroom_fraction),
+        usd_per_s=gpu.usd_per_s, estimated=costs.estimated)
+
+
+@dataclass(frozen=True)
+class StageArrays:
+    """Per (split, stage) quantities of one type table for a batch of splits (arrays shaped [K, S])."""
+
+    compute_s: np.ndarray      # fwd + bwd (+ per-micro-batch overhead): the fill/drain term
+    params: np.ndarray         # parameters held by one GPU
+    update_s: np.ndarray
+    memory_bytes: np.ndarray   # peak per GPU with S - s micro-batches in flight
+    fits: np.ndarray           # [K] every stage fits
+
+
+def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
+                 optimizer: str) -> StageArrays:
+    """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt``."""
+    k, s_num = counts.shape
+    ends = np.cumsum(counts, axis=1)
+    starts = ends - counts
+    first = np.zeros(s_num, dtype=bool)
+    first[0] = True
+    last = np.zeros(s_num, dtype=bool)
+    last[-1] = True
+    fwd = tt.cum_fwd_s[ends] - tt.cum_fwd_s[starts]
+    bwd = tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts]
+    fwd = fwd + first * tt.emb_fwd_s + last * tt.head_fwd_s
+    bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
+    scale = ctx.settings.compute_scale
+    compute = fwd * scale + bwd * scale + ctx.settings.per_microbatch_overhead_s
+    params = counts * tt.layer_params + first * tt.emb_params + last * tt.head_params
+    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer)
+    return StageArrays(compute_s=compute, params=params, update_s=tt.update_s_per_param * params,
+                       memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1))
+
+
+def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
+            last: np.ndarray, precision: str, optimizer: str) -> np.ndarray:
+    st = ctx.settings
+    w, g, o = state_bytes_per_param(SimpleNamespace(precision=precision, optimizer=optimizer))
+    s_num = counts.shape[1]
+    inflight = np.arange(s_num, 0, -1)            # S - s (declared: fit with a full pipeline in flight)
+    act = counts * tt.layer_act_bytes + first * tt.emb_act_bytes + last * tt.head_act_bytes
+    act = act * inflight * st.activation_reserve_factor
+    elem = 4 if precision == "fp32" else 2
+    boundary = ctx.model.boundary_activation_bytes(tt.mbs, elem)
+    biggest = np.where(counts > 0, tt.layer_act_bytes, 0.0)
+    biggest = np.where(last, np.maximum(biggest, tt.head_act_bytes), biggest)
+    bucket = 4.0 * np.minimum(params, st.grad_bucket_elems)
+    return (w * params + (g * params + bucket) + o * params + act + (biggest + 2 * boundary)
+            + st.memory_overhead_bytes)
+
+
+def split_family(num_layers: int, num_stages: int) -> np.ndarray:
+    """The declared layer splits: first and last stage sizes free, middle stages as even as possible.
+
+    Every stage gets >= 1 layer; middle stages share the remaining layers with sizes differing by at most
+    one, the larger ones at later positions (they keep fewer micro-batches in flight). For S <= 3 this is
+    every composition of the layers. Returns an int array [K, S].
+    """
+    L, S = num_layers, num_stages
+    if S == 1:
+        return np.array([[L]], dtype=np.int64)
+    if S == 2:
+        return np.array([[a, L - a] for a in range(1, L)], dtype=np.int64)
+    rows = []
+    mid = S - 2
+    for a in range(1, L - mid):
+        for c in range(1, L - mid - a + 1):
+            q, r = divmod(L - a - c, mid)
+            rows.append([a] + [q] * (mid - r) + [q + 1] * r + [c])
+    return np.array(rows, dtype=np.int64).reshape(-1, S)
