@@ -83,3 +83,38 @@ def test_missing_file_and_no_profile(tmp_path):
     assert out.returncode == 2 and "nope.json: file not found" in out.stderr
     out = sim(write(tmp_path, GOOD), "--no-estimates")
     assert out.returncode == 2 and "no profile for GPU type" in out.stderr
+
+
+@pytest.mark.parametrize("flag, content, expected", [
+    ("--profiles", '{"format": "megatron-sailor-profile/1", "gpu_type": "A100-40", "entries": []}',
+     "prof.json: field 'entries' must be a non-empty list"),
+    ("--gpu-catalog", '{"A100-40": {"memory_bytes": -5}}', "cat.json: GPU type 'A100-40': field 'memory_bytes'"),
+    ("--gpu-catalog", '{"X1": {"memory_bytes": 5}}', "cat.json: new GPU type 'X1' is missing field(s)"),
+    ("--network", '{"format": "megatron-sailor-network/1", "class_links": {"warp": {"bw_bytes_per_s": 1}}}',
+     "net.json: class_links: unknown link class 'warp'"),
+    ("--network", '{"format": "megatron-sailor-network/1", "class_links": {"inter_node": {"bw_bytes_per_s": 0}}}',
+     "net.json: class_links.inter_node: link bandwidth must be > 0"),
+])
+def test_bad_data_files(tmp_path, flag, content, expected):
+    name = {"--profiles": "prof.json", "--gpu-catalog": "cat.json", "--network": "net.json"}[flag]
+    out = sim(write(tmp_path, GOOD), flag, write(tmp_path, content, name))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_gpu_catalog_extension_changes_the_estimate(tmp_path):
+    cat = write(tmp_path, '{"A100-40": {"usd_per_hour": 100.0}}', "cat.json")
+    base = json.loads(sim(write(tmp_path, GOOD), "--json").stdout)
+    dear = json.loads(sim(write(tmp_path, GOOD), "--json", "--gpu-catalog", cat).stdout)
+    assert dear["gpu_usd_per_iteration"] > base["gpu_usd_per_iteration"]
+    assert dear["iteration_time_s"] == base["iteration_time_s"]
+
+
+def test_planner_runs_without_torch(tmp_path):
+    """planner/ must import and run on a machine without torch: block the import and run sailor-sim."""
+    code = ("import sys; sys.modules['torch'] = None; from planner.cli_sim import main; "
+            f"sys.exit(main([{str(write(tmp_path, GOOD))!r}, '--json']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["iteration_time_s"] > 0
