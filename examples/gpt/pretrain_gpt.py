@@ -14,6 +14,8 @@ import logging
 import os
 import sys
 
+# c10d's C++ logger prints multi-line socket errors on a failed rendezvous; we report one line ourselves.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from planner.errors import InputError  # noqa: E402
