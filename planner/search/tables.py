@@ -64,10 +64,12 @@ class StageArrays:
     """Per (split, stage) quantities of one type table for a batch of splits (arrays shaped [K, S])."""
 
     compute_s: np.ndarray      # fwd + bwd (+ per-micro-batch overhead): the fill/drain term
+    bwd_s: np.ndarray
     params: np.ndarray         # parameters held by one GPU
     update_s: np.ndarray
     memory_bytes: np.ndarray   # peak per GPU with S - s micro-batches in flight
     fits: np.ndarray           # [K] every stage fits
+    counts: np.ndarray         # [K, S] layers per stage
 
 
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
@@ -88,8 +90,8 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     compute = fwd * scale + bwd * scale + ctx.settings.per_microbatch_overhead_s
     params = counts * tt.layer_params + first * tt.emb_params + last * tt.head_params
     memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer)
-    return StageArrays(compute_s=compute, params=params, update_s=tt.update_s_per_param * params,
-                       memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1))
+    return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params, update_s=tt.update_s_per_param * params,
+                       memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 
 def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,

@@ -1,0 +1,181 @@
+"""The planner's search: a pure function of (cost model context, cluster, batch, objective, space).
+
+Tasks (S, micro-batch, TP per used type) are visited best-first by a lower bound; inside a task the layer
+splits are reduced to the non-dominated ones (the objective is monotone in every criterion), and for each
+split every row of pipeline counts is bounded cheaply, then scored exactly if the bound can still win.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.errors import InputError
+from planner.search.grid import PoolModel, level_periods, pool_model, score_rows
+from planner.search.makespan import assign_counts
+from planner.search.netvec import Group, LinkCache
+from planner.search.rows import pareto_min, product_rows, type_options as zone_options
+from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
+from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, type_options
+from planner.simulator.settings import SimContext
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int, int, float], None]
+
+
+class _TopK:
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._heap: list[tuple[float, int, int, Candidate]] = []
+        self._n = 0
+
+    def threshold(self) -> float:
+        return -self._heap[0][0] if len(self._heap) >= self.k else np.inf
+
+    def push(self, cand: Candidate) -> None:
+        self._n += 1
+        item = (-cand.key, -cand.gpus, -self._n, cand)
+        if len(self._heap) < self.k:
+            heapq.heappush(self._heap, item)
+        elif item > self._heap[0]:
+            heapq.heapreplace(self._heap, item)
+
+    def sorted(self) -> list[Candidate]:
+        return [c for *_, c in sorted(self._heap, key=lambda x: (-x[0], -x[1], -x[2]))]
+
+
+def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
+                space: SearchSpace = SearchSpace(), top_k: int = 1, progress: Progress | None = None
+                ) -> SearchResult:
+    """Best ``top_k`` candidates of the declared space under ``objective`` (empty list: nothing feasible)."""
+    t0 = time.perf_counter()
+    cluster = cluster.nonempty()
+    if cluster.total_gpus == 0:
+        raise InputError("no GPUs: the cluster is empty")
+    stats = SearchStats()
+    cache = LinkCache(ctx)
+    tables = Tables(ctx, space)
+    options = {g: type_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
+               for g in cluster.gpu_types()}
+    options = {g: o for g, o in options.items() if o}
+    zones = cluster.zones()
+    clusters = [cluster] if not space.single_zone else [
+        ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]
+    best = _TopK(top_k)
+    for sub in clusters:
+        tasks = enumerate_tasks(ctx, sub, tables, options, gbs, objective, space, cache)
+        stats.tasks += len(tasks)
+        for i, task in enumerate(tasks):
+            if task.bound >= best.threshold():
+                stats.tasks_pruned += len(tasks) - i
+                break
+            _run_task(ctx, sub, tables, cache, task, gbs, objective, space, best, stats)
+            if progress is not None:
+                progress(i + 1, len(tasks), time.perf_counter() - t0)
+    stats.memory_shortfall_bytes = tables.min_overflow_bytes
+    return SearchResult(best.sorted(), stats, time.perf_counter() - t0)
+
+
+def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):
+    """Chunks of rows [R, P] with columns in (zone, type) order, plus that column order."""
+    per_type, cols = [], []
+    for g, tp in task.tps:
+        caps = caps_for(cluster, g, tp, task.num_stages)
+        per_type.append(zone_options(tuple(c for _, c in caps), max_total))
+        cols += [(z, g) for z, _ in caps]
+    order = sorted(range(len(cols)), key=lambda i: cols[i])
+    for chunk in product_rows(per_type, max_total):
+        yield chunk[:, order], [cols[i] for i in order]
+
+
+def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, task: Task, arrs: list,
+                    idx: np.ndarray, space: SearchSpace) -> np.ndarray:
+    """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
+    every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
+    the summed stage gradients (egress)."""
+    crit = []
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
+    for a, (g, tp) in zip(arrs, task.tps):
+        comp = a.compute_s[idx]
+        s_num = comp.shape[1]
+        for z, _ in caps_for(cluster, g, tp, task.num_stages):
+            grp = Group(z, g, tp)
+            p2p = cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1).time_s(mb_bytes) \
+                if s_num > 1 else 0.0
+            busy = comp
+            if ctx.settings.p2p_blocking and s_num > 1:
+                nb = np.full(s_num, 2.0)
+                nb[0] = nb[-1] = 1.0
+                busy = comp + nb * 2 * p2p
+            crit.append(level_periods(comp, busy.max(axis=1), p2p))
+        crit.append(a.update_s[idx].max(axis=1)[:, None])
+    params = np.max([a.params[idx] for a in arrs], axis=0)
+    full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
+    crit += [params.max(axis=1)[:, None], full.sum(axis=1)[:, None]]
+    return np.concatenate(crit, axis=1)
+
+
+def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
+              objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+    n_mb = gbs // task.mbs
+    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages) for g, tp in task.tps]
+    fits = np.logical_and.reduce([a.fits for a in arrs])
+    idx = np.nonzero(fits)[0]
+    # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
+    if ctx.settings.dp_sync_waits_for_all:
+        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
+    for k in idx:
+        stats.splits_scored += 1
+        _run_split(ctx, cluster, tables, cache, task, int(k), n_mb, objective, space, best, stats)
+
+
+def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
+               n_mb: int, objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+    by_col = {}
+    for g, tp in task.tps:
+        arr = tables.arrays(g, tp, task.mbs, task.num_stages)
+        mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
+        for z, _ in caps_for(cluster, g, tp, task.num_stages):
+            by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s, n_mb)
+    for D, cols in _row_grid(cluster, task, n_mb):
+        if space.uniform_microbatches:
+            D = D[n_mb % D.sum(axis=1) == 0]
+        if len(D) == 0:
+            continue
+        pools = [by_col[c] for c in cols]
+        stats.rows_bounded += len(D)
+        lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
+        thr = best.threshold()
+        keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
+            (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
+        D = D[keep]
+        if len(D) == 0:
+            continue
+        sc = score_rows(ctx, cache, pools, D, n_mb, exact=True, uniform=space.uniform_microbatches)
+        stats.rows_exact += len(D)
+        ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
+        keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
+        for r in np.argsort(keys, kind="stable")[:best.k]:
+            if not np.isfinite(keys[r]) or keys[r] > best.threshold():
+                break
+            best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+
+
+def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,
+               key: float, n_mb: int, space: SearchSpace) -> Candidate:
+    g0, tp0 = task.tps[0]
+    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages).counts[k])
+    used = [(p, int(d)) for p, d in zip(pools, row) if d > 0]
+    if space.uniform_microbatches:
+        counts = [[n_mb // int(row.sum())] * d for _, d in used]
+    else:
+        counts = assign_counts([d for _, d in used], [p.times_s for p, _ in used], n_mb, float(sc.makespan_s[r]))
+    return Candidate(
+        key=float(key), num_stages=task.num_stages, mbs=task.mbs, layers_per_stage=layers,
+        pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
+        microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
+        cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]))

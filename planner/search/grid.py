@@ -1,0 +1,163 @@
+"""Score many pipeline-count choices at once for one (S, micro-batch, TP per type, layer split).
+
+Pools are (GPU type, zone) pairs; every pipeline of a pool runs all S stages on that type and zone with the
+type's TP degree. A *row* gives the number of pipelines D_p of every pool. For each row this module computes
+exactly what :func:`planner.simulator.simulate` predicts for the plan :mod:`planner.search.build` makes of it:
+makespan (optimal per-pipeline micro-batch counts), gradient sync, optimizer step, $/iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.search.makespan import min_makespan, relaxed_lower_bound
+from planner.search.netvec import Group, LinkCache, stage_sync_vec
+from planner.search.tables import StageArrays
+from planner.simulator.settings import SimContext
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    """One pool's pipeline under a fixed split: steady-state period M, fill/drain F, GPUs per pipeline."""
+
+    group: Group
+    period_s: float
+    fill_s: float
+    gpus_per_pipeline: int
+    usd_per_s: float
+    params: np.ndarray        # [S] parameters per GPU of each stage
+    update_s: float           # slowest stage's optimizer step
+    bwd_s: np.ndarray         # [S] for sync overlap
+    times_s: np.ndarray       # [N] T(m) = (m - 1) * period(m) + fill for m = 1..N
+    p2p_s: float
+
+
+def level_periods(comp: np.ndarray, busy_max: np.ndarray, p2p_s: float) -> np.ndarray:
+    """Steady period per micro-batch-count level ([K, S + 1]; level m for m = 1..S, level S + 1 for m > S).
+
+    ``steady_period_s``: max(busiest stage, round_trip_k / (S - k) for the k with m > S - k), where
+    round_trip_k is the compute of stages >= k plus two transfers per boundary after k.
+    """
+    k_num, s_num = comp.shape
+    out = np.repeat(busy_max[:, None], s_num + 1, axis=1)
+    if s_num < 2:
+        return out
+    suffix = np.cumsum(comp[:, ::-1], axis=1)[:, ::-1]            # sum_{s >= k}
+    ks = np.arange(s_num - 1)
+    trips = (suffix[:, :s_num - 1] + 2 * (s_num - 1 - ks) * p2p_s) / (s_num - ks)
+    sufmax = np.maximum.accumulate(trips[:, ::-1], axis=1)[:, ::-1]  # max over k' >= k
+    for m in range(2, s_num + 2):
+        k0 = max(0, s_num - m + 1)
+        if k0 <= s_num - 2:
+            out[:, m - 1] = np.maximum(busy_max, sufmax[:, k0])
+    return out
+
+
+def times_of_m(levels: np.ndarray, fill_s: float, n_mb: int) -> np.ndarray:
+    m = np.arange(1, n_mb + 1)
+    per = levels[np.minimum(m, len(levels)) - 1]
+    return (m - 1) * per + fill_s
+
+
+def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays, k: int, mbs_bytes: float,
+               usd_per_s: float, n_mb: int) -> PoolModel:
+    """The pool's pipeline for split index ``k`` of ``arr``."""
+    comp = arr.compute_s[k]
+    s_num = len(comp)
+    conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
+    p2p = cache.get(group, group, conc).time_s(mbs_bytes) if s_num > 1 else 0.0
+    busy = comp.copy()
+    if ctx.settings.p2p_blocking and s_num > 1:
+        nb = np.full(s_num, 2.0)
+        nb[0] = nb[-1] = 1.0
+        busy = busy + nb * 2 * p2p
+    fill = float(sum(comp.tolist())) + 2 * sum([p2p] * (s_num - 1))
+    levels = level_periods(comp[None, :], np.array([busy.max()]), p2p)[0]
+    return PoolModel(group=group, period_s=float(busy.max()), fill_s=fill, gpus_per_pipeline=s_num * group.tp,
+                     usd_per_s=usd_per_s, params=arr.params[k], update_s=float(arr.update_s[k].max()),
+                     bwd_s=arr.bwd_s[k], times_s=times_of_m(levels, fill, n_mb), p2p_s=p2p)
+
+
+@dataclass
+class RowScores:
+    makespan_s: np.ndarray
+    sync_s: np.ndarray
+    update_s: np.ndarray
+    iteration_s: np.ndarray
+    cost_usd: np.ndarray
+    egress_usd: np.ndarray
+    gpus: np.ndarray
+
+
+def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD) per row; rows are grouped by which pools hold 0, 1 or >= 2 pipelines."""
+    r = D.shape[0]
+    sync = np.zeros(r)
+    egress = np.zeros(r)
+    pattern = np.minimum(D, 2)
+    keys, inverse = np.unique(pattern, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    s_num = len(pools[0].params)
+    for ki, key in enumerate(keys):
+        rows = np.nonzero(inverse == ki)[0]
+        used = [i for i in range(len(pools)) if key[i] > 0]
+        if sum(key[i] for i in used) <= 1:
+            continue
+        groups = [pools[i].group for i in used]
+        counts = D[np.ix_(rows, used)]
+        per_stage = []
+        for s in range(s_num):
+            grad = max(pools[i].params[s] for i in used) * 4.0
+            full = max(pools[i].params[s] * pools[i].group.tp for i in used) * 4.0
+            per_stage.append((grad, full))
+        memo: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+        times, usd = [], np.zeros(len(rows))
+        for grad, full in per_stage:
+            if (grad, full) not in memo:
+                res = stage_sync_vec(ctx, cache, groups, counts, grad, full)
+                memo[(grad, full)] = (res.time_s, res.cross_usd)
+            t, u = memo[(grad, full)]
+            times.append(t)
+            usd = usd + u
+        sync[rows] = _combine_sync(ctx, [pools[i] for i in used], times)
+        egress[rows] = usd
+    return sync, egress
+
+
+def _combine_sync(ctx: SimContext, used: list[PoolModel], times: list[np.ndarray]) -> np.ndarray:
+    """``sync_seconds``: the slowest stage (barrier) or what sticks out of the remaining backward."""
+    if ctx.settings.dp_sync_waits_for_all:
+        return np.max(np.vstack(times), axis=0)
+    extra = np.zeros_like(times[0])
+    slack = 0.0
+    for s, t in enumerate(times):
+        extra = np.maximum(extra, t - slack)
+        slack += max(float(p.bwd_s[s]) for p in used)
+    return np.maximum(0.0, extra)
+
+
+def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
+               exact: bool = True, uniform: bool = False) -> RowScores:
+    """Scores of rows ``D`` ([R, P] pipelines per pool). ``exact=False`` gives a lower bound on the makespan
+    (and so on iteration time and cost) without the breakpoint search."""
+    M = np.array([p.period_s for p in pools])
+    F = np.array([p.fill_s for p in pools])
+    if uniform:
+        d = D.sum(axis=1)
+        per = np.clip(n_mb // np.maximum(d, 1), 1, n_mb)
+        tm = np.column_stack([p.times_s[per - 1] for p in pools])
+        span = np.where(D > 0, tm, -np.inf).max(axis=1)
+        span = np.where((d > 0) & (n_mb % np.maximum(d, 1) == 0), span, np.inf)
+    elif exact:
+        span = min_makespan(D, [p.times_s for p in pools], n_mb)
+    else:
+        span = relaxed_lower_bound(D, M, F, n_mb)
+    sync, egress = _sync_rows(ctx, cache, pools, D)
+    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    it = span + sync + upd
+    rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+    gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+    return RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it, cost_usd=rate * it + egress,
+                     egress_usd=egress, gpus=gpus)

@@ -1,0 +1,131 @@
+"""What the search looks for (objective, constraints), where it looks (the declared search space) and what
+it returns. See docs/PLANNER.md for the precise definition of the space.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.errors import InputError
+
+OBJECTIVES = ("throughput", "cost", "value")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """``throughput``: max it/s; ``cost``: min $/iteration; ``value``: max (it/s) / ($/iteration).
+
+    Constraints: $/iteration <= ``max_cost_per_iter_usd``, it/s >= ``min_throughput_iters_per_s``,
+    GPUs used <= ``max_gpus``.
+    """
+
+    kind: str = "throughput"
+    max_cost_per_iter_usd: float | None = None
+    min_throughput_iters_per_s: float | None = None
+    max_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in OBJECTIVES:
+            raise InputError(f"--objective must be one of {list(OBJECTIVES)}, got {self.kind!r}")
+        for name in ("max_cost_per_iter_usd", "min_throughput_iters_per_s", "max_gpus"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise InputError(f"{name} must be > 0, got {v!r}")
+
+    def key(self, iteration_s, cost_usd):
+        """The quantity to minimise (works on floats and numpy arrays)."""
+        if self.kind == "throughput":
+            return iteration_s
+        if self.kind == "cost":
+            return cost_usd
+        return iteration_s * cost_usd
+
+    def allows(self, iteration_s, cost_usd, gpus):
+        ok = iteration_s > 0
+        if self.min_throughput_iters_per_s is not None:
+            ok = ok & (iteration_s * self.min_throughput_iters_per_s <= 1.0)
+        if self.max_cost_per_iter_usd is not None:
+            ok = ok & (cost_usd <= self.max_cost_per_iter_usd)
+        if self.max_gpus is not None:
+            ok = ok & (gpus <= self.max_gpus)
+        return ok
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The declared space. Defaults: the full planner space; baselines restrict it.
+
+    - ``max_stages``: pipeline depth S in 1..min(layers, max_stages);
+    - ``mbs_options`` / ``tp_options``: restrict micro-batch sizes and TP degrees (default: every profiled
+      (mbs, tp) of each GPU type, or 1, 2, 4, 8 for analytic estimates);
+    - ``split``: ``"family"`` (first/last stage sizes free, middle even), ``"even_ids"`` (Sailor: the L + 2
+      layer ids incl. embedding and head split evenly), ``"even"`` (Megatron: S divides L, equal stages);
+    - ``tp_rule``: ``"any"`` or ``"min_fit"`` (Sailor: the smallest TP whose stages fit memory);
+    - ``uniform_microbatches``: every pipeline runs N / D micro-batches (D must divide N);
+    - ``max_gpu_types`` / ``single_zone``: at most that many GPU types; all pipelines in one zone.
+    """
+
+    max_stages: int | None = None
+    mbs_options: tuple[int, ...] | None = None
+    tp_options: tuple[int, ...] | None = None
+    split: str = "family"
+    tp_rule: str = "any"
+    uniform_microbatches: bool = False
+    max_gpu_types: int | None = None
+    single_zone: bool = False
+    precision: str = "fp32"
+    optimizer: str = "adamw"
+
+    def __post_init__(self) -> None:
+        if self.split not in ("family", "even_ids", "even"):
+            raise InputError(f"split must be family, even_ids or even, got {self.split!r}")
+        if self.tp_rule not in ("any", "min_fit"):
+            raise InputError(f"tp_rule must be any or min_fit, got {self.tp_rule!r}")
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    gpu_type: str
+    zone: str
+    tp: int
+    pipelines: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space, as the search scored it (its plan is built by planner.search.build)."""
+
+    key: float
+    num_stages: int
+    mbs: int
+    layers_per_stage: tuple[int, ...]
+    pools: tuple[PoolUse, ...]              # in pipeline order: sorted by (zone, gpu type)
+    microbatches: tuple[int, ...]           # per pipeline
+    iteration_s: float
+    cost_usd: float
+    gpus: int
+
+
+@dataclass
+class SearchStats:
+    tasks: int = 0
+    tasks_pruned: int = 0
+    splits_scored: int = 0
+    rows_bounded: int = 0
+    rows_exact: int = 0
+    memory_shortfall_bytes: float | None = None   # smallest overflow seen when nothing fits
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchResult:
+    candidates: list[Candidate]
+    stats: SearchStats
+    search_time_s: float
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    @property
+    def candidates_evaluated(self) -> int:
+        return self.stats.rows_exact

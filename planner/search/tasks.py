@@ -1,0 +1,159 @@
+"""Search tasks: one (pipeline depth S, micro-batch size, TP per used GPU type), with a lower bound on the
+objective over every plan of the task (used to visit tasks best-first and to skip tasks that cannot win)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations, product
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.errors import InputError
+from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.space import Objective, SearchSpace
+from planner.search.tables import StageArrays, TypeTable, build_type_table, split_family, stage_arrays
+from planner.simulator.settings import SimContext
+
+ANALYTIC_OPTIONS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Task:
+    num_stages: int
+    mbs: int
+    tps: tuple[tuple[str, int], ...]        # (gpu type, tp) of every used type, sorted by type
+    bound: float
+
+
+def type_options(ctx: SimContext, gpu_type: str, node_size: int, space: SearchSpace) -> list[tuple[int, int]]:
+    """(mbs, tp) pairs the search may use for a GPU type."""
+    measured = ctx.profiles.options(gpu_type)
+    if not measured:
+        if not (ctx.profiles.allow_estimates and gpu_type in ctx.catalog):
+            raise InputError(f"GPU type '{gpu_type}' has no profile for model '{ctx.model.name}' and no "
+                             "analytic estimate is allowed")
+        measured = [(m, t) for m in ANALYTIC_OPTIONS for t in ANALYTIC_OPTIONS]
+    out = []
+    for m, t in measured:
+        if t > node_size or (space.mbs_options and m not in space.mbs_options):
+            continue
+        if space.tp_options and t not in space.tp_options:
+            continue
+        try:
+            ctx.model.check_tp(t)
+        except InputError:
+            continue
+        out.append((m, t))
+    return sorted(out)
+
+
+def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | None:
+    if space.split == "family":
+        return split_family(num_layers, s_num)
+    if space.split == "even":
+        if num_layers % s_num:
+            return None
+        return np.full((1, s_num), num_layers // s_num, dtype=np.int64)
+    ids = np.array_split(np.arange(num_layers + 2), s_num)
+    counts = [len(x) for x in ids]
+    counts[0] -= 1
+    counts[-1] -= 1
+    if any(c < 1 for c in counts) and s_num > 1:
+        return None
+    return np.array([counts], dtype=np.int64)
+
+
+class Tables:
+    """Caches of type tables and per-split stage arrays."""
+
+    def __init__(self, ctx: SimContext, space: SearchSpace) -> None:
+        self.ctx, self.space = ctx, space
+        self._tt: dict[tuple[str, int, int], TypeTable] = {}
+        self._arr: dict[tuple[str, int, int, int], StageArrays | None] = {}
+        self.min_overflow_bytes: float | None = None
+
+    def table(self, g: str, tp: int, mbs: int) -> TypeTable:
+        key = (g, tp, mbs)
+        if key not in self._tt:
+            self._tt[key] = build_type_table(self.ctx, g, tp, mbs, self.space.precision)
+        return self._tt[key]
+
+    def arrays(self, g: str, tp: int, mbs: int, s_num: int) -> StageArrays | None:
+        key = (g, tp, mbs, s_num)
+        if key not in self._arr:
+            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            arr = None
+            if counts is not None:
+                tt = self.table(g, tp, mbs)
+                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer)
+                over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
+                if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
+                    self.min_overflow_bytes = over
+                if not arr.fits.any():
+                    arr = None
+            self._arr[key] = arr
+        return self._arr[key]
+
+
+def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> list[tuple[str, int]]:
+    """(zone, max pipelines) of every zone holding type g."""
+    return [(p.zone, p.count // (s_num * tp)) for p in sorted(cluster.pools, key=lambda p: p.zone)
+            if p.gpu_type == g and p.count // (s_num * tp) > 0]
+
+
+def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
+                    gbs: int, objective: Objective, space: SearchSpace, cache: LinkCache) -> list[Task]:
+    types = sorted(options)
+    max_types = min(len(types), space.max_gpu_types or len(types))
+    max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
+    mbs_all = sorted({m for g in types for m, _ in options[g]})
+    tasks = []
+    for s_num in range(1, max_s + 1):
+        for mbs in mbs_all:
+            if gbs % mbs:
+                continue
+            choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
+                           and tables.arrays(g, t, mbs, s_num) is not None] for g in types}
+            if space.tp_rule == "min_fit":
+                choices = {g: c[:1] for g, c in choices.items()}
+            for k in range(1, max_types + 1):
+                for subset in combinations(types, k):
+                    for tps in product(*(choices[g] for g in subset)):
+                        combo = tuple(zip(subset, tps))
+                        b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache)
+                        if b < np.inf:
+                            tasks.append(Task(s_num, mbs, combo, b))
+    tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
+    return tasks
+
+
+def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
+               objective: Objective, cache: LinkCache) -> float:
+    """Lower bound on the objective of every plan of the task (inf: none can be feasible)."""
+    arrs = [tables.arrays(g, t, mbs, s_num) for g, t in combo]
+    fits = np.logical_and.reduce([a.fits for a in arrs])
+    if not fits.any():
+        return np.inf
+    m_min = np.array([a.compute_s[fits].max(axis=1).min() for a in arrs])
+    f_min = np.array([a.compute_s[fits].sum(axis=1).min() for a in arrs])
+    upd = max(float(a.update_s[fits].max(axis=1).min()) for a in arrs)
+    grad = float(np.max([a.params[fits] for a in arrs], axis=0).max(axis=1).min()) * 4.0
+    cap = sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))
+    d = np.arange(len(combo), min(cap, n_mb) + 1, dtype=float)
+    if len(d) == 0:
+        return np.inf
+    span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
+    zones = {z for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)}
+    sync = np.zeros_like(d)
+    if len(zones) == 1:
+        z = next(iter(zones))
+        groups = [Group(z, g, t) for g, t in combo]
+        conc = min(t for _, t in combo)
+        times = [2 * (d - 1) * link_time(cache.get(a, b, conc), grad / d) for a in groups for b in groups]
+        sync = np.where(d > 1, np.min(np.vstack(times), axis=0), 0.0)
+    it = span + sync + upd
+    rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
+    gpus = d * s_num * min(t for _, t in combo)
+    ok = objective.allows(it, rate * it, gpus)
+    keys = np.where(ok, objective.key(it, rate * it), np.inf)
+    return float(keys.min())
