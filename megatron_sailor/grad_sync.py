@@ -52,12 +52,14 @@ class GradSync:
         self.layout = layout
         self.rank = groups.rank
 
-    def _pieces(self, shard: ShardPlan) -> list[torch.Tensor]:
-        out = [p.grad.chunk(shard.pieces, dim=p.partition_dim)[shard.piece] for p in self.sharded]
-        return out + [p.grad for p in self.replicated]
+    def _pieces(self, shard: ShardPlan, of_grads: bool = True) -> list[torch.Tensor]:
+        def src(p: torch.nn.Parameter) -> torch.Tensor:
+            return p.grad if of_grads else p.data
+        out = [src(p).chunk(shard.pieces, dim=p.partition_dim)[shard.piece] for p in self.sharded]
+        return out + [src(p) for p in self.replicated]
 
     def buffer_numel(self, shard: ShardPlan) -> int:
-        return sum(t.numel() for t in self._pieces(shard))
+        return sum(t.numel() for t in self._pieces(shard, of_grads=False))
 
     def _reduce(self, buf: torch.Tensor, sg: ShardSyncGroups) -> None:
         if len(sg.members) < 2:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import types
 from typing import Any, Callable
 
 import torch
@@ -100,6 +101,34 @@ def apply_cpu_patches(force: bool = False) -> list[str]:
     _replace("megatron.core.tensor_parallel.random", "_set_cuda_rng_state", _cpu_set_rng_state)
     _replace("megatron.core.tensor_parallel.random", "CudaRNGStatesTracker.add", _cpu_tracker_add)
     logger.debug("applied %d megatron-core CPU patches", len(_APPLIED))
+    return list(_APPLIED)
+
+
+class _TorchOnCpu(types.ModuleType):
+    """A stand-in for the ``torch`` module inside one megatron module: tensor factories asked for
+    ``device="cuda"`` get the CPU; everything else is torch itself."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("device") == "cuda":
+            kwargs["device"] = "cpu"
+        return torch.zeros(*args, **kwargs)
+
+
+def apply_baseline_patches() -> list[str]:
+    """Extra patches for running megatron-core's own 1F1B schedule on CPU (benchmark baseline only)."""
+    apply_cpu_patches()
+    if torch.cuda.is_available():
+        return []
+    name = "megatron.core.pipeline_parallel.schedules.torch"
+    if name not in _APPLIED:
+        _replace("megatron.core.pipeline_parallel.schedules", "torch", _TorchOnCpu())
     return list(_APPLIED)
 
 
