@@ -1,0 +1,27 @@
+"""Baselines as restricted search spaces (so they are scored by exactly the planner's cost model).
+
+- ``grid``: the best homogeneous Megatron-style 3D grid users hand-tune today: one GPU type in one zone,
+  pipeline depth S dividing the layer count with equal stages, one TP degree, D identical pipelines with
+  D dividing the micro-batch count (every pipeline runs N / D micro-batches), any profiled micro-batch size.
+- ``sailor``: the plan shape Sailor's planner produces (arXiv 2504.17096 and its public artifact): micro-batch
+  size 1, the L + 2 layer ids (embedding, L transformer layers, head) split evenly over the stages, per GPU
+  type the smallest TP whose stages fit memory, the same D on every stage and ceil(N / D) = N / D micro-batches
+  per pipeline; we give it the best GPU choice (types, zones, D, S) our simulator can find in that shape,
+  i.e. an upper bound on how well Sailor's plans score under our model. Pipelines stay homogeneous in
+  (type, zone) as in our space, whereas Sailor may mix types across the stages of one pipeline.
+"""
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.search.space import SearchSpace
+
+GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True)
+SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True)
+PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE}
+
+
+def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None) -> SearchSpace:
+    from dataclasses import replace
+    if name not in PLANNERS:
+        raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
+    return replace(PLANNERS[name], precision=precision, max_stages=max_stages)

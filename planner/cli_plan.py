@@ -1,0 +1,206 @@
+"""``sailor-plan``: choose GPUs, pipeline depth, layer split, TP, micro-batch size and DP for a model.
+
+Every returned plan is scored by :func:`planner.simulator.simulate` (the same cost model as ``sailor-sim``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from planner.baselines.spaces import PLANNERS, baseline_space
+from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
+from planner.errors import InputError
+from planner.search import Objective, build_plan, plan_search
+from planner.search.explain import diagnose_empty, unused_reasons
+from planner.simulator import Estimate, simulate
+
+GB = 1e9
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sailor-plan", description=__doc__.splitlines()[0])
+    add_data_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gpus", metavar="TYPE@ZONE=N[,...]", help="GPU pools, e.g. A100-40@us-central1-a=32")
+    g.add_argument("--cluster", metavar="FILE", help="cluster YAML/JSON file (pools with gpus_per_node)")
+    g.add_argument("--trace", metavar="CSV", help="Sailor availability trace: plan every row")
+    p.add_argument("--gbs", type=int, help="global batch size in sequences (default: the data folder's, else 1024)")
+    p.add_argument("--objective", default="throughput", choices=["throughput", "cost", "value"])
+    p.add_argument("--max-cost-per-iter", type=float, metavar="USD")
+    p.add_argument("--min-throughput", type=float, metavar="ITERS_PER_S")
+    p.add_argument("--max-gpus", type=int, metavar="N")
+    p.add_argument("--max-stages", type=int, metavar="S", help="largest pipeline depth to consider")
+    p.add_argument("--planner", default="ours", choices=sorted(PLANNERS),
+                   help="ours (default), grid (best homogeneous Megatron 3D grid) or sailor (Sailor's plan shape)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
+    p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
+    return p
+
+
+def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
+    if args.trace:
+        return load_trace_csv(args.trace, catalog)
+    if args.cluster:
+        return [load_cluster(args.cluster, catalog)]
+    if args.gpus:
+        return [parse_gpus(args.gpus, catalog)]
+    raise InputError("no GPUs: pass --gpus TYPE@ZONE=N[,...], --cluster FILE or --trace CSV")
+
+
+def _progress(enabled: bool):
+    state = {"shown": False}
+
+    def cb(done: int, total: int, elapsed_s: float) -> None:
+        if enabled and elapsed_s > 1.0:
+            state["shown"] = True
+            sys.stderr.write(f"\rsearching: {done}/{total} tasks, {elapsed_s:.1f} s")
+            sys.stderr.flush()
+    return cb, state
+
+
+def plan_one(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, space) -> dict:
+    """Search one cluster; returns the report dict (plans built and simulated)."""
+    if cluster.nonempty().total_gpus == 0:
+        raise InputError(f"no GPUs: every pool of the cluster is empty ({cluster.describe() or 'no pools'})")
+    ctx.gpus_per_node.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
+    cb, state = _progress(sys.stderr.isatty() and not args.json)
+    res = plan_search(ctx, cluster, gbs, objective, space, top_k=max(1, args.top), progress=cb)
+    if state["shown"]:
+        sys.stderr.write("\n")
+    if not res.candidates:
+        raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
+    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
+    ests = [simulate(p, ctx) for p in plans]
+    if not ests[0].fits_in_memory:
+        raise InputError("internal: the chosen plan does not fit in memory per the simulator")
+    out = {"plan": plans[0], "estimate": ests[0], "search_time_s": res.search_time_s,
+           "candidates_evaluated": res.candidates_evaluated, "candidate": res.candidates[0],
+           "others": list(zip(plans[1:], ests[1:])), "stats": res.stats}
+    if not args.no_comparator and args.planner != "grid":
+        comp = plan_search(ctx, cluster, gbs, objective, baseline_space("grid", space.precision)).best
+        out["comparator"] = None if comp is None else simulate(
+            build_plan(comp, ctx.model.num_layers, gbs, ctx.model.name, space.precision), ctx)
+    return out
+
+
+def _summary(est: Estimate) -> dict:
+    return {"iteration_time_s": est.iteration_time_s, "throughput_iters_per_s": est.throughput_iters_per_s,
+            "cost_per_iteration_usd": est.cost_per_iteration_usd, "num_gpus": est.num_gpus,
+            "fits_in_memory": est.fits_in_memory}
+
+
+def report_json(rep: dict) -> dict:
+    out = {"plan": rep["plan"].to_dict(), "estimate": to_jsonable(rep["estimate"].to_dict()),
+           "search_time_s": rep["search_time_s"], "candidates_evaluated": rep["candidates_evaluated"]}
+    if rep.get("others"):
+        out["alternatives"] = [{"plan": p.to_dict(), "estimate": _summary(e)} for p, e in rep["others"]]
+    if "comparator" in rep:
+        out["comparator"] = None if rep["comparator"] is None else {"planner": "grid", **_summary(rep["comparator"])}
+    return out
+
+
+def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=max(Console().width, 140))
+    est, cand = rep["estimate"], rep["candidate"]
+    t = Table(title=f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
+                    f"{sum(p.pipelines for p in cand.pools)} pipelines")
+    for col in ("stage", "layers", "replicas (count x gpu x tp @ zone)", "busy s/mb", "sync s", "peak GB",
+                "capacity GB", "headroom GB"):
+        t.add_column(col, justify="left" if col.startswith("replicas") else "right")
+    reps = ", ".join(f"{p.pipelines}x {p.gpu_type} x{p.tp} @{p.zone}" for p in cand.pools)
+    for st in est.stages:
+        t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}", reps, f"{st.busy_s:.4f}",
+                  f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
+                  f"{st.memory_capacity_bytes / GB:.2f}",
+                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}")
+    console.print(t)
+    mbs = sorted(set(cand.microbatches))
+    console.print(f"micro-batches per pipeline: {mbs[0]}" + (f"..{mbs[-1]}" if len(mbs) > 1 else ""))
+    console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
+                  f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
+                  f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
+                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s"
+                  + (" [some profiles are analytic ESTIMATES]" if est.estimated_profiles else ""))
+    for line in unused_reasons(cluster, cand, objective):
+        console.print(f"  {line}")
+    comp = rep.get("comparator")
+    if comp is not None:
+        gain = est.throughput_iters_per_s / comp.throughput_iters_per_s - 1
+        console.print(f"comparator (best homogeneous Megatron grid, same simulator): "
+                      f"{comp.throughput_iters_per_s:.4f} it/s, ${comp.cost_per_iteration_usd:.4f}/iter "
+                      f"on {comp.num_gpus} GPUs -> ours {gain:+.1%} it/s")
+    elif "comparator" in rep:
+        console.print("comparator (grid): no homogeneous grid plan is feasible")
+    console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
+
+
+def _trace(args, ctx, clusters, gbs, objective, space) -> int:
+    steps = []
+    for i, cl in enumerate(clusters):
+        try:
+            rep = plan_one(args, ctx, cl, gbs, objective, space)
+        except InputError as exc:
+            steps.append({"step": i, "cluster": cl.describe(), "error": str(exc)})
+            continue
+        steps.append({"step": i, "cluster": cl.describe(), **report_json(rep)})
+    if args.json:
+        json.dump({"steps": steps}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"trace {args.trace}")
+    for col in ("step", "cluster", "S", "mbs", "GPUs", "it/s", "$/iter", "grid it/s", "search s"):
+        t.add_column(col, justify="right")
+    for s in steps:
+        if "error" in s:
+            t.add_row(str(s["step"]), s["cluster"], "-", "-", "-", "-", "-", "-", s["error"])
+            continue
+        e, c = s["estimate"], s.get("comparator")
+        t.add_row(str(s["step"]), s["cluster"], str(len(s["plan"]["stages"])), str(s["plan"]["micro_batch_size"]),
+                  str(e["num_gpus"]), f"{e['throughput_iters_per_s']:.4f}", f"{e['cost_per_iteration_usd']:.4f}",
+                  "-" if not c else f"{c['throughput_iters_per_s']:.4f}", f"{s['search_time_s']:.2f}")
+    Console(width=160).print(t)
+    return 0
+
+
+def main_args(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.top < 1:
+        raise InputError(f"--top must be >= 1, got {args.top}")
+    bundle = load_data(args, args.precision)
+    ctx = make_context(bundle, args.runtime)
+    gbs = args.gbs or bundle.default_gbs or 1024
+    if gbs < 1:
+        raise InputError(f"--gbs must be >= 1, got {gbs}")
+    objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
+    space = baseline_space(args.planner, args.precision, args.max_stages)
+    clusters = _clusters(args, bundle.catalog)
+    if args.trace:
+        return _trace(args, ctx, clusters, gbs, objective, space)
+    rep = plan_one(args, ctx, clusters[0], gbs, objective, space)
+    if args.output:
+        rep["plan"].save(args.output)
+    if args.json:
+        json.dump(report_json(rep), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        render(rep, clusters[0], objective)
+        if args.output:
+            print(f"plan written to {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(main_args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
