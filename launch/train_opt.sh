@@ -12,7 +12,7 @@
 # Environment knobs: ITERS (default 40), GRAD_SYNC (hierarchical|flat), PLAN_SOURCE (builtin|planner), OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-.cache/train_opt}
+OUT=${OUT:-runs/train_opt}
 ITERS=${ITERS:-40}
 GRAD_SYNC=${GRAD_SYNC:-hierarchical}
 PLAN_SOURCE=${PLAN_SOURCE:-builtin}
