@@ -9,13 +9,18 @@
 #    sailor-plan for the declared cluster instead (for this tiny model it sensibly picks fewer GPUs);
 # 3. builds the byte-level corpus; 4. trains under torchrun (gloo) with zone-hierarchical gradient sync.
 # Why 5 ranks: uneven stages (S >= 2) x two zones (D >= 2) x a TP-2 replica needs at least 2*D+1 = 5 ranks.
-# Environment knobs: ITERS (default 40), GRAD_SYNC (hierarchical|flat), PLAN_SOURCE (builtin|planner), OUT.
+# The two zones are emulated in the application: every message between ranks of different zones is delayed
+# by ZONE_LATENCY_S (default 0.002) + bytes / ZONE_GBPS (default 1 Gbit/s).
+# Environment knobs: ITERS (default 40), GRAD_SYNC (hierarchical|flat), PLAN_SOURCE (builtin|planner), OUT,
+# ZONE_LATENCY_S, ZONE_GBPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/train_opt}
 ITERS=${ITERS:-40}
 GRAD_SYNC=${GRAD_SYNC:-hierarchical}
 PLAN_SOURCE=${PLAN_SOURCE:-builtin}
+ZONE_LATENCY_S=${ZONE_LATENCY_S:-0.002}
+ZONE_GBPS=${ZONE_GBPS:-1}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -50,10 +55,11 @@ NPROC=$(python -c "from planner.plan import Plan; print(Plan.load('$OUT/plan.jso
 
 python -m megatron_sailor.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$OUT/corpus"
 PORT=$(python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC"
+echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
 python -m torch.distributed.run --nproc-per-node "$NPROC" --master-addr 127.0.0.1 --master-port "$PORT" \
     examples/gpt/pretrain_gpt.py --sailor-plan "$OUT/plan.json" "${MODEL_ARGS[@]}" \
     --train-iters "$ITERS" --lr 3e-3 --seed 1234 --data-path "$OUT/corpus" --grad-sync "$GRAD_SYNC" \
+    --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS" \
     --metrics-file "$OUT/metrics.jsonl" --log-interval 5 2> >(grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2)
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,8 @@ class ShardPlan:
 class GradSync:
     """Reduces the gradients of one rank's stage model across the replicas of its stage."""
 
-    def __init__(self, model: torch.nn.Module, layout: RankLayout, groups: RankGroups) -> None:
+    def __init__(self, model: torch.nn.Module, layout: RankLayout, groups: RankGroups,
+                 emulation: Any | None = None) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.sharded = [p for p in self.params if is_sharded(p)]
         self.replicated = [p for p in self.params if not is_sharded(p)]
@@ -51,6 +53,7 @@ class GradSync:
         self.mode = groups.sync_mode
         self.layout = layout
         self.rank = groups.rank
+        self.emulation = emulation   # see megatron_sailor.emulation (demos only)
 
     def _pieces(self, shard: ShardPlan, of_grads: bool = True) -> list[torch.Tensor]:
         def src(p: torch.nn.Parameter) -> torch.Tensor:
@@ -61,9 +64,22 @@ class GradSync:
     def buffer_numel(self, shard: ShardPlan) -> int:
         return sum(t.numel() for t in self._pieces(shard, of_grads=False))
 
+    def _emulate(self, buf: torch.Tensor, members: tuple[int, ...]) -> None:
+        """Delay this rank's ring share (2 (n-1)/n of the buffer) as if sent to its ring successor."""
+        if self.emulation is None or len(members) < 2:
+            return
+        succ = members[(members.index(self.rank) + 1) % len(members)]
+        nbytes = int(2 * (len(members) - 1) / len(members) * buf.numel() * buf.element_size())
+        self.emulation.message(nbytes, self.layout.info(succ).zone != self.layout.info(self.rank).zone)
+
     def _reduce(self, buf: torch.Tensor, sg: ShardSyncGroups) -> None:
         if len(sg.members) < 2:
             return
+        if sg.flat is not None:
+            self._emulate(buf, sg.members)
+        elif sg.leaders is not None:
+            leaders = tuple(r for r in sg.members if r == self._leader_of(r, sg))
+            self._emulate(buf, leaders)
         if self.mode == SYNC_FLAT or sg.flat is not None:
             dist.all_reduce(buf, group=sg.flat)
             return
@@ -73,6 +89,10 @@ class GradSync:
             dist.all_reduce(buf, group=sg.leaders)
         if sg.zone is not None:
             dist.broadcast(buf, src=sg.zone_leader, group=sg.zone)
+
+    def _leader_of(self, rank: int, sg: ShardSyncGroups) -> int:
+        zone = self.layout.info(rank).zone
+        return next(r for r in sg.members if self.layout.info(r).zone == zone)
 
     def sync(self) -> None:
         """Sum gradients over the stage's replicas (in place)."""

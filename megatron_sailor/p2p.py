@@ -22,22 +22,26 @@ class StageP2P:
     """Point-to-point endpoints of one rank (mutable: it holds in-flight sends)."""
 
     group: Any
+    rank: int
     forward_source: int | None
     forward_targets: tuple[int, ...]
     backward_source: int | None
     backward_targets: tuple[int, ...]
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
+    zones: dict[int, str] = field(default_factory=dict)      # rank -> zone, for the emulation hook
+    emulation: Any | None = None                              # see megatron_sailor.emulation (demos only)
     _pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
     sent_bytes: int = 0
 
     @classmethod
     def for_rank(cls, layout: RankLayout, rank: int, group: Any, shape: tuple[int, ...],
-                 dtype: torch.dtype = torch.float32) -> "StageP2P":
-        return cls(group=group, forward_source=layout.forward_source(rank),
+                 dtype: torch.dtype = torch.float32, emulation: Any | None = None) -> "StageP2P":
+        return cls(group=group, rank=rank, forward_source=layout.forward_source(rank),
                    forward_targets=layout.forward_targets(rank),
                    backward_source=layout.backward_source(rank),
-                   backward_targets=layout.backward_targets(rank), shape=shape, dtype=dtype)
+                   backward_targets=layout.backward_targets(rank), shape=shape, dtype=dtype,
+                   zones={r.rank: r.zone for r in layout.ranks}, emulation=emulation)
 
     def _recv(self, src: int | None) -> torch.Tensor | None:
         if src is None:
@@ -50,9 +54,12 @@ class StageP2P:
         if not targets:
             return
         data = tensor.detach().contiguous()
+        nbytes = data.numel() * data.element_size()
         for dst in targets:
+            if self.emulation is not None:
+                self.emulation.message(nbytes, self.zones[dst] != self.zones[self.rank])
             self._pending.append((dist.isend(data, dst=dst, group=self.group), data))
-            self.sent_bytes += data.numel() * data.element_size()
+            self.sent_bytes += nbytes
 
     def recv_forward(self) -> torch.Tensor | None:
         return self._recv(self.forward_source)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,6 +29,7 @@ class RunConfig:
     seed: int = 1234
     sync_mode: str = SYNC_HIERARCHICAL
     optimizer: OptimizerConfig = OptimizerConfig()
+    emulation: Any | None = None     # megatron_sailor.emulation.Emulation (demos/tests only)
 
 
 def seed_megatron_rng(seed: int) -> None:
@@ -58,11 +60,12 @@ class RankRuntime:
         self.model = build_stage_model(model, self.stage, self.groups)
         init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed)
         self.optimizer = make_adamw(self.model, cfg.optimizer)
-        self.grad_sync = GradSync(self.model, self.layout, self.groups)
+        self.grad_sync = GradSync(self.model, self.layout, self.groups, cfg.emulation)
         global_tokens = plan.global_batch_size * model.seq_length
-        self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens)
+        self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
+                                 cfg.emulation)
         shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
-        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape)
+        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation)
         self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
 
     def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory

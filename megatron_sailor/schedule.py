@@ -7,8 +7,9 @@ the whole global batch, so gradients summed over micro-batches and replicas are 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -39,8 +40,9 @@ class StageStep:
     """Forward / backward of one micro-batch on this rank's stage model."""
 
     def __init__(self, model: torch.nn.Module, role: StageRole, seq_length: int, micro_batch_size: int,
-                 global_tokens: int) -> None:
+                 global_tokens: int, emulation: Any | None = None) -> None:
         self.model = model
+        self.emulation = emulation   # see megatron_sailor.emulation (demos only)
         self.role = role
         self.mask = causal_mask(seq_length)
         self.positions = torch.arange(seq_length, dtype=torch.int64).unsqueeze(0).expand(micro_batch_size, -1)
@@ -48,21 +50,27 @@ class StageStep:
 
     def forward(self, input_tensor: torch.Tensor | None, batch: MicroBatch) -> tuple[torch.Tensor, float]:
         """Returns (output or scaled loss, this micro-batch's share of the global-mean loss)."""
+        start_s = time.perf_counter()
         if input_tensor is not None:
             input_tensor.requires_grad_(True)
             self.model.set_input_tensor(input_tensor)
         tokens = batch.tokens if self.role.is_first else None
         labels = batch.labels if self.role.is_last else None
         out = self.model(tokens, self.positions, self.mask, labels=labels)
-        if not self.role.is_last:
-            return out, 0.0
-        loss = out.float().sum() * self.loss_scale
-        return loss, float(loss.detach())
+        share = 0.0
+        if self.role.is_last:
+            out = out.float().sum() * self.loss_scale
+            share = float(out.detach())
+        if self.emulation is not None:
+            self.emulation.compute(time.perf_counter() - start_s)
+        return out, share
 
-    @staticmethod
-    def backward(input_tensor: torch.Tensor | None, output: torch.Tensor,
+    def backward(self, input_tensor: torch.Tensor | None, output: torch.Tensor,
                  output_grad: torch.Tensor | None) -> torch.Tensor | None:
+        start_s = time.perf_counter()
         torch.autograd.backward(output, grad_tensors=output_grad)
+        if self.emulation is not None:
+            self.emulation.compute(time.perf_counter() - start_s)
         return None if input_tensor is None else input_tensor.grad
 
 

@@ -28,6 +28,8 @@ class TrainConfig:
     sync_mode: str
     log_interval: int
     timeout_s: float
+    cross_zone_latency_s: float = 0.0      # emulation only (see megatron_sailor.emulation)
+    cross_zone_gbps: float = 0.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=SYNC_HIERARCHICAL)
     t.add_argument("--log-interval", type=int, default=1)
     t.add_argument("--distributed-timeout-s", type=float, default=120.0)
+    e = p.add_argument_group("emulation (one machine standing in for several zones; demos and tests)")
+    e.add_argument("--emulate-cross-zone-latency-s", type=float, default=0.0,
+                   help="extra seconds per message between ranks of different zones")
+    e.add_argument("--emulate-cross-zone-gbps", type=float, default=0.0,
+                   help="bandwidth of the emulated cross-zone link in Gbit/s (0 = unlimited)")
     return p
 
 
@@ -130,4 +137,6 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                           eps=args.adam_eps, clip_grad=args.clip_grad)
     return TrainConfig(plan=plan, model=model, optimizer=opt, train_iters=args.train_iters, seed=args.seed,
                        data_path=args.data_path, metrics_file=args.metrics_file, sync_mode=args.grad_sync,
-                       log_interval=max(1, args.log_interval), timeout_s=args.distributed_timeout_s)
+                       log_interval=max(1, args.log_interval), timeout_s=args.distributed_timeout_s,
+                       cross_zone_latency_s=args.emulate_cross_zone_latency_s,
+                       cross_zone_gbps=args.emulate_cross_zone_gbps)

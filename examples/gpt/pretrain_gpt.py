@@ -51,6 +51,8 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     from megatron_sailor.topology import build_layout, describe
     from patches import apply_cpu_patches
 
+    from megatron_sailor.emulation import emulation_from
+    emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     apply_cpu_patches()
     data = _make_data(cfg)
@@ -62,7 +64,7 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
     rt = RankRuntime(cfg.plan, cfg.model, rank, data,
-                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer),
+                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation),
                      layout=layout, groups=groups)
     writer = MetricsWriter(cfg.metrics_file if rank == 0 else None)
     for it in range(cfg.train_iters):
