@@ -9,6 +9,7 @@ schedule (1F1B is) then cannot deadlock, whatever the order of sends.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ class StageP2P:
     backward_targets: tuple[int, ...]
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
+    timeout: timedelta = timedelta(seconds=120)
     zones: dict[int, str] = field(default_factory=dict)      # rank -> zone, for the emulation hook
     emulation: Any | None = None                              # see megatron_sailor.emulation (demos only)
     _pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
@@ -36,18 +38,20 @@ class StageP2P:
 
     @classmethod
     def for_rank(cls, layout: RankLayout, rank: int, group: Any, shape: tuple[int, ...],
-                 dtype: torch.dtype = torch.float32, emulation: Any | None = None) -> "StageP2P":
+                 dtype: torch.dtype = torch.float32, emulation: Any | None = None,
+                 timeout: timedelta = timedelta(seconds=120)) -> "StageP2P":
         return cls(group=group, rank=rank, forward_source=layout.forward_source(rank),
                    forward_targets=layout.forward_targets(rank),
                    backward_source=layout.backward_source(rank),
                    backward_targets=layout.backward_targets(rank), shape=shape, dtype=dtype,
-                   zones={r.rank: r.zone for r in layout.ranks}, emulation=emulation)
+                   zones={r.rank: r.zone for r in layout.ranks}, emulation=emulation,
+                   timeout=timeout)
 
     def _recv(self, src: int | None) -> torch.Tensor | None:
         if src is None:
             return None
         buf = torch.empty(self.shape, dtype=self.dtype)
-        dist.recv(buf, src=src, group=self.group)
+        dist.irecv(buf, src=src, group=self.group).wait(timeout=self.timeout)  # never hang forever
         return buf
 
     def _send(self, tensor: torch.Tensor | None, targets: tuple[int, ...]) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ class RunConfig:
     sync_mode: str = SYNC_HIERARCHICAL
     optimizer: OptimizerConfig = OptimizerConfig()
     emulation: Any | None = None     # megatron_sailor.emulation.Emulation (demos/tests only)
+    timeout_s: float = 120.0         # collectives and point-to-point receives
 
 
 def seed_megatron_rng(seed: int) -> None:
@@ -50,7 +52,8 @@ class RankRuntime:
         self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
         self.layout = layout or build_layout(plan)
         self.me = self.layout.info(rank)
-        self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode)
+        timeout = timedelta(seconds=cfg.timeout_s)
+        self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode, timeout=timeout)
         seed_megatron_rng(cfg.seed)
         stage = plan.stages[self.me.stage]
         role = StageRole(self.me.stage, plan.num_stages)
@@ -65,7 +68,8 @@ class RankRuntime:
         self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
                                  cfg.emulation)
         shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
-        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation)
+        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
+                                     timeout=timeout)
         self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
 
     def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory

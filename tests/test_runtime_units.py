@@ -88,3 +88,16 @@ def test_patches_check_upstream_symbols() -> None:
     assert installed_version() == PINNED_MEGATRON_CORE
     with pytest.raises(PatchError, match="not found"):
         _replace("megatron.core.utils", "GlobalMemoryBuffer.no_such_method", None)
+
+
+def test_emulation_delays_and_env() -> None:
+    from megatron_sailor.emulation import Emulation, emulation_from
+    emu = Emulation(link_delay_s=0.001, cross_zone_latency_s=0.01, cross_zone_gbps=8.0)
+    assert emu.message_delay_s(10**9, cross_zone=False) == pytest.approx(0.001)
+    assert emu.message_delay_s(10**9, cross_zone=True) == pytest.approx(0.001 + 0.01 + 1.0)
+    assert emulation_from({}) is None
+    got = emulation_from({"SAILOR_EMULATE_SLOWDOWN": "2.0", "SAILOR_EMULATE_LINK_DELAY_S": "0.005"})
+    assert got == Emulation(slowdown=2.0, link_delay_s=0.005)
+    from planner.errors import InputError
+    with pytest.raises(InputError, match="SAILOR_EMULATE_SLOWDOWN"):
+        emulation_from({"SAILOR_EMULATE_SLOWDOWN": "fast"})

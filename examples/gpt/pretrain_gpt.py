@@ -64,7 +64,8 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
     rt = RankRuntime(cfg.plan, cfg.model, rank, data,
-                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation),
+                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
+                               timeout_s=cfg.timeout_s),
                      layout=layout, groups=groups)
     writer = MetricsWriter(cfg.metrics_file if rank == 0 else None)
     for it in range(cfg.train_iters):
