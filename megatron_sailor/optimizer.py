@@ -56,7 +56,8 @@ def reduce_norm_and_loss(model: torch.nn.Module, me: RankInfo, loss_share: float
                          world_group: Any) -> tuple[float, float]:
     """(global grad norm, global-batch mean loss) from one world all-reduce."""
     loss_part = loss_share if me.tp_rank == 0 else 0.0
-    buf = torch.tensor([local_sq_norm(model, me), loss_part], dtype=torch.float64)
+    device = next(model.parameters()).device   # nccl reduces CUDA tensors only
+    buf = torch.tensor([local_sq_norm(model, me), loss_part], dtype=torch.float64, device=device)
     dist.all_reduce(buf, group=world_group)
     return math.sqrt(float(buf[0])), float(buf[1])
 

@@ -31,6 +31,7 @@ class StageP2P:
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
     timeout: timedelta = timedelta(seconds=120)
+    device: torch.device = torch.device("cpu")
     zones: dict[int, str] = field(default_factory=dict)      # rank -> zone, for the emulation hook
     emulation: Any | None = None                              # see megatron_sailor.emulation (demos only)
     _pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
@@ -39,18 +40,19 @@ class StageP2P:
     @classmethod
     def for_rank(cls, layout: RankLayout, rank: int, group: Any, shape: tuple[int, ...],
                  dtype: torch.dtype = torch.float32, emulation: Any | None = None,
-                 timeout: timedelta = timedelta(seconds=120)) -> "StageP2P":
+                 timeout: timedelta = timedelta(seconds=120),
+                 device: torch.device = torch.device("cpu")) -> "StageP2P":
         return cls(group=group, rank=rank, forward_source=layout.forward_source(rank),
                    forward_targets=layout.forward_targets(rank),
                    backward_source=layout.backward_source(rank),
                    backward_targets=layout.backward_targets(rank), shape=shape, dtype=dtype,
                    zones={r.rank: r.zone for r in layout.ranks}, emulation=emulation,
-                   timeout=timeout)
+                   timeout=timeout, device=device)
 
     def _recv(self, src: int | None) -> torch.Tensor | None:
         if src is None:
             return None
-        buf = torch.empty(self.shape, dtype=self.dtype)
+        buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         dist.irecv(buf, src=src, group=self.group).wait(timeout=self.timeout)  # never hang forever
         return buf
 

@@ -62,14 +62,17 @@ class RankRuntime:
                                tp=self.me.tp, tp_rank=self.me.tp_rank)
         self.model = build_stage_model(model, self.stage, self.groups)
         init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+        self.model.to(self.device)
         self.optimizer = make_adamw(self.model, cfg.optimizer)
         self.grad_sync = GradSync(self.model, self.layout, self.groups, cfg.emulation)
         global_tokens = plan.global_batch_size * model.seq_length
         self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
-                                 cfg.emulation)
+                                 cfg.emulation, device=self.device)
         shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
         self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
-                                     timeout=timeout)
+                                     timeout=timeout, device=self.device)
         self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
 
     def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory

@@ -40,12 +40,15 @@ class StageStep:
     """Forward / backward of one micro-batch on this rank's stage model."""
 
     def __init__(self, model: torch.nn.Module, role: StageRole, seq_length: int, micro_batch_size: int,
-                 global_tokens: int, emulation: Any | None = None) -> None:
+                 global_tokens: int, emulation: Any | None = None,
+                 device: torch.device = torch.device("cpu")) -> None:
         self.model = model
+        self.device = device
         self.emulation = emulation   # see megatron_sailor.emulation (demos only)
         self.role = role
-        self.mask = causal_mask(seq_length)
-        self.positions = torch.arange(seq_length, dtype=torch.int64).unsqueeze(0).expand(micro_batch_size, -1)
+        self.mask = causal_mask(seq_length).to(device)
+        self.positions = torch.arange(seq_length, dtype=torch.int64, device=device).unsqueeze(0).expand(
+            micro_batch_size, -1)
         self.loss_scale = 1.0 / global_tokens
 
     def forward(self, input_tensor: torch.Tensor | None, batch: MicroBatch) -> tuple[torch.Tensor, float]:
@@ -54,8 +57,8 @@ class StageStep:
         if input_tensor is not None:
             input_tensor.requires_grad_(True)
             self.model.set_input_tensor(input_tensor)
-        tokens = batch.tokens if self.role.is_first else None
-        labels = batch.labels if self.role.is_last else None
+        tokens = batch.tokens.to(self.device) if self.role.is_first else None
+        labels = batch.labels.to(self.device) if self.role.is_last else None
         out = self.model(tokens, self.positions, self.mask, labels=labels)
         share = 0.0
         if self.role.is_last:
