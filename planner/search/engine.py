@@ -16,7 +16,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.grid import PoolModel, level_periods, pool_model, score_rows
-from planner.search.makespan import assign_counts
+from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.rows import pareto_min, product_rows, type_options as zone_options
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
@@ -148,6 +148,9 @@ def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
             continue
         pools = [by_col[c] for c in cols]
         stats.rows_bounded += len(D)
+        D = D[_cheap_filter(pools, D, n_mb, objective, best.threshold(), space)]
+        if len(D) == 0:
+            continue
         lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
         thr = best.threshold()
         keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
@@ -163,6 +166,18 @@ def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
             if not np.isfinite(keys[r]) or keys[r] > best.threshold():
                 break
             best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+
+
+def _cheap_filter(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, thr: float,
+                  space: SearchSpace) -> np.ndarray:
+    """Rows that may still win, judged without the gradient sync (a lower bound on everything)."""
+    M = np.array([p.period_s for p in pools])
+    F = np.array([p.fill_s for p in pools])
+    it = relaxed_lower_bound(D, M, F, n_mb)
+    it = it + np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+    gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+    return objective.allows(it, rate * it, gpus) & (objective.key(it, rate * it) <= thr)
 
 
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,

@@ -38,8 +38,10 @@ def unused_reasons(cluster: ClusterSpec, cand: Candidate, objective: Objective) 
 def diagnose_empty(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
                    result: SearchResult) -> InputError:
     """The error to raise when ``result`` holds no plan: which constraint failed and by how much."""
-    short = result.stats.memory_shortfall_bytes
-    if result.stats.tasks == 0:
+    free = Objective(kind="throughput")
+    fast = plan_search(ctx, cluster, gbs, free, space).best
+    if fast is None:
+        short = result.stats.memory_shortfall_bytes
         if short is not None and short > 0:
             return InputError(f"model '{ctx.model.name}' fits on no available GPU: even the best layer split "
                               f"needs {short / GIB:.2f} GiB more than a GPU of the cluster "
@@ -47,8 +49,8 @@ def diagnose_empty(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: O
         return InputError(f"no plan of the search space fits the cluster ({cluster.describe()}) with global batch "
                           f"{gbs}: every pipeline needs S x TP GPUs of one pool and the batch must split into "
                           "micro-batches")
-    free = Objective(kind="throughput", max_gpus=objective.max_gpus)
-    fast = plan_search(ctx, cluster, gbs, free, space).best
+    if objective.max_gpus is not None:
+        fast = plan_search(ctx, cluster, gbs, Objective(kind="throughput", max_gpus=objective.max_gpus), space).best
     problems = []
     if objective.min_throughput_iters_per_s is not None and fast is not None:
         best_tp = 1.0 / fast.iteration_s
@@ -65,7 +67,7 @@ def diagnose_empty(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: O
             problems.append(f"--max-cost-per-iter ${objective.max_cost_per_iter_usd:g} is out of reach: the "
                             f"cheapest plan{floor} costs ${cheap.cost_usd:.4f}/iter (over by "
                             f"${cheap.cost_usd - objective.max_cost_per_iter_usd:.4f})")
-    if fast is None and objective.max_gpus is not None:
+    if fast is None:
         problems.append(f"--max-gpus {objective.max_gpus} is too small for any plan of the search space")
     if not problems:
         problems.append("no plan meets all constraints together (each one alone can be met)")

@@ -90,9 +90,10 @@ class RowScores:
     gpus: np.ndarray
 
 
-def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray
+def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool = False
                ) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) per row; rows are grouped by which pools hold 0, 1 or >= 2 pipelines."""
+    """(sync seconds, egress USD) per row; rows are grouped by which pools hold 0, 1 or >= 2 pipelines.
+    ``bound_only``: a lower bound (only the stage with the largest gradient, no egress)."""
     r = D.shape[0]
     sync = np.zeros(r)
     egress = np.zeros(r)
@@ -112,6 +113,8 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
             grad = max(pools[i].params[s] for i in used) * 4.0
             full = max(pools[i].params[s] * pools[i].group.tp for i in used) * 4.0
             per_stage.append((grad, full))
+        if bound_only:
+            per_stage = [max(per_stage)]
         memo: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
         times, usd = [], np.zeros(len(rows))
         for grad, full in per_stage:
@@ -121,6 +124,9 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
             t, u = memo[(grad, full)]
             times.append(t)
             usd = usd + u
+        if bound_only:
+            sync[rows] = times[0] if ctx.settings.dp_sync_waits_for_all else 0.0
+            continue
         sync[rows] = _combine_sync(ctx, [pools[i] for i in used], times)
         egress[rows] = usd
     return sync, egress
@@ -154,7 +160,7 @@ def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
         span = min_makespan(D, [p.times_s for p in pools], n_mb)
     else:
         span = relaxed_lower_bound(D, M, F, n_mb)
-    sync, egress = _sync_rows(ctx, cache, pools, D)
+    sync, egress = _sync_rows(ctx, cache, pools, D, bound_only=not exact)
     upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
     it = span + sync + upd
     rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)

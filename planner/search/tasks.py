@@ -9,7 +9,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.search.space import Objective, SearchSpace
 from planner.search.tables import StageArrays, TypeTable, build_type_table, split_family, stage_arrays
 from planner.simulator.settings import SimContext
@@ -134,26 +134,83 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     fits = np.logical_and.reduce([a.fits for a in arrs])
     if not fits.any():
         return np.inf
-    m_min = np.array([a.compute_s[fits].max(axis=1).min() for a in arrs])
-    f_min = np.array([a.compute_s[fits].sum(axis=1).min() for a in arrs])
     upd = max(float(a.update_s[fits].max(axis=1).min()) for a in arrs)
     grad = float(np.max([a.params[fits] for a in arrs], axis=0).max(axis=1).min()) * 4.0
     cap = sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))
     d = np.arange(len(combo), min(cap, n_mb) + 1, dtype=float)
     if len(d) == 0:
         return np.inf
-    span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
-    zones = {z for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)}
-    sync = np.zeros_like(d)
-    if len(zones) == 1:
-        z = next(iter(zones))
-        groups = [Group(z, g, t) for g, t in combo]
-        conc = min(t for _, t in combo)
-        times = [2 * (d - 1) * link_time(cache.get(a, b, conc), grad / d) for a in groups for b in groups]
-        sync = np.where(d > 1, np.min(np.vstack(times), axis=0), 0.0)
+    m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
+    t_types, f_types = [], []
+    for a, (g, t) in zip(arrs, combo):
+        t_of_m, fill = _type_times(ctx, cluster, cache, a, fits, g, t, s_num, mbs, n_mb)
+        t_types.append(t_of_m[m_per - 1])
+        f_types.append(fill)
+    span = np.maximum(max(f_types), np.min(t_types, axis=0))
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache)
     it = span + sync + upd
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
     ok = objective.allows(it, rate * it, gpus)
     keys = np.where(ok, objective.key(it, rate * it), np.inf)
     return float(keys.min())
+
+
+def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, a: StageArrays, fits: np.ndarray, g: str,
+                tp: int, s_num: int, mbs: int, n_mb: int) -> tuple[np.ndarray, float]:
+    """Lower bounds over the task's splits and the type's pools: T(m) for m = 1..N, and the fill/drain."""
+    from planner.search.grid import level_periods, times_of_m
+    elem = 4 if ctx.profiles.precision == "fp32" else 2
+    nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
+    conc = tp if ctx.settings.p2p_all_tp_ranks else 1
+    p2p = 0.0 if s_num == 1 else min(cache.get(Group(z, g, tp), Group(z, g, tp), conc).time_s(nbytes)
+                                     for z, _ in caps_for(cluster, g, tp, s_num))
+    comp = a.compute_s[fits]
+    busy = comp
+    if ctx.settings.p2p_blocking and s_num > 1:
+        nb = np.full(s_num, 2.0)
+        nb[0] = nb[-1] = 1.0
+        busy = comp + nb * 2 * p2p
+    levels = level_periods(comp, busy.max(axis=1), p2p).min(axis=0)
+    fill = float(comp.sum(axis=1).min()) + 2 * (s_num - 1) * p2p
+    return times_of_m(levels, fill, n_mb) * (1 - 1e-12), fill * (1 - 1e-12)
+
+
+def _suffix_min(x: np.ndarray) -> np.ndarray:
+    return np.minimum.accumulate(x[::-1])[::-1]
+
+
+def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
+                     cache: LinkCache) -> np.ndarray:
+    """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1).
+
+    One zone: a flat ring over d replicas, at least the fastest candidate link's ring time. Several zones:
+    either a flat ring holding a cross-zone pair (its worst link is at most as fast as the fastest
+    cross-zone link: raw transfer time without latency) or hierarchical: a cross ring over Z' >= 2 zone
+    leaders plus 1.5 rings inside the fullest zone (>= ceil(d / Z') members); ring times enter through their
+    suffix minimum over the member count, so no monotonicity is assumed.
+    """
+    groups = [Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)]
+    conc = min(t for _, t in combo)
+    intra = {id(lk): lk for a in groups for b in groups if a.zone == b.zone for lk in [cache.get(a, b, conc)]}
+    cross = {id(lk): lk for a in groups for b in groups if a.zone != b.zone for lk in [cache.get(a, b, conc)]}
+    n_max = int(d.max()) if len(d) else 1
+    n = np.arange(1, n_max + 1, dtype=float)
+    ring_intra = np.min([2 * (n - 1) * link_time(lk, grad_bytes / n) for lk in intra.values()], axis=0)
+    di = d.astype(np.int64)
+    per_zone: dict[str, int] = {}
+    for g, t in combo:
+        for z, c in caps_for(cluster, g, t, s_num):
+            per_zone[z] = per_zone.get(z, 0) + c
+    out = np.where(d <= max(per_zone.values()), ring_intra[di - 1], np.inf)   # one zone holds them all
+    if cross:
+        raw = np.min([(grad_bytes / n) / bandwidth(lk, grad_bytes / n) for lk in cross.values()], axis=0)
+        out = np.minimum(out, 2 * (d - 1) * raw[di - 1])
+        inner = _suffix_min(1.5 * ring_intra)
+        n_zones = len({g.zone for g in groups})
+        zs = np.arange(2, n_zones + 1, dtype=float)
+        c = np.min([2 * (zs - 1) * link_time(lk, grad_bytes / zs) for lk in cross.values()], axis=0)
+        for z, cz in zip(range(2, n_zones + 1), c):
+            fullest = np.ceil(d / z).astype(np.int64)
+            out = np.where(d >= z, np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
+    return np.where(d > 1, out, 0.0)
