@@ -20,6 +20,10 @@ setup(
         "console_scripts": [
             "sailor-sim=planner.cli_sim:entry",
             "sailor-plan=planner.cli_plan:main",
+            "sailor-topology=megatron_sailor.topology:main",
+            "sailor-preprocess=megatron_sailor.preprocess:main",
+            "sailor-launch=launch.cli:main",
+            "sailor-slurm=launch.slurm:main",
         ]
     },
 )
