@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, stage_sync_vec
+from planner.search.netvec import Group, LinkCache, sync_rows
 from planner.search.tables import StageArrays
 from planner.simulator.settings import SimContext
 
@@ -92,55 +92,50 @@ class RowScores:
 
 def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool = False
                ) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) per row; rows are grouped by which pools hold 0, 1 or >= 2 pipelines.
-    ``bound_only``: a lower bound (only the stage with the largest gradient, no egress)."""
-    r = D.shape[0]
-    sync = np.zeros(r)
-    egress = np.zeros(r)
-    pattern = np.minimum(D, 2)
-    keys, inverse = np.unique(pattern, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    """(sync seconds, egress USD) per row. ``bound_only``: a lower bound (only the stage with the largest
+    gradient, no egress)."""
+    groups = [p.group for p in pools]
+    used = D > 0
     s_num = len(pools[0].params)
+    params = np.array([p.params for p in pools], dtype=float)            # [P, S]
+    tps = np.array([p.group.tp for p in pools], dtype=float)
+    # per row and stage: largest per-GPU gradient and largest whole-stage gradient among the used pools
+    grad = np.where(used[:, :, None], params[None, :, :], 0.0).max(axis=1) * 4.0     # [R, S]
+    full = np.where(used[:, :, None], (params * tps[:, None])[None, :, :], 0.0).max(axis=1) * 4.0
+    keys, inv = np.unique(np.concatenate([grad, full], axis=1), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    sync = np.zeros(len(D))
+    egress = np.zeros(len(D))
     for ki, key in enumerate(keys):
-        rows = np.nonzero(inverse == ki)[0]
-        used = [i for i in range(len(pools)) if key[i] > 0]
-        if sum(key[i] for i in used) <= 1:
-            continue
-        groups = [pools[i].group for i in used]
-        counts = D[np.ix_(rows, used)]
-        per_stage = []
-        for s in range(s_num):
-            grad = max(pools[i].params[s] for i in used) * 4.0
-            full = max(pools[i].params[s] * pools[i].group.tp for i in used) * 4.0
-            per_stage.append((grad, full))
+        rows = np.nonzero(inv == ki)[0]
+        stages = [(float(key[s]), float(key[s_num + s])) for s in range(s_num)]
         if bound_only:
-            per_stage = [max(per_stage)]
+            stages = [max(stages)]
         memo: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
         times, usd = [], np.zeros(len(rows))
-        for grad, full in per_stage:
-            if (grad, full) not in memo:
-                res = stage_sync_vec(ctx, cache, groups, counts, grad, full)
-                memo[(grad, full)] = (res.time_s, res.cross_usd)
-            t, u = memo[(grad, full)]
-            times.append(t)
-            usd = usd + u
+        for st in stages:
+            if st not in memo:
+                memo[st] = sync_rows(ctx, cache, groups, D[rows], st[0], st[1])
+            times.append(memo[st][0])
+            usd = usd + memo[st][1]
         if bound_only:
             sync[rows] = times[0] if ctx.settings.dp_sync_waits_for_all else 0.0
             continue
-        sync[rows] = _combine_sync(ctx, [pools[i] for i in used], times)
+        sync[rows] = _combine_sync(ctx, pools, times, D[rows])
         egress[rows] = usd
     return sync, egress
 
 
-def _combine_sync(ctx: SimContext, used: list[PoolModel], times: list[np.ndarray]) -> np.ndarray:
+def _combine_sync(ctx: SimContext, pools: list[PoolModel], times: list[np.ndarray], D: np.ndarray) -> np.ndarray:
     """``sync_seconds``: the slowest stage (barrier) or what sticks out of the remaining backward."""
     if ctx.settings.dp_sync_waits_for_all:
         return np.max(np.vstack(times), axis=0)
+    bwd = np.array([p.bwd_s for p in pools])                                   # [P, S]
     extra = np.zeros_like(times[0])
-    slack = 0.0
+    slack = np.zeros_like(times[0])
     for s, t in enumerate(times):
         extra = np.maximum(extra, t - slack)
-        slack += max(float(p.bwd_s[s]) for p in used)
+        slack = slack + np.where(D > 0, bwd[None, :, s], -np.inf).max(axis=1)
     return np.maximum(0.0, extra)
 
 

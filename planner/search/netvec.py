@@ -38,49 +38,11 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     return np.where(nbytes <= 0, 0.0, link.latency_s + raw)
 
 
-def ring_s(n: np.ndarray, nbytes: float, links: list[Link], worst_at: np.ndarray) -> np.ndarray:
-    """``_ring_s(n, nbytes, worst(links at worst_at))``: the first link of minimal bandwidth is used."""
-    n = np.asarray(n)
-    best_bw = None
-    chosen = np.zeros(n.shape, dtype=np.int64)
-    for i, link in enumerate(links):
-        bw = bandwidth(link, worst_at)
-        if best_bw is None:
-            best_bw = bw
-        else:
-            better = bw < best_bw
-            chosen = np.where(better, i, chosen)
-            best_bw = np.where(better, bw, best_bw)
-    nn = np.maximum(n, 1)
-    out = np.zeros(n.shape, dtype=float)
-    for i, link in enumerate(links):
-        sel = chosen == i
-        if np.any(sel):
-            out = np.where(sel, 2 * (nn - 1) * link_time(link, nbytes / nn), out)
-    return np.where((n <= 1) | (nbytes <= 0), 0.0, out)
-
-
 @dataclass(frozen=True)
 class Group:
     zone: str
     gpu_type: str
     tp: int
-
-
-def ring_pairs(groups: list[Group], many: list[bool]) -> list[tuple[Group, Group]]:
-    """Distinct (a, b) neighbour pairs of the ring over the groups, in order of first appearance."""
-    seq: list[tuple[Group, Group]] = []
-    n = len(groups)
-    for i, g in enumerate(groups):
-        if many[i]:
-            seq.append((g, g))
-        if n > 1:
-            seq.append((g, groups[(i + 1) % n]))
-    out: list[tuple[Group, Group]] = []
-    for p in seq:
-        if p not in out:
-            out.append(p)
-    return out
 
 
 class LinkCache:
@@ -96,57 +58,118 @@ class LinkCache:
         return self._links[key]
 
 
-@dataclass
-class SyncResult:
-    time_s: np.ndarray
-    hierarchical: np.ndarray       # bool per row
-    cross_usd: np.ndarray          # egress USD per iteration of this stage's sync
-    cross_bytes: np.ndarray
+@dataclass(frozen=True)
+class _Pattern:
+    """Ring structure of one presence pattern (which columns hold 0, 1 or >= 2 replicas)."""
+
+    flat: dict[tuple[int, int], int]            # pair -> rank (order of first appearance in the ring)
+    zones: list[tuple[list[int], dict[tuple[int, int], int]]]   # per zone: columns, member pairs
+    leaders: dict[tuple[int, int], int]
+    n_zones: int
+    egress_usd_per_byte: float                  # summed over the cross-zone edges of a zone-ordered ring
+    n_edges: int
 
 
-def stage_sync_vec(ctx: SimContext, cache: LinkCache, groups: list[Group], counts: np.ndarray,
-                   grad_bytes: float, full_bytes: float) -> SyncResult:
-    """Sync of one stage for rows of group sizes ``counts`` ([R, G], every entry >= 1, same many-pattern)."""
-    d = counts.sum(axis=1)
-    r = len(d)
-    conc = min(g.tp for g in groups)
-    many = [bool(counts[0, i] >= 2) for i in range(len(groups))]
-    flat_links = [cache.get(a, b, conc) for a, b in ring_pairs(groups, many)]
-    worst_at = grad_bytes / np.maximum(d, 1)
-    flat = ring_s(d, grad_bytes, flat_links, worst_at)
-    zones = sorted({g.zone for g in groups})
-    zero = np.zeros(r)
-    if len(zones) == 1 or ctx.settings.grad_sync == "flat" or (r and d[0] <= 1):
-        if len(zones) == 1 or (r and d[0] <= 1):
-            return SyncResult(flat, np.zeros(r, dtype=bool), zero, zero)
-        usd, nb = _cross(ctx, zones, d, full_bytes)
-        return SyncResult(flat, np.zeros(r, dtype=bool), usd, nb)
-    inner = np.zeros(r)
-    leaders: list[Group] = []
+def _ring(cols: list[int], many: list[bool]) -> dict[tuple[int, int], int]:
+    seq: dict[tuple[int, int], int] = {}
+    for i, c in enumerate(cols):
+        if many[i]:
+            seq.setdefault((c, c), len(seq))
+        if len(cols) > 1:
+            seq.setdefault((c, cols[(i + 1) % len(cols)]), len(seq))
+    return seq
+
+
+def _pattern(ctx: SimContext, groups: list[Group], key: np.ndarray) -> _Pattern:
+    cols = [i for i in range(len(groups)) if key[i] > 0]
+    many = [bool(key[i] >= 2) for i in cols]
+    zones = sorted({groups[i].zone for i in cols})
+    per_zone = []
     for z in zones:
-        idx = [i for i, g in enumerate(groups) if g.zone == z]
-        leaders.append(groups[idx[0]])
-        nz = counts[:, idx].sum(axis=1)
-        sub = [groups[i] for i in idx]
-        sub_many = [many[i] for i in idx]
-        if len(sub) == 1 and not sub_many[0]:
-            continue
-        links = [cache.get(a, b, conc) for a, b in ring_pairs(sub, sub_many)]
-        inner = np.maximum(inner, 1.5 * ring_s(nz, grad_bytes, links, worst_at))
-    lead_links = [cache.get(a, b, conc) for a, b in ring_pairs(leaders, [False] * len(leaders))]
-    cross = ring_s(np.full(r, len(zones)), grad_bytes, lead_links, worst_at)
-    hier = inner + cross
-    use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(r, dtype=bool)
-    f_usd, f_b = _cross(ctx, zones, d, full_bytes)
-    h_usd, h_b = _cross(ctx, zones, np.full(r, len(zones)), full_bytes)
-    return SyncResult(np.where(use_flat, flat, hier), ~use_flat, np.where(use_flat, f_usd, h_usd),
-                      np.where(use_flat, f_b, h_b))
-
-
-def _cross(ctx: SimContext, zones: list[str], n: np.ndarray, full_bytes: float) -> tuple[np.ndarray, np.ndarray]:
-    """Egress of a ring ordered by zone: every cross-zone edge carries 2 (n-1)/n of the gradient."""
-    z = len(zones)
-    per_edge = 2 * (n - 1) / np.maximum(n, 1) * full_bytes
-    edges = {(zones[i], zones[(i + 1) % z]) for i in range(z)}
+        zc = [c for c in cols if groups[c].zone == z]
+        zm = [bool(key[c] >= 2) for c in zc]
+        per_zone.append((zc, _ring(zc, zm) if (len(zc) > 1 or zm[0]) else {}))
+    leaders = [zc[0] for zc, _ in per_zone]
+    edges = {(zones[i], zones[(i + 1) % len(zones)]) for i in range(len(zones))} if len(zones) > 1 else set()
     price = sum(ctx.network.egress_usd_per_byte(a, b) for a, b in edges)
-    return per_edge * price, per_edge * len(edges)
+    return _Pattern(_ring(cols, many), per_zone, _ring(leaders, [False] * len(leaders)), len(zones), price,
+                    len(edges))
+
+
+class _Chooser:
+    """Per row: the first (in ring order) of the pattern's pairs with the smallest bandwidth at a size."""
+
+    def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
+        self.cache, self.groups, self.conc = cache, groups, conc
+
+    def link(self, q: tuple[int, int]) -> Link:
+        return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
+
+    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: float, worst_at: np.ndarray) -> np.ndarray:
+        pairs = sorted({q for r in ranks for q in r})
+        if not pairs:
+            return np.zeros(len(inv))
+        rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv]        # [R, Q]
+        bw = np.column_stack([bandwidth(self.link(q), worst_at) for q in pairs])
+        bw = np.where(np.isfinite(rank), bw, np.inf)
+        tie = bw == bw.min(axis=1, keepdims=True)
+        pick = np.argmin(np.where(tie, rank, np.inf), axis=1)
+        nn = np.maximum(n, 1)
+        out = np.zeros(len(inv))
+        for qi, q in enumerate(pairs):
+            sel = pick == qi
+            if np.any(sel):
+                out[sel] = (2 * (nn[sel] - 1) * link_time(self.link(q), nbytes / nn[sel]))
+        has = np.isfinite(rank).any(axis=1)
+        return np.where(has & (n > 1), out, 0.0)
+
+
+def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: float,
+              full_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
+    (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
+    keys, inv = np.unique(np.minimum(D, 2), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    pats = [_pattern(ctx, groups, k) for k in keys]
+    d = D.sum(axis=1)
+    conc = np.array([min([groups[i].tp for i in range(len(groups)) if k[i] > 0] or [1]) for k in keys])
+    time_s = np.zeros(len(d))
+    usd = np.zeros(len(d))
+    for c in np.unique(conc):
+        rows = np.nonzero(conc[inv] == c)[0]
+        sub_keys = sorted(set(inv[rows].tolist()))
+        remap = np.full(len(keys), -1)
+        remap[sub_keys] = np.arange(len(sub_keys))
+        t, u = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
+                          D[rows], d[rows], grad_bytes, full_bytes)
+        time_s[rows], usd[rows] = t, u
+    return time_s, usd
+
+
+def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
+               grad: float, full: float) -> tuple[np.ndarray, np.ndarray]:
+    worst_at = grad / np.maximum(d, 1)
+    flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at)
+    nz = np.array([p.n_zones for p in pats])[inv]
+    price = np.array([p.egress_usd_per_byte for p in pats])[inv]
+    per_edge_flat = 2 * (d - 1) / np.maximum(d, 1) * full
+    multi = nz > 1
+    if not np.any(multi) or ctx.settings.grad_sync == "flat":
+        return np.where(d > 1, flat, 0.0), np.where(multi & (d > 1), per_edge_flat * price, 0.0)
+    inner = np.zeros(len(d))
+    zmax = max(p.n_zones for p in pats)
+    for zi in range(zmax):
+        ranks = [p.zones[zi][1] if zi < p.n_zones else {} for p in pats]
+        w = np.zeros((len(pats), D.shape[1]))
+        for k, p in enumerate(pats):
+            if zi < p.n_zones:
+                w[k, p.zones[zi][0]] = 1.0
+        members = (D * w[inv]).sum(axis=1)
+        inner = np.maximum(inner, 1.5 * ch.ring(ranks, inv, members, grad, worst_at))
+    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at)
+    hier = inner + cross
+    use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
+    use_flat = use_flat | ~multi
+    t = np.where(use_flat, flat, hier)
+    per_edge = np.where(use_flat, per_edge_flat, 2 * (nz - 1) / nz * full)
+    return np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0)
