@@ -43,6 +43,15 @@ def seed_megatron_rng(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@dataclass(frozen=True)
+class _OffsetSource:
+    source: TokenSource
+    offset: int
+
+    def sample(self, index: int) -> torch.Tensor:
+        return self.source.sample(index + self.offset)
+
+
 class RankRuntime:
     """Everything one rank needs to train its part of the plan."""
 
@@ -74,14 +83,26 @@ class RankRuntime:
         self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
                                      timeout=timeout, device=self.device)
         self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
+        # first sample of iteration i = i * gbs + sample_offset (non-zero only after resuming a checkpoint
+        # written under another global batch size: consumed samples, not iterations, fix the data position)
+        self.sample_offset = 0
+
+    def resume_at(self, iteration: int, consumed_samples: int) -> None:
+        """Continue so that iteration ``iteration`` starts at global sample ``consumed_samples``."""
+        self.sample_offset = consumed_samples - iteration * self.plan.global_batch_size
+
+    def consumed_samples(self, iterations_done: int) -> int:
+        """Samples consumed by iterations ``< iterations_done``."""
+        return iterations_done * self.plan.global_batch_size + self.sample_offset
 
     def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory
         ids = self.microbatch_ids
         cache: dict[int, MicroBatch] = {}
+        data = self.data if self.sample_offset == 0 else _OffsetSource(self.data, self.sample_offset)
 
         def get(n: int) -> MicroBatch:
             if n not in cache:
-                cache[n] = microbatch(self.data, iteration, self.plan.global_batch_size,
+                cache[n] = microbatch(data, iteration, self.plan.global_batch_size,
                                       self.plan.micro_batch_size, ids[n])
             return cache[n]
         return get

@@ -30,6 +30,12 @@ class TrainConfig:
     timeout_s: float
     cross_zone_latency_s: float = 0.0      # emulation only (see megatron_sailor.emulation)
     cross_zone_gbps: float = 0.0
+    save: str | None = None                # checkpoint folder to write (docs/ELASTIC.md)
+    load: str | None = None                # checkpoint folder to resume from (newest verified checkpoint)
+    save_interval: int = 0                 # save every N iterations (0: only at the end / on a stop request)
+    keep_last: int = 2
+    control_file: str | None = None        # "stop" written here: checkpoint and exit 0 (sailor-elastic)
+    events_file: str | None = None         # JSON lines with wall-clock start-up / load / save timings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=SYNC_HIERARCHICAL)
     t.add_argument("--log-interval", type=int, default=1)
     t.add_argument("--distributed-timeout-s", type=float, default=120.0)
+    c = p.add_argument_group("checkpoints and elasticity (docs/ELASTIC.md)")
+    c.add_argument("--save", default=None, help="checkpoint folder (plan-independent format, atomic commits)")
+    c.add_argument("--load", default=None, help="resume from the newest verified checkpoint in this folder "
+                   "(none there: start at iteration 0; corrupt ones are refused, another model's stops the run)")
+    c.add_argument("--save-interval", type=int, default=0, help="save every N iterations (0: at the end only)")
+    c.add_argument("--keep-last", type=int, default=2, help="keep the newest K checkpoints (0: keep all)")
+    c.add_argument("--elastic-control", default=None, help="file polled every iteration; 'stop' in it = "
+                   "save a checkpoint and exit 0 (written by sailor-elastic)")
+    c.add_argument("--elastic-events", default=None, help="append JSON lines with start-up/load/save timings")
     e = p.add_argument_group("emulation (one machine standing in for several zones; demos and tests)")
     e.add_argument("--emulate-cross-zone-latency-s", type=float, default=0.0,
                    help="extra seconds per message between ranks of different zones")
@@ -131,6 +146,10 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
         for ext in (".bin", ".idx"):
             if not Path(args.data_path + ext).is_file():
                 raise InputError(f"data file not found: {args.data_path + ext}", source="--data-path")
+    if args.save_interval < 0 or args.keep_last < 0:
+        raise InputError(f"--save-interval and --keep-last must be >= 0, got {args.save_interval}, {args.keep_last}")
+    if args.save_interval and not args.save:
+        raise InputError("--save-interval needs --save DIR")
     if args.train_iters < 1:
         raise InputError(f"--train-iters must be >= 1, got {args.train_iters}")
     opt = OptimizerConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(args.adam_beta1, args.adam_beta2),
@@ -139,4 +158,6 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        data_path=args.data_path, metrics_file=args.metrics_file, sync_mode=args.grad_sync,
                        log_interval=max(1, args.log_interval), timeout_s=args.distributed_timeout_s,
                        cross_zone_latency_s=args.emulate_cross_zone_latency_s,
-                       cross_zone_gbps=args.emulate_cross_zone_gbps)
+                       cross_zone_gbps=args.emulate_cross_zone_gbps, save=args.save, load=args.load,
+                       save_interval=args.save_interval, keep_last=args.keep_last,
+                       control_file=args.elastic_control, events_file=args.elastic_events)

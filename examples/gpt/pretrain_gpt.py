@@ -13,6 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+
+_PROCESS_START_S = time.time()   # for sailor-elastic's start-up timing (megatron_sailor.elastic_hooks)
 
 # c10d's C++ logger prints multi-line socket errors on a failed rendezvous; we report one line ourselves.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
@@ -45,13 +48,15 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     import torch
 
     from megatron_sailor.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.elastic_hooks import EventLog
     from megatron_sailor.groups import create_groups
-    from megatron_sailor.metrics import MetricsWriter
     from megatron_sailor.runtime import RankRuntime, RunConfig
     from megatron_sailor.topology import build_layout, describe
     from patches import apply_cpu_patches
 
     from megatron_sailor.emulation import emulation_from
+    events = EventLog(cfg.events_file, rank)
+    events.emit("process_start", t_unix_s=_PROCESS_START_S, world_size=world_size)
     emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     apply_cpu_patches()
@@ -61,23 +66,70 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     layout = build_layout(cfg.plan)
     from datetime import timedelta
     groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+    events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
     rt = RankRuntime(cfg.plan, cfg.model, rank, data,
                      RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
                                timeout_s=cfg.timeout_s),
                      layout=layout, groups=groups)
-    writer = MetricsWriter(cfg.metrics_file if rank == 0 else None)
-    for it in range(cfg.train_iters):
+    events.emit("model_ready")
+    _train_loop(cfg, rank, rt, events)
+    import torch.distributed as dist
+    dist.barrier(group=groups.world)
+    events.emit("exit")
+    dist.destroy_process_group()
+
+
+def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
+    """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
+    from megatron_sailor.checkpoint import load_checkpoint, save_checkpoint
+    from megatron_sailor.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
+    faults = FaultInjector(rank)
+    start_it = 0
+    if cfg.load:
+        resume = load_checkpoint(rt, cfg.load)
+        if resume is not None:
+            start_it = resume.iteration
+            rt.resume_at(resume.iteration, resume.consumed_samples)
+            events.emit("loaded", load_s=resume.load_s, iteration=start_it, path=resume.path)
+            if rank == 0:
+                print(f"resumed from {resume.path}: iteration {start_it}, consumed samples "
+                      f"{resume.consumed_samples} ({resume.load_s:.2f} s)", flush=True)
+        elif rank == 0:
+            print(f"no checkpoint in {cfg.load}: starting at iteration 0", flush=True)
+    writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
+    saved_at = start_it if cfg.load else -1
+
+    def save(done: int) -> None:
+        save_s = save_checkpoint(rt, cfg.save, done, rt.consumed_samples(done), keep_last=cfg.keep_last,
+                                 fault_hook=faults)
+        events.emit("saved", save_s=save_s, iteration=done)
+        if rank == 0:
+            print(f"saved checkpoint at iteration {done} ({save_s:.2f} s)", flush=True)
+
+    it = start_it
+    while it < cfg.train_iters:
+        faults("step", it)
         m = rt.train_step(it)
-        writer.write(m)
+        writer.write(m, first_sample=rt.consumed_samples(it), consumed_samples=rt.consumed_samples(it + 1))
+        if it == start_it:
+            events.emit("first_iteration", iteration=it)
         if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
             print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
                   f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
+        it += 1
+        if cfg.save and cfg.save_interval and it % cfg.save_interval == 0 and it < cfg.train_iters:
+            save(it)
+            saved_at = it
+        if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world):
+            events.emit("stop_seen", iteration=it)
+            if rank == 0:
+                print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
+            break
+    if cfg.save and saved_at != it:
+        save(it)
     writer.close()
-    import torch.distributed as dist
-    dist.barrier(group=groups.world)
-    dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,11 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(argv, world_size)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
+    from megatron_sailor.checkpoint import CheckpointError
     from megatron_sailor.distributed import RendezvousError
     try:
         train(cfg, rank, world_size)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
+    except CheckpointError as exc:
+        return _fail(rank, f"checkpoint refused: {exc}", 2)
     except RendezvousError as exc:
         return _fail(rank, str(exc), 1, all_ranks=True)
     except RuntimeError as exc:  # collective timeouts and peers that died

@@ -1,0 +1,109 @@
+"""What a training process does for sailor-elastic: timing events, the stop request, append-mode metrics,
+and (tests only) fault injection.
+
+* Events: JSON lines ``{"event", "t_unix_s", ...}`` appended by global rank 0 to ``--elastic-events``:
+  ``process_start`` (first line of the script), ``dist_ready``, ``model_ready``, ``loaded`` (with
+  ``load_s``), ``first_iteration`` (end of the first iteration of this process), ``stop_seen``, ``saved``
+  (with ``save_s``), ``exit``. The controller turns them into per-step reconfiguration timings.
+* Stop request: rank 0 reads ``--elastic-control`` after every iteration; the word ``stop`` in it makes
+  every rank (one MAX all-reduce of a flag) save a checkpoint and exit 0.
+* Faults (``SAILOR_FAULT_INJECT``, tests only): ``attempt=A,rank=R,iteration=I,when=step|save`` separated
+  by ``;``. On torchrun restart attempt A (TORCHELASTIC_RESTART_COUNT), rank R SIGKILLs itself during
+  iteration I (``step``) or after writing its first checkpoint file of iteration I (``save``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+PROCESS_START_S = time.time()
+
+
+class EventLog:
+    """Append-only JSON lines (a no-op unless ``path`` is set and this is rank 0)."""
+
+    def __init__(self, path: str | None, rank: int) -> None:
+        self.path = path if rank == 0 else None
+        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+    def emit(self, event: str, t_unix_s: float | None = None, **fields: Any) -> None:
+        if not self.path:
+            return
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        rec = {"event": event, "t_unix_s": time.time() if t_unix_s is None else t_unix_s,
+               "pid": os.getpid(), "attempt": self.attempt, **fields}
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+
+def stop_requested(control_file: str | None, rank: int, world_group: Any) -> bool:
+    """Collective when ``control_file`` is set: True on every rank if rank 0 finds 'stop' in the file."""
+    if not control_file:
+        return False
+    import torch
+    import torch.distributed as dist
+    flag = 0.0
+    if rank == 0:
+        try:
+            flag = 1.0 if "stop" in Path(control_file).read_text(encoding="utf-8") else 0.0
+        except OSError:
+            flag = 0.0
+    t = torch.tensor([flag])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=world_group)
+    return bool(t.item() > 0)
+
+
+class MetricsAppender:
+    """Per-iteration JSON lines from rank 0; a resumed (--load) or restarted run appends to the file.
+
+    Each line: the runtime's StepMetrics plus ``first_sample`` / ``consumed_samples`` (samples consumed
+    after the iteration) and ``attempt`` (torchrun restart count)."""
+
+    def __init__(self, path: str | None, rank: int, append: bool) -> None:
+        self._fh = None
+        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        if path and rank == 0:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(path, "a" if append or self.attempt > 0 else "w", encoding="utf-8")
+
+    def write(self, metrics: Any, first_sample: int, consumed_samples: int, **extra: Any) -> None:
+        if self._fh is None:
+            return
+        from dataclasses import asdict
+        rec = {**asdict(metrics), "first_sample": first_sample, "consumed_samples": consumed_samples,
+               "attempt": self.attempt, **extra}
+        self._fh.write(json.dumps(rec) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def parse_faults(spec: str) -> list[dict[str, Any]]:
+    faults = []
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        kv = dict(item.split("=", 1) for item in part.split(","))
+        faults.append({"attempt": int(kv["attempt"]), "rank": int(kv["rank"]), "iteration": int(kv["iteration"]),
+                       "when": kv.get("when", "step")})
+    return faults
+
+
+class FaultInjector:
+    """Tests only: SIGKILL this process at a chosen point (see the module docstring)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        spec = os.environ.get("SAILOR_FAULT_INJECT", "")
+        self.faults = [f for f in parse_faults(spec) if f["attempt"] == attempt and f["rank"] == rank]
+
+    def __call__(self, when: str, iteration: int) -> None:
+        for f in self.faults:
+            if f["when"] == when and f["iteration"] == iteration:
+                os.kill(os.getpid(), signal.SIGKILL)
