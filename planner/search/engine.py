@@ -20,7 +20,7 @@ from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.rows import pareto_min, product_rows, type_options as zone_options
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
-from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, type_options
+from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, task_bound, type_options
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
@@ -69,15 +69,33 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     for sub in clusters:
         tasks = enumerate_tasks(ctx, sub, tables, options, gbs, objective, space, cache)
         stats.tasks += len(tasks)
-        for i, task in enumerate(tasks):
-            if task.bound >= best.threshold():
-                stats.tasks_pruned += len(tasks) - i
-                break
-            _run_task(ctx, sub, tables, cache, task, gbs, objective, space, best, stats)
-            if progress is not None:
-                progress(i + 1, len(tasks), time.perf_counter() - t0)
+        _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
+               None if progress is None else (lambda i, n: progress(i, n, time.perf_counter() - t0)))
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
     return SearchResult(best.sorted(), stats, time.perf_counter() - t0)
+
+
+def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
+           objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats, progress) -> None:
+    """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped."""
+    heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
+    heapq.heapify(heap)
+    done = 0
+    while heap:
+        bound, refined, i = heapq.heappop(heap)
+        if bound >= best.threshold():
+            stats.tasks_pruned += len(heap) + 1
+            break
+        task = tasks[i]
+        if not refined:
+            b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs, objective,
+                           cache)
+            heapq.heappush(heap, (max(b, bound), 1, i))
+            continue
+        _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats)
+        done += 1
+        if progress is not None:
+            progress(done, len(tasks))
 
 
 def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):

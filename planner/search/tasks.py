@@ -120,7 +120,8 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
                 for subset in combinations(types, k):
                     for tps in product(*(choices[g] for g in subset)):
                         combo = tuple(zip(subset, tps))
-                        b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache)
+                        b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
+                                       with_sync=False)
                         if b < np.inf:
                             tasks.append(Task(s_num, mbs, combo, b))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
@@ -128,8 +129,9 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
 
 
 def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
-               objective: Objective, cache: LinkCache) -> float:
-    """Lower bound on the objective of every plan of the task (inf: none can be feasible)."""
+               objective: Objective, cache: LinkCache, with_sync: bool = True) -> float:
+    """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
+    gradient-sync term when ``with_sync`` is false (cheaper, weaker)."""
     arrs = [tables.arrays(g, t, mbs, s_num) for g, t in combo]
     fits = np.logical_and.reduce([a.fits for a in arrs])
     if not fits.any():
@@ -147,7 +149,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         t_types.append(t_of_m[m_per - 1])
         f_types.append(fill)
     span = np.maximum(max(f_types), np.min(t_types, axis=0))
-    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache)
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
     it = span + sync + upd
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
