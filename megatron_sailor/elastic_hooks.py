@@ -3,10 +3,12 @@ and (tests only) fault injection.
 
 * Events: JSON lines ``{"event", "t_unix_s", ...}`` appended by global rank 0 to ``--elastic-events``:
   ``process_start`` (first line of the script), ``dist_ready``, ``model_ready``, ``loaded`` (with
-  ``load_s``), ``first_iteration`` (end of the first iteration of this process), ``stop_seen``, ``saved``
+  ``load_s``), ``step`` (every iteration: ``iteration``, ``loss``, ``first_sample``, ``consumed_samples``
+  = samples consumed after it), ``first_iteration`` (end of the first iteration of this process), ``stop_seen``, ``saved``
   (with ``save_s``), ``exit``. The controller turns them into per-step reconfiguration timings.
 * Stop request: rank 0 reads ``--elastic-control`` after every iteration; the word ``stop`` in it makes
-  every rank (one MAX all-reduce of a flag) save a checkpoint and exit 0.
+  every rank (one MAX all-reduce of a flag) save a checkpoint and exit 0; ``hold N`` pauses the job after
+  iteration N until the controller decides (deterministic trace replays).
 * Faults (``SAILOR_FAULT_INJECT``, tests only): ``attempt=A,rank=R,iteration=I,when=step|save`` separated
   by ``;``. On torchrun restart attempt A (TORCHELASTIC_RESTART_COUNT), rank R SIGKILLs itself during
   iteration I (``step``) or after writing its first checkpoint file of iteration I (``save``).
@@ -40,18 +42,38 @@ class EventLog:
             fh.write(json.dumps(rec) + "\n")
 
 
-def stop_requested(control_file: str | None, rank: int, world_group: Any) -> bool:
-    """Collective when ``control_file`` is set: True on every rank if rank 0 finds 'stop' in the file."""
+def _read_control(control_file: str) -> list[str]:
+    try:
+        return Path(control_file).read_text(encoding="utf-8").split()
+    except OSError:
+        return []
+
+
+def _rank0_action(control_file: str, done: int, hold_timeout_s: float) -> bool:
+    """True = stop. ``hold N`` with ``done >= N`` waits here until the file says something else."""
+    deadline = time.monotonic() + hold_timeout_s
+    while True:
+        words = _read_control(control_file)
+        if words[:1] == ["stop"]:
+            return True
+        held = len(words) == 2 and words[0] == "hold" and words[1].isdigit() and done >= int(words[1])
+        if not held or time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def stop_requested(control_file: str | None, rank: int, world_group: Any, done: int = 0,
+                   hold_timeout_s: float = 60.0) -> bool:
+    """Collective when ``control_file`` is set: True on every rank if rank 0 reads ``stop`` in it.
+
+    ``hold N`` (written by sailor-elastic replaying a trace in iterations) pauses the job once ``N``
+    iterations are done until the controller answers ``stop`` or anything else (e.g. ``run``); the other
+    ranks wait in the all-reduce meanwhile (keep ``hold_timeout_s`` below the collective timeout)."""
     if not control_file:
         return False
     import torch
     import torch.distributed as dist
-    flag = 0.0
-    if rank == 0:
-        try:
-            flag = 1.0 if "stop" in Path(control_file).read_text(encoding="utf-8") else 0.0
-        except OSError:
-            flag = 0.0
+    flag = 1.0 if rank == 0 and _rank0_action(control_file, done, hold_timeout_s) else 0.0
     t = torch.tensor([flag])
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=world_group)
     return bool(t.item() > 0)
@@ -60,8 +82,7 @@ def stop_requested(control_file: str | None, rank: int, world_group: Any) -> boo
 class MetricsAppender:
     """Per-iteration JSON lines from rank 0; a resumed (--load) or restarted run appends to the file.
 
-    Each line: the runtime's StepMetrics plus ``first_sample`` / ``consumed_samples`` (samples consumed
-    after the iteration) and ``attempt`` (torchrun restart count)."""
+    Each line is the runtime's StepMetrics (schema unchanged); sample accounting goes to the event log."""
 
     def __init__(self, path: str | None, rank: int, append: bool) -> None:
         self._fh = None
@@ -70,12 +91,11 @@ class MetricsAppender:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(path, "a" if append or self.attempt > 0 else "w", encoding="utf-8")
 
-    def write(self, metrics: Any, first_sample: int, consumed_samples: int, **extra: Any) -> None:
+    def write(self, metrics: Any) -> None:
         if self._fh is None:
             return
         from dataclasses import asdict
-        rec = {**asdict(metrics), "first_sample": first_sample, "consumed_samples": consumed_samples,
-               "attempt": self.attempt, **extra}
+        rec = asdict(metrics)
         self._fh.write(json.dumps(rec) + "\n")
         self._fh.flush()
 

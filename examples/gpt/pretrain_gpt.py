@@ -112,7 +112,9 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
     while it < cfg.train_iters:
         faults("step", it)
         m = rt.train_step(it)
-        writer.write(m, first_sample=rt.consumed_samples(it), consumed_samples=rt.consumed_samples(it + 1))
+        writer.write(m)
+        events.emit("step", iteration=it, loss=m.loss, first_sample=rt.consumed_samples(it),
+                    consumed_samples=rt.consumed_samples(it + 1))
         if it == start_it:
             events.emit("first_iteration", iteration=it)
         if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
@@ -122,7 +124,8 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
         if cfg.save and cfg.save_interval and it % cfg.save_interval == 0 and it < cfg.train_iters:
             save(it)
             saved_at = it
-        if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world):
+        if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world, done=it,
+                                                     hold_timeout_s=cfg.timeout_s / 2):
             events.emit("stop_seen", iteration=it)
             if rank == 0:
                 print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
