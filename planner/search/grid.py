@@ -95,14 +95,15 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
     """(sync seconds, egress USD) per row. ``bound_only``: a lower bound (only the stage with the largest
     gradient, no egress)."""
     groups = [p.group for p in pools]
-    used = D > 0
     s_num = len(pools[0].params)
     params = np.array([p.params for p in pools], dtype=float)            # [P, S]
     tps = np.array([p.group.tp for p in pools], dtype=float)
-    # per row and stage: largest per-GPU gradient and largest whole-stage gradient among the used pools
-    grad = np.where(used[:, :, None], params[None, :, :], 0.0).max(axis=1) * 4.0     # [R, S]
+    # which pools a row uses decides, per stage, the largest per-GPU and whole-stage gradient
+    codes, inv = np.unique((D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1])), return_inverse=True)
+    used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)          # [K, P]
+    grad = np.where(used[:, :, None], params[None, :, :], 0.0).max(axis=1) * 4.0           # [K, S]
     full = np.where(used[:, :, None], (params * tps[:, None])[None, :, :], 0.0).max(axis=1) * 4.0
-    keys, inv = np.unique(np.concatenate([grad, full], axis=1), axis=0, return_inverse=True)
+    keys = np.concatenate([grad, full], axis=1)
     inv = inv.reshape(-1)
     sync = np.zeros(len(D))
     egress = np.zeros(len(D))

@@ -128,7 +128,8 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
               full_bytes: float) -> tuple[np.ndarray, np.ndarray]:
     """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
     (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
-    keys, inv = np.unique(np.minimum(D, 2), axis=0, return_inverse=True)
+    codes, inv = np.unique(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), return_inverse=True)
+    keys = (codes[:, None] // (3 ** np.arange(D.shape[1], dtype=np.int64))[None, :]) % 3
     inv = inv.reshape(-1)
     pats = [_pattern(ctx, groups, k) for k in keys]
     d = D.sum(axis=1)
