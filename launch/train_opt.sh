@@ -13,8 +13,47 @@
 # by ZONE_LATENCY_S (default 0.002) + bytes / ZONE_GBPS (default 1 Gbit/s).
 # Environment knobs: ITERS (default 40), GRAD_SYNC (hierarchical|flat), PLAN_SOURCE (builtin|planner), OUT,
 # ZONE_LATENCY_S, ZONE_GBPS.
+#
+# Flags for the real thing (all optional; with none of them the behaviour above is unchanged):
+#   --plan PLAN          train this plan (ours or a Sailor plan_config) instead of the built-in one
+#   --nodes-file NODES   node inventory: launch with `python -m launch` (one torchrun per node, docs/LAUNCH.md)
+#   --model NAME         built-in model (e.g. opt-350m) instead of the tiny OPT-shaped model
+#   --data-path PREFIX   megatron .bin/.idx pair (default: the sample corpus, built into $OUT)
+#   --iters N            training iterations (default $ITERS or 40)
+#   --slurm              write $OUT/job.sbatch with `python -m launch.slurm` and submit it with sbatch
+#   --dry-run            check the inputs and print the commands, run nothing
+#   -- ARGS              extra arguments for examples/gpt/pretrain_gpt.py (or python -m launch.slurm options
+#                        such as --partition, given before the -- through SLURM_ARGS="...")
+# Bad input (a missing plan / inventory / data file, --slurm without --nodes-file or without sbatch, an
+# inventory that cannot host the plan) prints one "error: ..." line naming it, exits 2 and launches nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+die() { echo "error: $*" >&2; exit 2; }
+PLAN_FILE="" NODES_FILE="" MODEL_NAME="" DATA_PATH="" SLURM=0 DRY_RUN=0 EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --plan) [[ $# -ge 2 ]] || die "--plan needs a file"; PLAN_FILE=$2; shift 2 ;;
+    --nodes-file) [[ $# -ge 2 ]] || die "--nodes-file needs a file"; NODES_FILE=$2; shift 2 ;;
+    --model) [[ $# -ge 2 ]] || die "--model needs a name"; MODEL_NAME=$2; shift 2 ;;
+    --data-path) [[ $# -ge 2 ]] || die "--data-path needs a prefix"; DATA_PATH=$2; shift 2 ;;
+    --iters) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die "--iters needs a positive integer"; ITERS=$2; shift 2 ;;
+    --slurm) SLURM=1; shift ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) die "unknown argument '$1' (see bash launch/train_opt.sh --help)" ;;
+  esac
+done
+[[ -z "$PLAN_FILE" || -f "$PLAN_FILE" ]] || die "plan file not found: $PLAN_FILE"
+[[ -z "$NODES_FILE" || -f "$NODES_FILE" ]] || die "node inventory not found: $NODES_FILE"
+if [[ -n "$DATA_PATH" ]]; then
+  for ext in bin idx; do [[ -f "$DATA_PATH.$ext" ]] || die "data file not found: $DATA_PATH.$ext (--data-path)"; done
+fi
+if [[ $SLURM == 1 ]]; then
+  [[ -n "$NODES_FILE" ]] || die "--slurm needs --nodes-file (the SLURM node names)"
+  [[ -n "$PLAN_FILE" ]] || die "--slurm needs --plan (the built-in plan uses CPU labels, not cluster GPUs)"
+  [[ $DRY_RUN == 1 ]] || command -v sbatch >/dev/null || die "sbatch not found on PATH (--slurm submits with sbatch; use --dry-run to only write the script)"
+fi
 OUT=${OUT:-runs/train_opt}
 ITERS=${ITERS:-40}
 GRAD_SYNC=${GRAD_SYNC:-hierarchical}
@@ -33,14 +72,29 @@ YAML
 MODEL_ARGS=(--num-layers 6 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 64
             --max-position-embeddings 64 --vocab-size 128 --make-vocab-size-divisible-by 8)
 
-if [[ "$PLAN_SOURCE" == "planner" ]]; then
+if [[ -n "$MODEL_NAME" ]]; then
+  python -c "from planner.model import get_model; get_model('$MODEL_NAME')" 2>/dev/null \
+    || die "unknown model '$MODEL_NAME' (built-in: tiny, opt-350m, gpt-neo-2.7b, llama-3-8b)"
+  MODEL_ARGS=(--model "$MODEL_NAME")
+fi
+
+if [[ -n "$PLAN_FILE" ]]; then
+  PLAN=$PLAN_FILE
+  python -c "from planner.sailor_plan import load_any_plan; load_any_plan('$PLAN')" >/dev/null \
+    || die "cannot read the plan $PLAN (see the message above)"
+elif [[ -n "$MODEL_NAME" ]]; then
+  PLAN=$OUT/plan.json
+  python -m planner.cli_plan --model "$MODEL_NAME" --cluster "$OUT/cluster.yaml" --gbs 16 --no-comparator -o "$PLAN"
+elif [[ "$PLAN_SOURCE" == "planner" ]]; then
   cat > "$OUT/model.json" <<'JSON'
 {"name": "tiny-opt", "num_layers": 6, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256,
  "seq_length": 64, "vocab_size": 128, "max_position_embeddings": 64, "make_vocab_size_divisible_by": 8}
 JSON
   python -m planner.cli_plan --model "$OUT/model.json" --cluster "$OUT/cluster.yaml" --gbs 16 \
       --no-comparator -o "$OUT/plan.json"
+  PLAN=$OUT/plan.json
 else
+  PLAN=$OUT/plan.json
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
  "microbatches_per_pipeline": [5, 3],
@@ -51,16 +105,42 @@ else
                                                    {"gpu_type": "V100-16", "tp": 1, "zone": "local-b"}]}]}
 JSON
 fi
-NPROC=$(python -c "from planner.plan import Plan; print(Plan.load('$OUT/plan.json').world_size)")
+[[ -n "$PLAN_FILE" && -z "$MODEL_NAME" ]] && MODEL_ARGS=()   # the plan's named built-in model (or dims after --)
+NPROC=$(python -c "from planner.sailor_plan import load_any_plan; print(load_any_plan('$PLAN')[0].world_size)")
 
-python -m megatron_sailor.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$OUT/corpus"
-PORT=$(python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
-python -m torch.distributed.run --nproc-per-node "$NPROC" --master-addr 127.0.0.1 --master-port "$PORT" \
-    examples/gpt/pretrain_gpt.py --sailor-plan "$OUT/plan.json" "${MODEL_ARGS[@]}" \
-    --train-iters "$ITERS" --lr 3e-3 --seed 1234 --data-path "$OUT/corpus" --grad-sync "$GRAD_SYNC" \
-    --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS" \
-    --metrics-file "$OUT/metrics.jsonl" --log-interval 5 2> >(grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2)
+if [[ -z "$DATA_PATH" ]]; then
+  DATA_PATH=$OUT/corpus
+  PREP=(python -m megatron_sailor.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$DATA_PATH")
+  if [[ $DRY_RUN == 1 ]]; then echo "${PREP[*]}"; else "${PREP[@]}"; fi
+fi
+TRAIN_ARGS=("${MODEL_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --seed 1234 --data-path "$DATA_PATH"
+            --grad-sync "$GRAD_SYNC" --metrics-file "$OUT/metrics.jsonl" --log-interval 5 "${EXTRA[@]}")
+filter_warnings() { grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2; }
+
+if [[ -n "$NODES_FILE" ]]; then
+  # Checks placement (types, zones, node sizes): exits 2 naming the missing resource, launches nothing.
+  python -m launch "$PLAN" --nodes-file "$NODES_FILE" --dry-run -- "${TRAIN_ARGS[@]}" > "$OUT/commands.txt"
+  if [[ $SLURM == 1 ]]; then
+    # shellcheck disable=SC2086
+    python -m launch.slurm "$PLAN" --nodes-file "$NODES_FILE" --workdir "$PWD" ${SLURM_ARGS:-} -- "${TRAIN_ARGS[@]}" \
+        > "$OUT/job.sbatch"
+    bash -n "$OUT/job.sbatch"
+    if [[ $DRY_RUN == 1 ]]; then echo "sbatch $OUT/job.sbatch"; cat "$OUT/job.sbatch"; exit 0; fi
+    sbatch "$OUT/job.sbatch"
+    exit 0
+  fi
+  if [[ $DRY_RUN == 1 ]]; then cat "$OUT/commands.txt"; exit 0; fi
+  echo "launching $NPROC ranks from $NODES_FILE"
+  python -m launch "$PLAN" --nodes-file "$NODES_FILE" -- "${TRAIN_ARGS[@]}" 2> >(filter_warnings)
+else
+  PORT=$(python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  CMD=(python -m torch.distributed.run --nproc-per-node "$NPROC" --master-addr 127.0.0.1 --master-port "$PORT"
+       examples/gpt/pretrain_gpt.py --sailor-plan "$PLAN" "${TRAIN_ARGS[@]}"
+       --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS")
+  if [[ $DRY_RUN == 1 ]]; then echo "${CMD[*]}"; exit 0; fi
+  echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
+  "${CMD[@]}" 2> >(filter_warnings)
+fi
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]

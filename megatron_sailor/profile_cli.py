@@ -12,6 +12,7 @@ directly. Bad input (unknown model, TP that does not divide it, unwritable outpu
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -107,9 +108,12 @@ def default_nproc(args: argparse.Namespace) -> int:
     return max(n, 2) if args.network_out else n
 
 
-def torchrun_command(argv: list[str], nproc: int, port: int) -> list[str]:
+ARGV_ENV = "SAILOR_PROFILE_ARGV"   # the arguments travel to the ranks here (torchrun would parse --nproc)
+
+
+def torchrun_command(nproc: int, port: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-            f"--master-port={port}", "-m", "megatron_sailor.profile_cli", *argv]
+            f"--master-port={port}", "-m", "megatron_sailor.profile_cli"]
 
 
 def _free_port() -> int:
@@ -125,7 +129,8 @@ def _relaunch(argv: list[str], nproc: int) -> int:
     env.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.call(torchrun_command(argv, nproc, _free_port()), env=env)
+    env[ARGV_ENV] = json.dumps(argv)
+    return subprocess.call(torchrun_command(nproc, _free_port()), env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        argv = json.loads(os.environ[ARGV_ENV]) if ARGV_ENV in os.environ else sys.argv[1:]
+    argv = list(argv)
     args = build_parser().parse_args(argv)
     under_torchrun = "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else default_nproc(args)
