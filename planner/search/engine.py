@@ -81,6 +81,7 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
     heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
     heapq.heapify(heap)
     done = 0
+    sync_tables: dict[int, dict] = {}
     while heap:
         bound, refined, i = heapq.heappop(heap)
         if bound >= best.threshold():
@@ -89,10 +90,11 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
         task = tasks[i]
         if not refined:
             b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs, objective,
-                           cache)
+                           cache, sync_out=sync_tables.setdefault(i, {}))
             heapq.heappush(heap, (max(b, bound), 1, i))
             continue
-        _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats)
+        _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
+                  sync_tables[i].get("by_d"))
         done += 1
         if progress is not None:
             progress(done, len(tasks))
@@ -138,7 +140,8 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tas
 
 
 def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
-              objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+              objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
+              sync_lb: np.ndarray | None = None) -> None:
     n_mb = gbs // task.mbs
     arrs = [tables.arrays(g, tp, task.mbs, task.num_stages) for g, tp in task.tps]
     fits = np.logical_and.reduce([a.fits for a in arrs])
@@ -148,11 +151,12 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
     for k in idx:
         stats.splits_scored += 1
-        _run_split(ctx, cluster, tables, cache, task, int(k), n_mb, objective, space, best, stats)
+        _run_split(ctx, cluster, tables, cache, task, int(k), n_mb, objective, space, best, stats, sync_lb)
 
 
 def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
-               n_mb: int, objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+               n_mb: int, objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
+               sync_lb: np.ndarray | None) -> None:
     by_col = {}
     for g, tp in task.tps:
         arr = tables.arrays(g, tp, task.mbs, task.num_stages)
@@ -166,7 +170,7 @@ def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
             continue
         pools = [by_col[c] for c in cols]
         stats.rows_bounded += len(D)
-        D = D[_cheap_filter(pools, D, n_mb, objective, best.threshold(), space)]
+        D = D[_cheap_filter(pools, D, n_mb, objective, best.threshold(), sync_lb)]
         if len(D) == 0:
             continue
         lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
@@ -187,12 +191,15 @@ def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
 
 
 def _cheap_filter(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, thr: float,
-                  space: SearchSpace) -> np.ndarray:
-    """Rows that may still win, judged without the gradient sync (a lower bound on everything)."""
+                  sync_lb: np.ndarray | None) -> np.ndarray:
+    """Rows that may still win, judged by lower bounds: relaxed makespan, optimizer step and the task's
+    sync lower bound for the row's pipeline count."""
     M = np.array([p.period_s for p in pools])
     F = np.array([p.fill_s for p in pools])
     it = relaxed_lower_bound(D, M, F, n_mb)
     it = it + np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    if sync_lb is not None:
+        it = it + sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
     rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
     gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
     return objective.allows(it, rate * it, gpus) & (objective.key(it, rate * it) <= thr)

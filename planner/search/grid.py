@@ -103,28 +103,21 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
     used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)          # [K, P]
     grad = np.where(used[:, :, None], params[None, :, :], 0.0).max(axis=1) * 4.0           # [K, S]
     full = np.where(used[:, :, None], (params * tps[:, None])[None, :, :], 0.0).max(axis=1) * 4.0
-    keys = np.concatenate([grad, full], axis=1)
     inv = inv.reshape(-1)
-    sync = np.zeros(len(D))
-    egress = np.zeros(len(D))
-    for ki, key in enumerate(keys):
-        rows = np.nonzero(inv == ki)[0]
-        stages = [(float(key[s]), float(key[s_num + s])) for s in range(s_num)]
-        if bound_only:
-            stages = [max(stages)]
-        memo: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
-        times, usd = [], np.zeros(len(rows))
-        for st in stages:
-            if st not in memo:
-                memo[st] = sync_rows(ctx, cache, groups, D[rows], st[0], st[1])
-            times.append(memo[st][0])
-            usd = usd + memo[st][1]
-        if bound_only:
-            sync[rows] = times[0] if ctx.settings.dp_sync_waits_for_all else 0.0
-            continue
-        sync[rows] = _combine_sync(ctx, pools, times, D[rows])
-        egress[rows] = usd
-    return sync, egress
+    grad, full = grad[inv], full[inv]                                                      # [R, S]
+    if bound_only:
+        top = np.argmax(grad, axis=1)[:, None]
+        t, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
+                         np.take_along_axis(full, top, 1)[:, 0])
+        return (t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D))
+    times, egress, memo = [], np.zeros(len(D)), {}
+    for s in range(s_num):
+        key = (grad[:, s].tobytes(), full[:, s].tobytes())
+        if key not in memo:
+            memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s])
+        times.append(memo[key][0])
+        egress = egress + memo[key][1]
+    return _combine_sync(ctx, pools, times, D), egress
 
 
 def _combine_sync(ctx: SimContext, pools: list[PoolModel], times: list[np.ndarray], D: np.ndarray) -> np.ndarray:

@@ -105,7 +105,8 @@ class _Chooser:
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
 
-    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: float, worst_at: np.ndarray) -> np.ndarray:
+    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: np.ndarray, worst_at: np.ndarray
+             ) -> np.ndarray:
         pairs = sorted({q for r in ranks for q in r})
         if not pairs:
             return np.zeros(len(inv))
@@ -119,13 +120,13 @@ class _Chooser:
         for qi, q in enumerate(pairs):
             sel = pick == qi
             if np.any(sel):
-                out[sel] = (2 * (nn[sel] - 1) * link_time(self.link(q), nbytes / nn[sel]))
+                out[sel] = (2 * (nn[sel] - 1) * link_time(self.link(q), nbytes[sel] / nn[sel]))
         has = np.isfinite(rank).any(axis=1)
         return np.where(has & (n > 1), out, 0.0)
 
 
-def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: float,
-              full_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
+              full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
     (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
     codes, inv = np.unique(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), return_inverse=True)
@@ -142,13 +143,13 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
         remap = np.full(len(keys), -1)
         remap[sub_keys] = np.arange(len(sub_keys))
         t, u = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
-                          D[rows], d[rows], grad_bytes, full_bytes)
+                          D[rows], d[rows], grad_bytes[rows], full_bytes[rows])
         time_s[rows], usd[rows] = t, u
     return time_s, usd
 
 
 def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
-               grad: float, full: float) -> tuple[np.ndarray, np.ndarray]:
+               grad: np.ndarray, full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     worst_at = grad / np.maximum(d, 1)
     flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at)
     nz = np.array([p.n_zones for p in pats])[inv]

@@ -129,9 +129,10 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
 
 
 def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
-               objective: Objective, cache: LinkCache, with_sync: bool = True) -> float:
+               objective: Objective, cache: LinkCache, with_sync: bool = True, sync_out: dict | None = None) -> float:
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
-    gradient-sync term when ``with_sync`` is false (cheaper, weaker)."""
+    gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
+    sync lower bound per total pipeline count d (index d)."""
     arrs = [tables.arrays(g, t, mbs, s_num) for g, t in combo]
     fits = np.logical_and.reduce([a.fits for a in arrs])
     if not fits.any():
@@ -150,6 +151,10 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         f_types.append(fill)
     span = np.maximum(max(f_types), np.min(t_types, axis=0))
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    if sync_out is not None and with_sync:
+        table = np.zeros(int(d[-1]) + 1)
+        table[d.astype(np.int64)] = sync
+        sync_out["by_d"] = table
     it = span + sync + upd
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
