@@ -132,7 +132,9 @@ class Controller:
                "--train-iters", str(self.cfg.train_iters), "--save", str(self.ckpt_dir), "--load", str(self.ckpt_dir),
                "--elastic-control", str(self.control), "--elastic-events", str(events),
                "--metrics-file", str(self.metrics), *self.cfg.train_args]
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.cfg.omp_threads),
+        # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: a restarted worker group must not share the rendezvous store
+        # with the dead one (stale gloo addresses -> "connectFullMesh failed"; pytorch/pytorch#135712)
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.cfg.omp_threads), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         log = open(self.work / f"job_{k}.log", "w")
         launched = time.time()
