@@ -51,12 +51,13 @@ def _read_control(control_file: str) -> list[str]:
 
 def _rank0_action(control_file: str, done: int, hold_timeout_s: float) -> bool:
     """True = stop. ``hold N`` with ``done >= N`` waits here until the file says something else."""
-    deadline = time.monotonic() + hold_timeout_s
+    deadline, held = time.monotonic() + hold_timeout_s, False
     while True:
         words = _read_control(control_file)
         if words[:1] == ["stop"]:
             return True
-        held = len(words) == 2 and words[0] == "hold" and words[1].isdigit() and done >= int(words[1])
+        if words or not held:      # an empty read while held = the file is being rewritten: keep waiting
+            held = len(words) == 2 and words[0] == "hold" and words[1].isdigit() and done >= int(words[1])
         if not held or time.monotonic() > deadline:
             return False
         time.sleep(0.02)
