@@ -149,51 +149,67 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
-    for k in idx:
-        stats.splits_scored += 1
-        _run_split(ctx, cluster, tables, cache, task, int(k), n_mb, objective, space, best, stats, sync_lb)
+    models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
+    for D_all, cols in _row_grid(cluster, task, n_mb):
+        if space.uniform_microbatches:
+            D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
+        if len(D_all) == 0:
+            continue
+        # visit splits by their best cheap bound so the incumbent tightens early
+        order = []
+        for k, by_col in models.items():
+            pools = [by_col[c] for c in cols]
+            keys = _cheap_keys(pools, D_all, n_mb, objective, sync_lb)
+            order.append((float(keys.min()), k, pools, keys))
+        order.sort(key=lambda x: x[0])
+        for low, k, pools, keys in order:
+            stats.rows_bounded += len(D_all)
+            if low > best.threshold():
+                break
+            stats.splits_scored += 1
+            _score(ctx, cache, task, tables, k, pools, D_all[keys <= best.threshold()], n_mb, objective, space,
+                   best, stats)
 
 
-def _run_split(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
-               n_mb: int, objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
-               sync_lb: np.ndarray | None) -> None:
+def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
+                 n_mb: int, space: SearchSpace) -> dict[tuple[str, str], PoolModel]:
     by_col = {}
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
     for g, tp in task.tps:
         arr = tables.arrays(g, tp, task.mbs, task.num_stages)
-        mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
-            by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s, n_mb)
-    for D, cols in _row_grid(cluster, task, n_mb):
-        if space.uniform_microbatches:
-            D = D[n_mb % D.sum(axis=1) == 0]
-        if len(D) == 0:
-            continue
-        pools = [by_col[c] for c in cols]
-        stats.rows_bounded += len(D)
-        D = D[_cheap_filter(pools, D, n_mb, objective, best.threshold(), sync_lb)]
-        if len(D) == 0:
-            continue
-        lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
-        thr = best.threshold()
-        keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
-            (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
-        D = D[keep]
-        if len(D) == 0:
-            continue
-        sc = score_rows(ctx, cache, pools, D, n_mb, exact=True, uniform=space.uniform_microbatches)
-        stats.rows_exact += len(D)
-        ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
-        keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
-        for r in np.argsort(keys, kind="stable")[:best.k]:
-            if not np.isfinite(keys[r]) or keys[r] > best.threshold():
-                break
-            best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+            by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
+                                        n_mb)
+    return by_col
 
 
-def _cheap_filter(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, thr: float,
-                  sync_lb: np.ndarray | None) -> np.ndarray:
-    """Rows that may still win, judged by lower bounds: relaxed makespan, optimizer step and the task's
-    sync lower bound for the row's pipeline count."""
+def _score(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, k: int, pools: list[PoolModel],
+           D: np.ndarray, n_mb: int, objective: Objective, space: SearchSpace, best: _TopK,
+           stats: SearchStats) -> None:
+    """Bound the rows with the largest stage's sync, then score the survivors exactly."""
+    if len(D) == 0:
+        return
+    stats.rows_sync_bounded += len(D)
+    lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
+    keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
+        (objective.key(lb.iteration_s, lb.cost_usd) <= best.threshold())
+    D = D[keep]
+    if len(D) == 0:
+        return
+    sc = score_rows(ctx, cache, pools, D, n_mb, exact=True, uniform=space.uniform_microbatches)
+    stats.rows_exact += len(D)
+    ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
+    keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
+    for r in np.argsort(keys, kind="stable")[:best.k]:
+        if not np.isfinite(keys[r]) or keys[r] > best.threshold():
+            break
+        best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+
+
+def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective,
+                sync_lb: np.ndarray | None) -> np.ndarray:
+    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
+    optimizer step and the task's sync lower bound for the row's pipeline count."""
     M = np.array([p.period_s for p in pools])
     F = np.array([p.fill_s for p in pools])
     it = relaxed_lower_bound(D, M, F, n_mb)
@@ -202,7 +218,7 @@ def _cheap_filter(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: O
         it = it + sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
     rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
     gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
-    return objective.allows(it, rate * it, gpus) & (objective.key(it, rate * it) <= thr)
+    return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
 
 
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,

@@ -49,6 +49,7 @@ class LinkCache:
     def __init__(self, ctx: SimContext) -> None:
         self.ctx = ctx
         self._links: dict[tuple, Link] = {}
+        self.patterns: dict[tuple, object] = {}
 
     def get(self, a: Group, b: Group, conc: int) -> Link:
         key = (a.zone, a.gpu_type, b.zone, b.gpu_type, conc)
@@ -132,7 +133,12 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
     codes, inv = np.unique(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), return_inverse=True)
     keys = (codes[:, None] // (3 ** np.arange(D.shape[1], dtype=np.int64))[None, :]) % 3
     inv = inv.reshape(-1)
-    pats = [_pattern(ctx, groups, k) for k in keys]
+    gkey = tuple(groups)
+    pats = []
+    for code, k in zip(codes.tolist(), keys):
+        if (gkey, code) not in cache.patterns:
+            cache.patterns[(gkey, code)] = _pattern(ctx, groups, k)
+        pats.append(cache.patterns[(gkey, code)])
     d = D.sum(axis=1)
     conc = np.array([min([groups[i].tp for i in range(len(groups)) if k[i] > 0] or [1]) for k in keys])
     time_s = np.zeros(len(d))

@@ -111,6 +111,7 @@ class SearchStats:
     tasks_pruned: int = 0
     splits_scored: int = 0
     rows_bounded: int = 0
+    rows_sync_bounded: int = 0
     rows_exact: int = 0
     memory_shortfall_bytes: float | None = None   # smallest overflow seen when nothing fits
     notes: list[str] = field(default_factory=list)

@@ -7,6 +7,7 @@ checks the numbers against :func:`planner.simulator.simulate` on random plans.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -111,6 +112,7 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
             + st.memory_overhead_bytes)
 
 
+@lru_cache(maxsize=None)
 def split_family(num_layers: int, num_stages: int) -> np.ndarray:
     """The declared layer splits: first and last stage sizes free, middle stages as even as possible.
 
@@ -119,14 +121,16 @@ def split_family(num_layers: int, num_stages: int) -> np.ndarray:
     every composition of the layers. Returns an int array [K, S].
     """
     L, S = num_layers, num_stages
+    rows: list[list[int]] = []
     if S == 1:
-        return np.array([[L]], dtype=np.int64)
-    if S == 2:
-        return np.array([[a, L - a] for a in range(1, L)], dtype=np.int64)
-    rows = []
+        rows = [[L]]
+    elif S == 2:
+        rows = [[a, L - a] for a in range(1, L)]
     mid = S - 2
-    for a in range(1, L - mid):
+    for a in range(1, L - mid) if S > 2 else ():
         for c in range(1, L - mid - a + 1):
             q, r = divmod(L - a - c, mid)
             rows.append([a] + [q] * (mid - r) + [q + 1] * r + [c])
-    return np.array(rows, dtype=np.int64).reshape(-1, S)
+    out = np.array(rows, dtype=np.int64).reshape(-1, S)
+    out.flags.writeable = False
+    return out

@@ -3,6 +3,7 @@ objective over every plan of the task (used to visit tasks best-first and to ski
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations, product
 
 import numpy as np
@@ -95,10 +96,11 @@ class Tables:
         return self._arr[key]
 
 
-def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> list[tuple[str, int]]:
+@lru_cache(maxsize=4096)
+def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> tuple[tuple[str, int], ...]:
     """(zone, max pipelines) of every zone holding type g."""
-    return [(p.zone, p.count // (s_num * tp)) for p in sorted(cluster.pools, key=lambda p: p.zone)
-            if p.gpu_type == g and p.count // (s_num * tp) > 0]
+    return tuple((p.zone, p.count // (s_num * tp)) for p in sorted(cluster.pools, key=lambda p: p.zone)
+            if p.gpu_type == g and p.count // (s_num * tp) > 0)
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
