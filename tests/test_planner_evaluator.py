@@ -112,3 +112,19 @@ def test_split_family_and_zone_options():
 def test_pareto_min():
     c = np.array([[1, 2], [2, 1], [2, 2], [1, 2], [0, 5]])
     assert list(pareto_min(c)) == [0, 1, 4]
+
+
+def test_zone_options_are_water_filling():
+    import random
+    from itertools import combinations
+    from test_planner_bruteforce import balanced
+    rng = random.Random(1)
+    for _ in range(150):
+        z = rng.randint(1, 4)
+        caps = tuple(rng.randint(1, 7) for _ in range(z))
+        top = rng.randint(1, 30)
+        got = [tuple(r) for r in type_options(caps, top)]
+        want = {tuple(c) for k in range(1, z + 1) for sub in combinations(range(z), k)
+                for d in range(1, min(top, sum(caps[i] for i in sub)) + 1)
+                for c in [balanced(list(caps), sub, d)] if c}
+        assert len(got) == len(set(got)) and set(got) == want

@@ -102,6 +102,12 @@ class _Chooser:
 
     def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
         self.cache, self.groups, self.conc = cache, groups, conc
+        self._bw: dict[tuple[int, int], np.ndarray] = {}     # every ring of one call selects at the same sizes
+
+    def _bandwidth(self, q: tuple[int, int], worst_at: np.ndarray) -> np.ndarray:
+        if q not in self._bw:
+            self._bw[q] = bandwidth(self.link(q), worst_at)
+        return self._bw[q]
 
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
@@ -112,7 +118,7 @@ class _Chooser:
         if not pairs:
             return np.zeros(len(inv))
         rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv]        # [R, Q]
-        bw = np.column_stack([bandwidth(self.link(q), worst_at) for q in pairs])
+        bw = np.column_stack([self._bandwidth(q, worst_at) for q in pairs])
         bw = np.where(np.isfinite(rank), bw, np.inf)
         tie = bw == bw.min(axis=1, keepdims=True)
         pick = np.argmin(np.where(tie, rank, np.inf), axis=1)

@@ -10,26 +10,30 @@ import numpy as np
 @lru_cache(maxsize=512)
 def type_options(caps: tuple[int, ...], max_total: int) -> np.ndarray:
     """Per-zone pipeline counts of one GPU type: for every non-empty subset of its zones and every total
-    d (>= one per chosen zone), the balanced distribution (water-filling under the caps; ties go to the
-    earlier zone). Returns [n_options, len(caps)]."""
+    d (>= one per chosen zone), the balanced distribution (water-filling under the caps: repeatedly one more
+    pipeline to the chosen zone with the fewest, the earlier zone on ties). Returns [n_options, len(caps)]."""
     z = len(caps)
     out: list[np.ndarray] = []
     for size in range(1, z + 1):
         for subset in combinations(range(z), size):
-            cur = np.zeros(z, dtype=np.int64)
-            cur[list(subset)] = 1
-            total = size
-            limit = min(max_total, sum(caps[i] for i in subset))
-            if total > limit:
+            c = np.array([caps[i] for i in subset], dtype=np.int64)
+            d = np.arange(size, min(max_total, int(c.sum())) + 1, dtype=np.int64)
+            if len(d) == 0:
                 continue
-            out.append(cur.copy())
-            while total < limit:
-                room = [i for i in subset if cur[i] < caps[i]]
-                i = min(room, key=lambda k: (cur[k], k))
-                cur[i] += 1
-                total += 1
-                out.append(cur.copy())
-    return np.array(out, dtype=np.int64).reshape(-1, z)
+            # level lam: the largest with sum(min(c, lam)) <= d; the remainder goes one each to the first
+            # zones (in order) whose cap exceeds lam
+            lams = np.arange(0, int(c.max()) + 1)
+            filled = np.minimum(c[None, :], lams[:, None]).sum(axis=1)
+            lam = np.searchsorted(filled, d, side="right") - 1
+            base = np.minimum(c[None, :], lam[:, None])
+            rem = d - base.sum(axis=1)
+            room = c[None, :] > lam[:, None]
+            rank = np.cumsum(room, axis=1) - 1
+            counts = base + (room & (rank < rem[:, None]))
+            full = np.zeros((len(d), z), dtype=np.int64)
+            full[:, list(subset)] = counts
+            out.append(full)
+    return np.concatenate(out, axis=0) if out else np.zeros((0, z), dtype=np.int64)
 
 
 def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000):

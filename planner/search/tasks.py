@@ -145,13 +145,19 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     d = np.arange(len(combo), min(cap, n_mb) + 1, dtype=float)
     if len(d) == 0:
         return np.inf
-    m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
-    t_types, f_types = [], []
-    for a, (g, t) in zip(arrs, combo):
-        t_of_m, fill = _type_times(ctx, cluster, cache, a, fits, g, t, s_num, mbs, n_mb)
-        t_types.append(t_of_m[m_per - 1])
-        f_types.append(fill)
-    span = np.maximum(max(f_types), np.min(t_types, axis=0))
+    if with_sync:
+        m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
+        t_types, f_types = [], []
+        for a, (g, t) in zip(arrs, combo):
+            t_of_m, fill = _type_times(ctx, cluster, cache, a, fits, g, t, s_num, mbs, n_mb)
+            t_types.append(t_of_m[m_per - 1])
+            f_types.append(fill)
+        span = np.maximum(max(f_types), np.min(t_types, axis=0))
+    else:   # busiest stage as the period, no transfers: weaker, much cheaper
+        m_min = np.array([a.compute_s[fits].max(axis=1).min() for a in arrs])
+        f_min = np.array([a.compute_s[fits].sum(axis=1).min() for a in arrs])
+        span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
+        span = span * (1 - 1e-12)
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
     if sync_out is not None and with_sync:
         table = np.zeros(int(d[-1]) + 1)
