@@ -92,6 +92,26 @@ class RowScores:
 
 def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool = False
                ) -> tuple[np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD) per row, computed once per distinct (pattern of 0 / 1 / >= 2 replicas per
+    pool, total replicas, replicas per zone): nothing else of a row enters the gradient sync."""
+    if len(D) < 4096:
+        return _sync_distinct(ctx, cache, pools, D, bound_only)
+    zones = sorted({p.group.zone for p in pools})
+    ind = np.array([[p.group.zone == z for z in zones] for p in pools], dtype=np.int64)      # [P, Z]
+    code = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
+    d = D.sum(axis=1)
+    if len(zones) == 1:
+        _, first, inv = np.unique(code * (int(d.max()) + 1) + d, return_index=True, return_inverse=True)
+    else:
+        _, first, inv = np.unique(np.column_stack([code, d, D @ ind]), axis=0, return_index=True,
+                                  return_inverse=True)
+    t, u = _sync_distinct(ctx, cache, pools, D[first], bound_only)
+    inv = inv.reshape(-1)
+    return t[inv], u[inv]
+
+
+def _sync_distinct(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """(sync seconds, egress USD) per row. ``bound_only``: a lower bound (only the stage with the largest
     gradient, no egress)."""
     groups = [p.group for p in pools]
