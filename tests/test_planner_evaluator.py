@@ -35,7 +35,7 @@ def _agree(ctx, cluster, gbs, objective, k=60, space=SearchSpace(max_stages=4)):
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=k)
     assert len(res.candidates) > 5
     for c in res.candidates:
-        plan = build_plan(c, ctx.model.num_layers, gbs, None)
+        plan = build_plan(c, ctx.model.num_layers, gbs, None, precision=space.precision)
         est = simulate(plan, ctx)
         assert est.iteration_time_s == pytest.approx(c.iteration_s, rel=1e-9)
         assert est.cost_per_iteration_usd == pytest.approx(c.cost_usd, rel=1e-9)
@@ -52,6 +52,14 @@ def test_top_candidates_agree_with_simulate(settings, objective):
     ctx = _ctx(settings)
     cluster = parse_gpus("A100-40@us-a=8,V100-16@us-a=6,V100-16@us-b=6,GH-96@eu-c=4", ctx.catalog)
     _agree(ctx, cluster, 64, objective)
+
+
+def test_top_candidates_agree_with_simulate_bf16_and_headroom():
+    cat = GPUCatalog()
+    ctx = SimContext(MODEL, ProfileStore(MODEL, cat, precision="bf16"), NetworkModel(cat), cat,
+                     OURS.with_(memory_headroom_fraction=0.1, activation_reserve_factor=1.3))
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-b=8", ctx.catalog)
+    _agree(ctx, cluster, 64, Objective("throughput"), space=SearchSpace(max_stages=4, precision="bf16"))
 
 
 def test_top_candidates_agree_with_simulate_sailor_data():
