@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ class Setup:
     hetero: bool = False             # the >= 10 % quality goal applies
     extra: tuple[str, ...] = ()
     objective: str = "throughput"
+    stated: tuple[int, int] | None = None   # (stages, replicas per stage) of the plan the issue says Sailor returns
 
 
 def _g(*pools: tuple[str, str, int]) -> str:
@@ -54,7 +56,7 @@ def setups() -> list[Setup]:
     for (a, v), its, usd, s in [((32, 96), .1700, .629, "1.4"), ((80, 240), .3609, .754, "3.9"),
                                 ((128, 384), .5229, .833, "7.6")]:
         out.append(Setup(f"Fig8b {a}+{v}", "OPT-350", _g((A, Z[0], a), (V, Z[0], v)), its, usd, s,
-                         2.0 if a == 128 else None, hetero=True))
+                         2.0 if a == 128 else None, hetero=True, stated=(7, 32) if a == 128 else None))
     for n, its, usd, s in [(32, .4149, .441, "0.20"), (80, .7278, .668, "0.35"), (128, 1.0198, .764, "0.60")]:
         out.append(Setup(f"Fig10 5x{n} A100", "OPT-350", _g(*[(A, z, n) for z in Z]), its, usd, s, 1.0))
     two = _g((A, Z[0], 128), (A, Z[1], 128), (V, Z[0], 128), (V, Z[1], 128))
@@ -74,15 +76,49 @@ def setups() -> list[Setup]:
     return out
 
 
-def run_ours(st: Setup, data: str) -> tuple[dict, float]:
+def run_ours(st: Setup, data: str) -> tuple[dict, float, float]:
+    """(report, wall seconds, CPU seconds) of one whole sailor-plan process."""
     cmd = [sys.executable, "-m", "planner.cli_plan", "--sailor-data", data, "--model", st.model, "--gpus", st.gpus,
            "--objective", st.objective, "--json", *st.extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{st.name}: sailor-plan failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout), wall
+    return json.loads(proc.stdout), wall, cpu
+
+
+def stated_plan_its(st: Setup, ctx) -> float | None:
+    """Best it/s (our simulator) of the plan the issue states Sailor returns: S stages, R replicas per stage
+    (the first a of every stage A100 TP 1, the rest V100 at TP t), micro-batch 1, layer ids split evenly."""
+    if st.stated is None:
+        return None
+    import numpy as np
+    from planner.plan import Plan, Replica, Stage
+    from planner.simulator import simulate
+    s_num, reps = st.stated
+    cnt = [len(x) for x in np.array_split(np.arange(ctx.model.num_layers + 2), s_num)]
+    cnt[0] -= 1
+    cnt[-1] -= 1
+    n_a, n_v = (int(x.split("=")[1]) for x in st.gpus.split(","))
+    best = None
+    for tv in (1, 2, 4):
+        for a in range(0, reps + 1):
+            if s_num * a > n_a or s_num * (reps - a) * tv > n_v:
+                continue
+            row = tuple([Replica(A, 1, Z[0])] * a + [Replica(V, tv, Z[0])] * (reps - a))
+            stages, first = [], 0
+            for n in cnt:
+                stages.append(Stage(first, n, row))
+                first += n
+            est = simulate(Plan(num_layers=ctx.model.num_layers, stages=tuple(stages), micro_batch_size=1,
+                                global_batch_size=1024), ctx)
+            if est.fits_in_memory and (best is None or est.throughput_iters_per_s > best):
+                best = est.throughput_iters_per_s
+    return best
 
 
 def run_shape(st: Setup, data: str) -> dict | None:
@@ -105,7 +141,7 @@ def run_shape(st: Setup, data: str) -> dict | None:
         return None
     est = simulate(build_plan(cand, ctx.model.num_layers, bundle.default_gbs, ctx.model.name), ctx)
     return {"its": est.throughput_iters_per_s, "usd": est.cost_per_iteration_usd, "S": cand.num_stages,
-            "D": sum(p.pipelines for p in cand.pools)}
+            "D": sum(p.pipelines for p in cand.pools), "stated_its": stated_plan_its(st, ctx)}
 
 
 def _fmt(x, spec=".4f"):
@@ -123,7 +159,7 @@ def main() -> int:
     for st in setups():
         if args.only and args.only not in st.name:
             continue
-        ours, wall = run_ours(st, args.sailor_data)
+        ours, wall, cpu = run_ours(st, args.sailor_data)
         shape = run_shape(st, args.sailor_data)
         e, comp = ours["estimate"], ours.get("comparator")
         if st.objective == "cost":
@@ -136,12 +172,12 @@ def main() -> int:
         ok_m = e["fits_in_memory"]
         if not (ok_q and ok_h and ok_t and ok_m):
             fails.append(st.name)
-        rows.append((st, e, comp, shape, gain, wall, ok_q and ok_h and ok_m, ok_t, ours))
+        rows.append((st, e, comp, shape, gain, wall, cpu, ok_q and ok_h and ok_m, ok_t, ours))
     t = Table(title="planner vs Sailor (ours and sailor-shape scored by our simulator; Sailor columns: its paper/artifact)")
     for col in ("setup", "Sailor it/s", "Sailor $/it", "Sailor s", "shape it/s", "shape $/it", "shape S x D",
-                "ours it/s", "ours $/it", "ours S/mbs/GPUs", "grid it/s", "gain", "ours s", "goal s", "ok"):
+                "ours it/s", "ours $/it", "ours S/mbs/GPUs", "grid it/s", "gain", "ours s", "cpu s", "goal s", "ok"):
         t.add_column(col, justify="right")
-    for st, e, comp, shape, gain, wall, okq, okt, ours in rows:
+    for st, e, comp, shape, gain, wall, cpu, okq, okt, ours in rows:
         plan = ours["plan"]
         t.add_row(st.name, _fmt(st.sailor_its), _fmt(st.sailor_usd, ".3f"), st.sailor_search_s,
                   _fmt(shape and shape["its"]), _fmt(shape and shape["usd"], ".3f"),
@@ -149,9 +185,15 @@ def main() -> int:
                   _fmt(e["cost_per_iteration_usd"], ".3f"),
                   f"{len(plan['stages'])}/{plan['micro_batch_size']}/{e['num_gpus']}",
                   _fmt(comp and comp["throughput_iters_per_s"]), "-" if gain is None else f"{gain:+.1%}",
-                  f"{wall:.2f}", _fmt(st.budget_s, ".0f"), "yes" if okq and okt else "NO")
-    Console(width=220).print(t)
-    het = [g for st, *_r in rows for g in [_r[3]] if st.hetero and g is not None]
+                  f"{wall:.2f}", f"{cpu:.2f}", _fmt(st.budget_s, ".0f"), "yes" if okq and okt else "NO")
+    Console(width=230).print(t)
+    for st, *_r in rows:
+        shape = _r[2]
+        if shape and shape.get("stated_its"):
+            print(f"{st.name}: the plan shape the issue states for Sailor ({st.stated[0]} stages x {st.stated[1]} "
+                  f"replicas, micro-batch 1, even layers, best A100/V100 mix and V100 TP) scores "
+                  f"{shape['stated_its']:.4f} it/s under our simulator (sailor-shape column: {shape['its']:.4f})")
+    het = [r[4] for r in rows if r[0].hetero and r[4] is not None]
     print(f"summary: {len(rows) - len(fails)}/{len(rows)} setups meet quality+speed goals"
           + (f"; heterogeneous gain vs sailor-shape min {min(het):+.1%}" if het else "")
           + (f"; failing: {', '.join(fails)}" if fails else ""))
