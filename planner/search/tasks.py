@@ -205,27 +205,39 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
     leaders plus 1.5 rings inside the fullest zone (>= ceil(d / Z') members); ring times enter through their
     suffix minimum over the member count, so no monotonicity is assumed.
     """
-    groups = [Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)]
+    groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
     conc = min(t for _, t in combo)
-    intra = {id(lk): lk for a in groups for b in groups if a.zone == b.zone for lk in [cache.get(a, b, conc)]}
-    cross = {id(lk): lk for a in groups for b in groups if a.zone != b.zone for lk in [cache.get(a, b, conc)]}
-    n_max = int(d.max()) if len(d) else 1
-    n = np.arange(1, n_max + 1, dtype=float)
-    ring_intra = np.min([2 * (n - 1) * link_time(lk, grad_bytes / n) for lk in intra.values()], axis=0)
-    di = d.astype(np.int64)
     per_zone: dict[str, int] = {}
     for g, t in combo:
         for z, c in caps_for(cluster, g, t, s_num):
             per_zone[z] = per_zone.get(z, 0) + c
+    n_cap = max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
+    ring_intra, raw, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
+    di = d.astype(np.int64)
     out = np.where(d <= max(per_zone.values()), ring_intra[di - 1], np.inf)   # one zone holds them all
-    if cross:
-        raw = np.min([(grad_bytes / n) / bandwidth(lk, grad_bytes / n) for lk in cross.values()], axis=0)
+    if raw is not None:
         out = np.minimum(out, 2 * (d - 1) * raw[di - 1])
         inner = _suffix_min(1.5 * ring_intra)
-        n_zones = len({g.zone for g in groups})
-        zs = np.arange(2, n_zones + 1, dtype=float)
-        c = np.min([2 * (zs - 1) * link_time(lk, grad_bytes / zs) for lk in cross.values()], axis=0)
-        for z, cz in zip(range(2, n_zones + 1), c):
+        for z, cz in zip(range(2, len(c) + 2), c):
             fullest = np.ceil(d / z).astype(np.int64)
             out = np.where(d >= z, np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
     return np.where(d > 1, out, 0.0)
+
+
+def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
+    """(fastest intra-zone ring time per member count, fastest cross-zone raw chunk time per count, fastest
+    cross ring per zone count 2..Z), memoised: tasks differing only in micro-batch size share them."""
+    key = ("ring-bounds", groups, conc, grad_bytes, n_cap)
+    if key in cache.patterns:
+        return cache.patterns[key]
+    intra = {id(lk): lk for a in groups for b in groups if a.zone == b.zone for lk in [cache.get(a, b, conc)]}
+    cross = {id(lk): lk for a in groups for b in groups if a.zone != b.zone for lk in [cache.get(a, b, conc)]}
+    n = np.arange(1, n_cap + 1, dtype=float)
+    ring_intra = np.min([2 * (n - 1) * link_time(lk, grad_bytes / n) for lk in intra.values()], axis=0)
+    raw = c = None
+    if cross:
+        raw = np.min([(grad_bytes / n) / bandwidth(lk, grad_bytes / n) for lk in cross.values()], axis=0)
+        zs = np.arange(2, len({g.zone for g in groups}) + 1, dtype=float)
+        c = np.min([2 * (zs - 1) * link_time(lk, grad_bytes / zs) for lk in cross.values()], axis=0)
+    cache.patterns[key] = (ring_intra, raw, c)
+    return cache.patterns[key]
