@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class ControllerConfig:
     trace_points: tuple[int, ...] = ()     # iteration change points (with hold_on_trace)
     omp_threads: int = 1
     job_timeout_s: float = 3600.0
+    job_env: tuple[tuple[str, str], ...] = ()   # extra environment for the jobs
 
 
 @dataclass
@@ -55,8 +56,11 @@ class Job:
     events_path: Path
     reason: str
     rec: "Reconfiguration"
+    control: Path = Path()
+    go: Path = Path()
     stop_requested_unix_s: float | None = None
     exit_unix_s: float | None = None
+    go_unix_s: float | None = None
 
     def events(self) -> list[dict[str, Any]]:
         if not self.events_path.is_file():
@@ -73,7 +77,7 @@ class Reconfiguration:
     decision: str
     old_gpus: int | None
     new_gpus: int
-    timings: dict[str, float] = field(default_factory=dict)
+    resume_hint: int = 0          # iterations done when it happened (next hold point for trace replays)
 
 
 def _free_port() -> int:
@@ -87,7 +91,6 @@ class Controller:
         self.cfg, self.source, self.planner = cfg, source, planner
         self.work = cfg.work_dir.resolve()
         self.ckpt_dir = self.work / "checkpoints"
-        self.control = self.work / "control"
         self.metrics = self.work / "metrics.jsonl"
         self.jobs: list[Job] = []
         self.reconfigs: list[Reconfiguration] = []
@@ -112,42 +115,52 @@ class Controller:
         later = [t for t in self.cfg.trace_points if t > done]
         return min(later) if later else None
 
-    def _write_control(self, text: str) -> None:
-        tmp = self.control.with_suffix(".tmp")
+    def _write_control(self, job: Job, text: str) -> None:
+        tmp = job.control.with_suffix(".tmp")
         tmp.write_text(text + "\n")
-        os.replace(tmp, self.control)
+        os.replace(tmp, job.control)
 
-    def launch(self, choice: PlanChoice, rec: "Reconfiguration") -> Job:
-        reason = rec.reason
+    def launch(self, choice: PlanChoice, rec: "Reconfiguration", wait_for_go: bool = False) -> Job:
+        """Start a torchrun job; with ``wait_for_go`` its ranks start up but load the checkpoint only once
+        :meth:`go` is called (the previous job has committed its last checkpoint and exited)."""
         k = len(self.jobs)
         plan_path = self.work / f"plan_{k}.json"
         plan_path.write_text(json.dumps(choice.plan.to_dict(), indent=1))
-        events = self.work / f"events_{k}.jsonl"
-        hold = self._next_hold(self.iterations_done()) if self.cfg.hold_on_trace else None
-        self._write_control(f"hold {hold}" if hold is not None else "run")
+        events, control, go = self.work / f"events_{k}.jsonl", self.work / f"control_{k}", self.work / f"go_{k}"
         n = choice.plan.world_size
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id=sailor-elastic-{k}",
                f"--max-restarts={self.cfg.max_restarts}", self.cfg.script, "--sailor-plan", str(plan_path),
                "--train-iters", str(self.cfg.train_iters), "--save", str(self.ckpt_dir), "--load", str(self.ckpt_dir),
-               "--elastic-control", str(self.control), "--elastic-events", str(events),
-               "--metrics-file", str(self.metrics), *self.cfg.train_args]
+               "--elastic-control", str(control), "--elastic-events", str(events),
+               "--metrics-file", str(self.metrics), *(["--elastic-wait", str(go)] if wait_for_go else []),
+               *self.cfg.train_args]
         # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: a restarted worker group must not share the rendezvous store
         # with the dead one (stale gloo addresses -> "connectFullMesh failed"; pytorch/pytorch#135712)
         env = dict(os.environ, OMP_NUM_THREADS=str(self.cfg.omp_threads), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   **dict(self.cfg.job_env))
+        job = Job(k, choice, None, 0.0, events, rec.reason, rec, control=control, go=go)  # type: ignore[arg-type]
+        hold = self._next_hold(rec.resume_hint) if self.cfg.hold_on_trace else None
+        self._write_control(job, f"hold {hold}" if hold is not None else "run")
         log = open(self.work / f"job_{k}.log", "w")
-        launched = time.time()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        job = Job(k, choice, proc, launched, events, reason, rec)
+        job.launched_unix_s = time.time()
+        job.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         self.jobs.append(job)
-        logger.info("job %d: %s, %d rank(s), plan %s, log %s", k, reason, n, _plan_summary(choice.plan),
+        logger.info("job %d: %s, %d rank(s), plan %s%s, log %s", k, rec.reason, n, _plan_summary(choice.plan),
+                    " (starting up while the previous job stops)" if wait_for_go else "",
                     self.work / f"job_{k}.log")
         return job
 
+    def go(self, job: Job) -> None:
+        job.go_unix_s = time.time()
+        job.go.write_text("go\n")
+
     def request_stop(self, job: Job) -> None:
-        job.stop_requested_unix_s = time.time()
-        self._write_control("stop")
+        if job.stop_requested_unix_s is None:
+            job.stop_requested_unix_s = time.time()
+            self._write_control(job, "stop")
 
     def terminate(self, job: Job) -> None:
         if job.proc.poll() is None:
@@ -161,7 +174,7 @@ class Controller:
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
         self.work.mkdir(parents=True, exist_ok=True)
-        for stale in (self.control, self.metrics):
+        for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
             stale.unlink(missing_ok=True)
         av = self.source.poll(0.0, 0)
         logger.info("availability source: %s; now %d GPU(s) %s", self.source.describe(), total(av), av)
@@ -169,45 +182,65 @@ class Controller:
         rec = Reconfiguration("start", time.time(), total(av), choice.plan_s, "initial plan", None,
                               choice.plan.world_size)
         self.reconfigs.append(rec)
-        job = self.launch(choice, rec)
-        last_av, pending = av, None
+        self.job: Job | None = self.launch(choice, rec)
+        self.successor: Job | None = None
+        self.last_av = av
         try:
             while True:
                 time.sleep(self.cfg.poll_s)
-                done = self.iterations_done()
-                rc = job.proc.poll()
-                if rc is not None:
-                    job.exit_unix_s = time.time()
-                    self._finish_timings(job)
-                    if rc == 0 and done >= self.cfg.train_iters:
-                        logger.info("training finished: %d iterations", done)
-                        return 0
-                    if rc == 0 and pending is not None:
-                        job = self.launch(pending.choice, pending.rec)
-                        pending = None
-                        continue
-                    job, last_av = self._after_failure(job, rc, done)
-                    if job is None:
-                        return 1
-                    continue
-                if pending is not None or time.time() - job.launched_unix_s > self.cfg.job_timeout_s:
-                    continue
-                av = self.source.poll(time.time() - self.start_unix_s, done)
-                if av != last_av:
-                    last_av = av
-                    pending = self._on_change(job, av, done)
-                elif self.cfg.hold_on_trace:
-                    self._maybe_release_hold(done)
+                status = self._step()
+                if status is not None:
+                    return status
         finally:
-            if job is not None and job.proc.poll() is None:
-                self.terminate(job)
+            for j in (self.job, self.successor):
+                if j is not None and j.proc.poll() is None:
+                    self.terminate(j)
             self.write_report()
 
-    def _maybe_release_hold(self, done: int) -> None:
-        words = self.control.read_text().split() if self.control.is_file() else []
+    def _step(self) -> int | None:
+        """One poll: hand over to a starting successor, notice exits, react to availability changes."""
+        job, done = self.job, self.iterations_done()
+        rc = job.proc.poll()
+        if self.successor is not None:
+            return self._handover(job, rc)
+        if rc is not None:
+            job.exit_unix_s = time.time()
+            self._log_restarts(job)
+            if rc == 0 and done >= self.cfg.train_iters:
+                logger.info("training finished: %d iterations", done)
+                return 0
+            self.job = self._after_failure(job, rc, done)
+            return 1 if self.job is None else None
+        if time.time() - job.launched_unix_s > self.cfg.job_timeout_s:
+            return None
+        av = self.source.poll(time.time() - self.start_unix_s, done)
+        if av != self.last_av:
+            self.last_av = av
+            self._on_change(job, av, done)
+        elif self.cfg.hold_on_trace:
+            self._maybe_release_hold(job, done)
+        return None
+
+    def _handover(self, job: Job, rc: int | None) -> int | None:
+        new = self.successor
+        if rc is None:
+            if job.stop_requested_unix_s is None and any(e["event"] == "waiting" for e in new.events()):
+                self.request_stop(job)           # optional switch: stop once the new job is ready to load
+            return None
+        job.exit_unix_s = time.time()
+        self._log_restarts(job)
+        if rc != 0:
+            logger.warning("job %d exited with status %d while stopping; job %d loads the newest valid "
+                           "checkpoint", job.index, rc, new.index)
+        self.go(new)
+        self.job, self.successor = new, None
+        return None
+
+    def _maybe_release_hold(self, job: Job, done: int) -> None:
+        words = job.control.read_text().split() if job.control.is_file() else []
         if len(words) == 2 and words[0] == "hold" and done >= int(words[1]):
             nxt = self._next_hold(done)
-            self._write_control(f"hold {nxt}" if nxt is not None else "run")
+            self._write_control(job, f"hold {nxt}" if nxt is not None else "run")
 
     def _on_change(self, job: Job, av: Availability, done: int) -> Any:
         change = time.time()
@@ -220,35 +253,37 @@ class Controller:
         logger.info("plan: %s in %.3f s -> %s (%s)", _plan_summary(new.plan), new.plan_s,
                     "SWITCH" if d.switch else "stay", d.reason)
         rec = Reconfiguration("availability", change, total(av), new.plan_s, d.reason, job.choice.plan.world_size,
-                              new.plan.world_size if d.switch else job.choice.plan.world_size)
-        if not d.switch:
-            rec.timings = {"plan_s": new.plan_s}
-            self.reconfigs.append(rec)
-            if self.cfg.hold_on_trace:
-                self._maybe_release_hold(done)
-            return None
+                              new.plan.world_size if d.switch else job.choice.plan.world_size, resume_hint=done)
         self.reconfigs.append(rec)
-        self.request_stop(job)
-        return _Pending(new, rec)
+        if not d.switch:
+            if self.cfg.hold_on_trace:
+                self._maybe_release_hold(job, done)
+            return
+        # start the new job at once (start-up overlaps the stop); a forced switch stops the old job now,
+        # an optional one keeps it training until the new job is ready to load (see _handover)
+        self.successor = self.launch(new, rec, wait_for_go=True)
+        if d.forced:
+            self.request_stop(job)
 
-    def _after_failure(self, job: Job, rc: int, done: int) -> tuple[Job | None, Availability]:
+    def _after_failure(self, job: Job, rc: int, done: int) -> Job | None:
         self.failures += 1
         logger.warning("job %d exited with status %d at iteration %d (torchrun gave up after its restarts); "
                        "failure %d of %d", job.index, rc, done, self.failures, self.cfg.max_failures)
         av = self.source.poll(time.time() - self.start_unix_s, done)
+        self.last_av = av
         if self.failures > self.cfg.max_failures or total(av) == 0:
             logger.error("giving up: %d failure(s), %d GPU(s) available; see %s", self.failures, total(av),
                          self.work / f"job_{job.index}.log")
-            return None, av
+            return None
         choice = self.planner.plan(av)
         rec = Reconfiguration("failure", time.time(), total(av), choice.plan_s, f"job exited with status {rc}",
-                              job.choice.plan.world_size, choice.plan.world_size)
+                              job.choice.plan.world_size, choice.plan.world_size, resume_hint=done)
         self.reconfigs.append(rec)
-        return self.launch(choice, rec), av
+        return self.launch(choice, rec)
 
     # ------------------------------------------------------------------ timings
-    def _finish_timings(self, job: Job) -> None:
-        """Fill the reconfiguration that stopped ``job`` (old side) and log the restarts torchrun made."""
+    def _log_restarts(self, job: Job) -> None:
+        """Log the worker-group restarts torchrun made inside ``job`` (a rank died; resumed from a checkpoint)."""
         ev = job.events()
         attempts = sorted({e["attempt"] for e in ev})
         for a in attempts[1:]:
@@ -263,7 +298,7 @@ class Controller:
         out = []
         for new in self.jobs[1:]:
             rec, old = new.rec, self.jobs[new.index - 1]
-            t = {"plan_s": rec.plan_s}
+            t: dict[str, float] = {"plan_s": rec.plan_s}
             oe = {e["event"]: e for e in old.events()}
             ne = {e["event"]: e for e in new.events() if e["attempt"] == 0}
             if "saved" in oe and rec.reason == "availability":
@@ -276,10 +311,15 @@ class Controller:
                 t["model_build_s"] = ne["model_ready"]["t_unix_s"] - ne["dist_ready"]["t_unix_s"]
             if "loaded" in ne:
                 t["load_s"] = ne["loaded"]["load_s"]
+            if new.go_unix_s and "waiting" in ne:
+                t["wait_for_old_job_s"] = max(0.0, new.go_unix_s - ne["waiting"]["t_unix_s"])
             if "first_iteration" in ne:
                 base = ne.get("loaded", ne.get("model_ready"))
                 t["first_iteration_s"] = ne["first_iteration"]["t_unix_s"] - base["t_unix_s"]
                 t["total_s"] = ne["first_iteration"]["t_unix_s"] - rec.change_unix_s
+                old_steps = [e["t_unix_s"] for e in old.events() if e["event"] == "step"]
+                if old_steps:       # no training progress between the old job's last and the new one's first
+                    t["downtime_s"] = ne["first_iteration"]["t_unix_s"] - max(old_steps[-1], rec.change_unix_s)
             out.append({"reason": rec.reason, "gpus": [rec.old_gpus, rec.new_gpus], "decision": rec.decision,
                         "resumed_iteration": ne.get("loaded", {}).get("iteration", 0),
                         **{k: round(v, 3) for k, v in t.items()}})
@@ -303,12 +343,6 @@ class Controller:
                                  "plan_s": round(r.plan_s, 4)} for r in self.reconfigs],
                   "iterations_done": self.iterations_done()}
         (self.work / "report.json").write_text(json.dumps(report, indent=1))
-
-
-@dataclass
-class _Pending:
-    choice: PlanChoice
-    rec: Reconfiguration
 
 
 def _plan_summary(plan: Any) -> str:

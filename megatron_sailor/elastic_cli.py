@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts per job")
     p.add_argument("--max-failures", type=int, default=3, help="jobs torchrun may give up on before we stop")
     p.add_argument("--poll-s", type=float, default=0.2)
+    p.add_argument("--job-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment for the training jobs (repeatable); cpu-demo adds "
+                        "TORCH_COMPILE_DISABLE=1 unless set (megatron's torch.compile'd cross entropy costs "
+                        "~1.5 s in the first iteration on CPU)")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then training script arguments")
     return p
 
@@ -84,11 +89,17 @@ def make_controller(argv: list[str] | None = None) -> Controller:
         planner = CpuDemoPlanner(num_layers, args.gbs, args.model)
     else:
         planner = SailorPlanner(["--model", args.model, *args.planner_args.split()], args.gbs)
+    job_env = dict(kv.split("=", 1) for kv in args.job_env if "=" in kv)
+    if len(job_env) != len(args.job_env):
+        raise InputError(f"--job-env expects KEY=VALUE, got {args.job_env}")
+    if args.planner == "cpu-demo":
+        job_env.setdefault("TORCH_COMPILE_DISABLE", os.environ.get("TORCH_COMPILE_DISABLE", "1"))
     points = tuple(int(t) for t, _ in source.points) if args.time_unit == "iter" else ()
     cfg = ControllerConfig(work_dir=Path(args.work_dir), train_iters=args.train_iters, train_args=tuple(train_args),
                            max_restarts=args.max_restarts, max_failures=args.max_failures, horizon_s=args.horizon_s,
                            initial_cost_s=args.reconfig_cost_s, poll_s=args.poll_s,
-                           hold_on_trace=args.time_unit == "iter", trace_points=points)
+                           hold_on_trace=args.time_unit == "iter", trace_points=points,
+                           job_env=tuple(sorted(job_env.items())))
     return Controller(cfg, source, planner)
 
 

@@ -2,7 +2,8 @@
 and (tests only) fault injection.
 
 * Events: JSON lines ``{"event", "t_unix_s", ...}`` appended by global rank 0 to ``--elastic-events``:
-  ``process_start`` (first line of the script), ``dist_ready``, ``model_ready``, ``loaded`` (with
+  ``process_start`` (first line of the script), ``dist_ready``, ``model_ready``, ``waiting`` (with ``--elastic-wait``: ready to load,
+  waiting for the previous job to commit its checkpoint), ``loaded`` (with
   ``load_s``), ``step`` (every iteration: ``iteration``, ``loss``, ``first_sample``, ``consumed_samples``
   = samples consumed after it), ``first_iteration`` (end of the first iteration of this process), ``stop_seen``, ``saved``
   (with ``save_s``), ``exit``. The controller turns them into per-step reconfiguration timings.
@@ -78,6 +79,17 @@ def stop_requested(control_file: str | None, rank: int, world_group: Any, done: 
     t = torch.tensor([flag])
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=world_group)
     return bool(t.item() > 0)
+
+
+def wait_for_go(path: str | None, rank: int, timeout_s: float) -> None:
+    """Rank 0 waits until ``path`` exists (the other ranks wait in the load's broadcast meanwhile)."""
+    if not path or rank != 0:
+        return
+    deadline = time.monotonic() + timeout_s
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank 0: no go signal ({path}) within {timeout_s:.0f} s")
+        time.sleep(0.02)
 
 
 class MetricsAppender:

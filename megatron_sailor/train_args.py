@@ -36,6 +36,7 @@ class TrainConfig:
     keep_last: int = 2
     control_file: str | None = None        # "stop" written here: checkpoint and exit 0 (sailor-elastic)
     events_file: str | None = None         # JSON lines with wall-clock start-up / load / save timings
+    wait_file: str | None = None           # start up, then wait for this file before loading the checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--elastic-control", default=None, help="file polled every iteration; 'stop' in it = "
                    "save a checkpoint and exit 0 (written by sailor-elastic)")
     c.add_argument("--elastic-events", default=None, help="append JSON lines with start-up/load/save timings")
+    c.add_argument("--elastic-wait", default=None, help="after building the model, wait until this file exists "
+                   "before loading (sailor-elastic starts the next job while the previous one checkpoints)")
     e = p.add_argument_group("emulation (one machine standing in for several zones; demos and tests)")
     e.add_argument("--emulate-cross-zone-latency-s", type=float, default=0.0,
                    help="extra seconds per message between ranks of different zones")
@@ -160,4 +163,5 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        cross_zone_latency_s=args.emulate_cross_zone_latency_s,
                        cross_zone_gbps=args.emulate_cross_zone_gbps, save=args.save, load=args.load,
                        save_interval=args.save_interval, keep_last=args.keep_last,
-                       control_file=args.elastic_control, events_file=args.elastic_events)
+                       control_file=args.elastic_control, events_file=args.elastic_events,
+                       wait_file=args.elastic_wait)

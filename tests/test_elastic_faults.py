@@ -21,6 +21,7 @@ from tests.runtime_helpers.launch import free_port, python, torchrun
 
 ITERS = 10
 COMMON = ["--mock-data", "--seed", "3", "--adam-eps", "1e-4", "--lr", "3e-3"]
+EAGER = {"TORCH_COMPILE_DISABLE": "1"}     # what sailor-elastic's cpu-demo jobs run with
 pytestmark = pytest.mark.slow
 
 
@@ -59,7 +60,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     proc = torchrun(4, "examples/gpt/pretrain_gpt.py",
                     ["--sailor-plan", str(_plan(tmp, 4)), "--train-iters", str(ITERS), "--save", str(tmp / "ckpt"),
                      "--save-interval", "4", "--keep-last", "0", "--elastic-events", str(ev), *COMMON],
-                    timeout_s=150)
+                    timeout_s=150, extra_env=EAGER)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = _steps(_events([ev]))
     assert sorted(steps) == list(range(ITERS))
@@ -86,7 +87,7 @@ def test_resume_under_another_plan_reshards(reference: dict, tmp_path: Path) -> 
     ev = tmp_path / "events.jsonl"
     proc = torchrun(2, "examples/gpt/pretrain_gpt.py",
                     ["--sailor-plan", str(_plan(tmp_path, 2)), "--train-iters", str(ITERS), "--load", str(ckpt),
-                     "--save", str(ckpt), "--elastic-events", str(ev), *COMMON], timeout_s=120)
+                     "--save", str(ckpt), "--elastic-events", str(ev), *COMMON], timeout_s=120, extra_env=EAGER)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resumed from" in proc.stdout and "iteration 4, consumed samples 32" in proc.stdout
     steps = _steps(_events([ev]))
@@ -149,14 +150,14 @@ def test_bad_checkpoints_are_refused(reference: dict, tmp_path: Path) -> None:
     layer.write_bytes(layer.read_bytes()[:100])                  # truncated
     plan1 = tmp_path / "one.json"
     plan1.write_text(json.dumps(demo_plan_dict(1, 4, 8, "tiny")))
-    env = {"MASTER_PORT": str(free_port())}
+    env = {"MASTER_PORT": str(free_port()), **EAGER}
     base = ["examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan1), "--load", str(ckpt), *COMMON]
     proc = python([*base, "--train-iters", "5"], timeout_s=120, extra_env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "iter_0000008" in proc.stderr and "truncated" in proc.stderr
     assert "resumed from" in proc.stdout and "iter_0000004: iteration 4" in proc.stdout
     # another model's checkpoint: the run stops with one line, it never starts from scratch
-    env = {"MASTER_PORT": str(free_port())}
+    env = {"MASTER_PORT": str(free_port()), **EAGER}
     proc = python([*base, "--train-iters", "5", "--hidden-size", "32", "--num-attention-heads", "4"],
                   timeout_s=120, extra_env=env)
     assert proc.returncode == 2, proc.stderr[-3000:]

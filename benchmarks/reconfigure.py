@@ -1,0 +1,64 @@
+"""Reconfiguration time of sailor-elastic on this machine: tiny GPT on CPU ranks, availability 4 -> 2 -> 4 ...
+
+    python benchmarks/reconfigure.py [--cycles 1] [--iters-per-phase 10] [--work-dir runs/reconfigure]
+
+Runs ``sailor-elastic --planner cpu-demo`` on an iteration-unit trace (4 ranks, then 2, then 4, ...; the job
+pauses at each change point, so the change time is exact) and prints, per reconfiguration, the steps the
+controller's report measures (wall clock): plan, checkpoint (save in the old job), stop (stop request ->
+old job's torchrun exited), start (new torchrun launched -> process group ready: interpreter + imports +
+rendezvous), model build, load (verify + read + reshard), first iteration (load -> end of the first new
+iteration), total (change observed -> end of the first new iteration). Ends with one summary line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ("plan_s", "checkpoint_s", "stop_s", "start_s", "model_build_s", "load_s", "first_iteration_s", "total_s")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cycles", type=int, default=1, help="4 -> 2 -> 4 cycles (2 reconfigurations each)")
+    p.add_argument("--iters-per-phase", type=int, default=10)
+    p.add_argument("--work-dir", default=str(REPO / "runs" / "reconfigure"))
+    args = p.parse_args()
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    n_phases = 2 * args.cycles + 1
+    trace = [{"Time": k * args.iters_per_phase, "GPUs": 4 if k % 2 == 0 else 2} for k in range(n_phases)]
+    (work / "trace.json").write_text(json.dumps(trace))
+    cmd = [sys.executable, "-m", "megatron_sailor.elastic_cli", "--trace", str(work / "trace.json"),
+           "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * args.iters_per_phase),
+           "--work-dir", str(work / "elastic"), "--", "--mock-data", "--save-interval", "5"]
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    wall = time.time() - start
+    if proc.returncode != 0:
+        print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
+        return 1
+    report = json.loads((work / "elastic" / "report.json").read_text())
+    rows = [r for r in report["reconfigurations"] if r["reason"] == "availability"]
+    print(f"{'change':>8} " + " ".join(f"{s[:-2]:>15}" for s in STEPS))
+    for r in rows:
+        print(f"{r['gpus'][0]:>3} -> {r['gpus'][1]:<2} " + " ".join(f"{r.get(s, float('nan')):>15.2f}" for s in STEPS))
+    load = os.getloadavg()[0]
+    totals = [r["total_s"] for r in rows if "total_s" in r]
+    starts = [r["start_s"] for r in rows if "start_s" in r]
+    print(f"(wall {wall:.1f} s for {report['iterations_done']} iterations; 1-min load average {load:.1f} on "
+          f"{os.cpu_count()} cores)")
+    print(f"reconfiguration change -> first new iteration: median {statistics.median(totals):.2f} s, max "
+          f"{max(totals):.2f} s over {len(totals)} reconfigurations; process start-up median "
+          f"{statistics.median(starts):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
