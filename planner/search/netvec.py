@@ -117,18 +117,23 @@ class _Chooser:
         pairs = sorted({q for r in ranks for q in r})
         if not pairs:
             return np.zeros(len(inv))
-        rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv]        # [R, Q]
-        bw = np.column_stack([self._bandwidth(q, worst_at) for q in pairs])
-        bw = np.where(np.isfinite(rank), bw, np.inf)
-        tie = bw == bw.min(axis=1, keepdims=True)
-        pick = np.argmin(np.where(tie, rank, np.inf), axis=1)
+        pos = {q: i for i, q in enumerate(pairs)}
+        if all(len(r) <= 1 for r in ranks):      # one candidate pair per pattern: nothing to choose
+            only = np.array([pos[next(iter(r))] if r else -1 for r in ranks])[inv]
+            has, pick = only >= 0, only
+        else:
+            rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv]        # [R, Q]
+            bw = np.column_stack([self._bandwidth(q, worst_at) for q in pairs])
+            bw = np.where(np.isfinite(rank), bw, np.inf)
+            tie = bw == bw.min(axis=1, keepdims=True)
+            pick = np.argmin(np.where(tie, rank, np.inf), axis=1)
+            has = np.isfinite(rank).any(axis=1)
         nn = np.maximum(n, 1)
         out = np.zeros(len(inv))
         for qi, q in enumerate(pairs):
             sel = pick == qi
             if np.any(sel):
                 out[sel] = (2 * (nn[sel] - 1) * link_time(self.link(q), nbytes[sel] / nn[sel]))
-        has = np.isfinite(rank).any(axis=1)
         return np.where(has & (n > 1), out, 0.0)
 
 
