@@ -103,11 +103,15 @@ def describe(plan_path: Path) -> str:
     return f"mbs{p.micro_batch_size} [{stages}]{counts}"
 
 
-def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup: int, nproc: int) -> list[dict]:
+def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup: int, nproc: int,
+              reprofile: dict | None = None) -> list[dict]:
+    """Run the plans interleaved in one launch; with ``reprofile`` ({"mbs", "tp", "gpu_type", "out"}) every
+    round also re-profiles the model once (1 warm-up + 1 timed repeat), and the median over the rounds is
+    written to ``reprofile["out"]``: a profile measured in the same time window as the runs."""
     job = out / "job.json"
     results = out / "measured.json"
     job.write_text(json.dumps({"model": str(model_path), "plans": [str(p) for p in plans], "iters": iters,
-                               "warmup": warmup, "results": str(results)}))
+                               "warmup": warmup, "results": str(results), "reprofile": reprofile}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={_free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
@@ -119,6 +123,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+STATS = {"median": statistics.median, "min": min}
+
+
+def summarise_rounds(rounds_path: Path, out_path: Path, stat: str) -> None:
+    """The interleaved profile: per entry, ``stat`` over the rounds (the same statistic as the runs)."""
+    from megatron_sailor.profile_io import median_of_runs, write_profile
+    from planner.profiles import _entry_to_costs
+    runs = [[_entry_to_costs({k: v for k, v in e.items() if k != "gpu_type"}, e["gpu_type"], i, "interleaved")
+             for i, e in enumerate(run)] for run in json.loads(rounds_path.read_text())]
+    costs = median_of_runs(runs, STATS[stat])
+    write_profile(out_path, MODEL["name"], costs[0].gpu_type, costs,
+                  {"note": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
 
 
 def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]:
@@ -165,7 +183,12 @@ def worker(job_path: str) -> int:
         runtimes.append((RankRuntime(plan, model, rank, data, RunConfig(emulation=emulation_from()),
                                      layout=layout, groups=groups), groups))
     times: list[list[float]] = [[] for _ in runtimes]
+    rp, profiles = job.get("reprofile"), []
     for it in range(job["warmup"] + job["iters"]):
+        if rp and it >= job["warmup"]:
+            from megatron_sailor.profile import ProfileConfig, profile_model
+            cfg = ProfileConfig(tuple(rp["mbs"]), tuple(rp["tp"]), warmup=1, repeats=1)
+            profiles.append(profile_model(model, cfg, rp["gpu_type"]).costs)
         for k, (rt, groups) in enumerate(runtimes):
             dist.barrier(group=groups.world)
             start = time.perf_counter()
@@ -185,6 +208,10 @@ def worker(job_path: str) -> int:
                         "times_s": ts})
     if rank == 0:
         Path(job["results"]).write_text(json.dumps(results, indent=1))
+        if rp:
+            from planner.profiles import costs_to_entry
+            Path(rp["out"]).write_text(json.dumps([[{"gpu_type": c.gpu_type, **costs_to_entry(c)} for c in run]
+                                                   for run in profiles]))
     dist.barrier()
     dist.destroy_process_group()
     return 0
@@ -196,6 +223,11 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reuse-profile", action="store_true", help="keep an existing profile in --out")
+    ap.add_argument("--stat", choices=sorted(STATS), default="median",
+                    help="statistic over timed iterations and interleaved profile rounds (default median; min is "
+                         "the robust choice on a machine shared with other work)")
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="re-print the tables from the files of the last run in --out (e.g. with another --stat)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -205,10 +237,12 @@ def main() -> int:
     model_path = out / "model.json"
     model_path.write_text(json.dumps(MODEL))
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
-    if not (args.reuse_profile and all(p.is_file() for p in files.values())):
+    if not ((args.reuse_profile or args.reanalyse) and all(p.is_file() for p in files.values())):
         files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2])
     gpu = gpu_type_of(files)
-    planned = run_planner(out, model_path, files, f"{gpu}@{ZONE}=2")
+    planned = out / "plan_planner.json"
+    if not (args.reanalyse and planned.is_file()):
+        planned = run_planner(out, model_path, files, f"{gpu}@{ZONE}=2")
     L = MODEL["num_layers"]
     fixed = {"data-parallel": plan_dict([(L, [(gpu, 1), (gpu, 1)])], 1),
              "tensor-par": plan_dict([(L, [(gpu, 2)])], 1),
@@ -219,13 +253,32 @@ def main() -> int:
         paths[name] = out / f"plan_{name}.json"
         paths[name].write_text(json.dumps(d, indent=1))
     ctx = sim_context(model_path, files, gpus_per_node={gpu: 2})
-    measured = run_plans(out, model_path, list(paths.values()), args.iters, args.warmup, nproc=2)
+    from planner.plan import Plan
+    inter = out / "profile_interleaved.json"
+    reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2],
+                 "gpu_type": gpu, "out": str(out / "profile_rounds.json")}
+    if args.reanalyse:
+        measured = json.loads((out / "measured.json").read_text())
+    else:
+        measured = run_plans(out, model_path, list(paths.values()), args.iters, args.warmup, nproc=2,
+                             reprofile=reprofile)
+    summarise_rounds(out / "profile_rounds.json", inter, args.stat)
+    for m in measured:
+        m["median_s"] = STATS[args.stat](m["times_s"])   # the column is the chosen statistic
+    ctx2 = sim_context(model_path, dict(files, profile=inter), gpus_per_node={gpu: 2})
     rows = [(name, describe(p), predict(p, ctx), m) for (name, p), m in zip(paths.items(), measured)]
-    mean_err, max_err = print_table(rows)
-    (out / "table.json").write_text(json.dumps([{"plan": n, "layout": d, "predicted_s": p, **m}
-                                                for n, d, p, m in rows], indent=1))
+    print("\npredicted from the up-front profile (sailor-profile before planning):")
+    mean0, max0 = print_table(rows)
+    rows2 = [(name, describe(p), predict(p, ctx2), m) for (name, p), m in zip(paths.items(), measured)]
+    print("\npredicted from the profile re-measured interleaved with the runs (same load window):")
+    mean_err, max_err = print_table(rows2)
+    (out / "table.json").write_text(json.dumps([{"plan": n, "layout": d, "predicted_upfront_s": p,
+                                                 "predicted_interleaved_s": p2, **m}
+                                                for (n, d, p, m), (_, _, p2, _) in zip(rows, rows2)], indent=1))
     print(f"model {MODEL['name']} ({L} layers, hidden {MODEL['hidden_size']}, seq {MODEL['seq_length']}, "
-          f"vocab {MODEL['vocab_size']}), gbs {GBS}, 2 CPU ranks of type {gpu}, runtime preset megatron-sailor")
+          f"vocab {MODEL['vocab_size']}), gbs {GBS}, 2 CPU ranks of type {gpu}, runtime preset megatron-sailor, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"up-front profile: prediction error mean {mean0:.1f}% max {max0:.1f}%")
     print(f"prediction error: mean {mean_err:.1f}% max {max_err:.1f}%")
     return 0
 

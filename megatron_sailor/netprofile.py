@@ -76,14 +76,25 @@ def median_by_size(series: Sequence[Sequence[float]]) -> list[float]:
     return [statistics.median(col) for col in zip(*series)]
 
 
+def planner_intra_link(intra: LinkFit | None, allreduce: LinkFit | None, hosts: Sequence[str]) -> LinkFit | None:
+    """The intra-node link to give the planner. It times point-to-point transfers AND ring all-reduces with
+    one link; on one host the all-reduce is the harder test (on CPU/gloo it is bound by the reduction and
+    copies, several times slower than a p2p fit predicts), so the link implied by the measured all-reduce
+    is used when every rank is on this host; otherwise the point-to-point fit."""
+    if allreduce is not None and len(set(hosts)) == 1 and len(hosts) >= 2:
+        return ring_allreduce_link(allreduce, len(hosts))
+    return intra
+
+
 def network_document(name: str, intra: LinkFit | None, inter: LinkFit | None, hosts: Sequence[str],
                      allreduce: LinkFit | None) -> dict[str, Any]:
     """The planner's network file (``megatron-sailor-network/1``)."""
     single_host = len(set(hosts)) == 1
-    link = inter if inter is not None else intra
+    link = inter if inter is not None else planner_intra_link(intra, allreduce, hosts)
     notes = [f"measured by sailor-profile on {len(hosts)} rank(s), hosts {sorted(set(hosts))}"]
     if single_host:
-        notes.append("single host: inter_node is the loopback link (nodes emulated on this machine)")
+        notes.append("single host: inter_node is the loopback link (nodes emulated on this machine), as implied "
+                     "by the measured all-reduce when there is one")
     if intra is not None:
         notes.append(f"intra-node p2p {intra.bw_bytes_per_s / 1e9:.3f} GB/s + {intra.latency_s * 1e6:.1f} us "
                      "(also written to the GPU catalog entry)")

@@ -92,3 +92,28 @@ def emulated_costs(costs: Iterable[LayerCosts], gpu_type: str, slowdown: float) 
                     layer_bwd_s=tuple(t * slowdown for t in c.layer_bwd_s),
                     head_fwd_s=c.head_fwd_s * slowdown, head_bwd_s=c.head_bwd_s * slowdown,
                     source=f"{c.source} x{slowdown:g} (emulated)") for c in costs]
+
+
+def median_of_runs(runs: list[list[LayerCosts]], stat: Any = None) -> list[LayerCosts]:
+    """Element-wise median (or ``stat``, e.g. ``min``) over several profiling runs of the same
+    (gpu, mbs, tp) entries (e.g. repeats interleaved with other work, so slow drifts in machine load hit
+    every entry alike)."""
+    import statistics
+    from dataclasses import fields, replace
+    stat = stat or statistics.median
+    by_key: dict[tuple[str, int, int], list[LayerCosts]] = {}
+    for run in runs:
+        for c in run:
+            by_key.setdefault((c.gpu_type, c.mbs, c.tp), []).append(c)
+    out = []
+    for group in by_key.values():
+        changes: dict[str, Any] = {}
+        for f in fields(LayerCosts):
+            values = [getattr(c, f.name) for c in group]
+            if f.name in ("layer_fwd_s", "layer_bwd_s"):
+                changes[f.name] = tuple(stat(col) for col in zip(*values))
+            elif isinstance(values[0], float) and f.name not in ("mbs", "tp"):
+                changes[f.name] = float(stat(values))
+        name = getattr(stat, "__name__", "stat")
+        out.append(replace(group[0], **changes, source=f"{group[0].source} ({name} of {len(group)} runs)"))
+    return out

@@ -103,9 +103,11 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
            "allreduce_s": net.allreduce_s}
     atomic_write_text(Path(args.network_out + ".measurements.json"), json.dumps(raw, indent=1) + "\n")
     print(f"network written: {args.network_out}: {doc['description']}")
-    if net.intra is None:
+    from megatron_sailor.netprofile import planner_intra_link
+    link = planner_intra_link(net.intra, net.allreduce, net.hosts)
+    if link is None:
         return {}
-    return {"intra_node_bw_bytes_per_s": net.intra.bw_bytes_per_s, "intra_node_latency_s": net.intra.latency_s}
+    return {"intra_node_bw_bytes_per_s": link.bw_bytes_per_s, "intra_node_latency_s": link.latency_s}
 
 
 def run_profiles(args: argparse.Namespace, model: Any) -> int:

@@ -47,6 +47,13 @@ def test_fit_rejects_bad_points(sizes: list, times: list) -> None:
         npf.fit_latency_bandwidth(sizes, times)
 
 
+def test_planner_intra_link_prefers_the_all_reduce_on_one_host() -> None:
+    p2p, ar = npf.LinkFit(3e-5, 6e9), npf.LinkFit(3e-4, 1.5e9)
+    assert npf.planner_intra_link(p2p, ar, ["h", "h"]) == npf.ring_allreduce_link(ar, 2)
+    assert npf.planner_intra_link(p2p, ar, ["h", "h", "g"]) == p2p
+    assert npf.planner_intra_link(p2p, None, ["h", "h"]) == p2p
+
+
 def test_ring_allreduce_link_and_pairs() -> None:
     link = npf.ring_allreduce_link(npf.LinkFit(6e-5, 1e9), 4)
     assert link.latency_s == pytest.approx(1e-5) and link.bw_bytes_per_s == pytest.approx(1.5e9)
@@ -61,7 +68,8 @@ def test_network_document_is_read_by_the_planner(tmp_path: Path, hosts: list[str
     path = tmp_path / "net.json"
     path.write_text(json.dumps(doc))
     net = load_network_file(str(path), NetworkModel(GPUCatalog()))
-    expected = inter if len(set(hosts)) > 1 else intra      # single host: loopback stands in for inter-node
+    # single host: the loopback link implied by the all-reduce stands in for inter-node
+    expected = inter if len(set(hosts)) > 1 else npf.ring_allreduce_link(npf.LinkFit(3e-4, 2e9), 2)
     assert net.class_links["inter_node"].bandwidth_bytes_per_s(1e6) == pytest.approx(expected.bw_bytes_per_s)
     assert ("single host" in doc["description"]) == (len(set(hosts)) == 1)
 
@@ -240,3 +248,13 @@ def test_cli_model_from_megatron_args() -> None:
     assert (m.name, m.ffn_hidden_size, m.max_position_embeddings) == ("m", 256, 32)
     args = build_parser().parse_args(["--model", "tiny", "--num-layers", "6"])
     assert model_from(args).num_layers == 6 and model_from(args).hidden_size == 64
+
+
+def test_median_of_runs() -> None:
+    from dataclasses import replace
+    from megatron_sailor.profile_io import median_of_runs
+    runs = [[replace(_costs(), layer_fwd_s=(x,) * 4, head_fwd_s=x, update_s_per_param=x), _costs(mbs=2)]
+            for x in (1.0, 5.0, 2.0)]
+    merged = {c.mbs: c for c in median_of_runs(runs)}
+    assert merged[1].layer_fwd_s == (2.0,) * 4 and merged[1].head_fwd_s == 2.0 and merged[1].update_s_per_param == 2.0
+    assert merged[1].mbs == 1 and merged[1].tp == 1 and merged[2].layer_fwd_s == (1e-3,) * 4
