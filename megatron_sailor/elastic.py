@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.errors import InputError
+
 from megatron_sailor.elastic_plans import PlanChoice, decide, plan_fits
 from megatron_sailor.elastic_sources import Availability, total
 
@@ -213,7 +215,11 @@ class Controller:
             return 1 if self.job is None else None
         if time.time() - job.launched_unix_s > self.cfg.job_timeout_s:
             return None
-        av = self.source.poll(time.time() - self.start_unix_s, done)
+        try:
+            av = self.source.poll(time.time() - self.start_unix_s, done)
+        except (InputError, OSError, subprocess.SubprocessError) as exc:   # e.g. a file caught mid-rewrite
+            logger.warning("availability source failed (%s); keeping %s", exc, self.last_av)
+            return None
         if av != self.last_av:
             self.last_av = av
             self._on_change(job, av, done)
