@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.grid import PoolModel, level_periods, pool_model, score_rows
+from planner.search.grid import PoolModel, level_periods, pool_model, score_batch
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.rows import pareto_min, product_rows, type_options as zone_options
@@ -155,20 +155,18 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
             D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
         if len(D_all) == 0:
             continue
-        # visit splits by their best cheap bound so the incumbent tightens early
-        order = []
+        # bound every split's rows cheaply, then score the survivors of all splits in one batch
+        thr = best.threshold()
+        items = []
         for k, by_col in models.items():
             pools = [by_col[c] for c in cols]
             keys = _cheap_keys(pools, D_all, n_mb, objective, sync_lb)
-            order.append((float(keys.min()), k, pools, keys))
-        order.sort(key=lambda x: x[0])
-        for low, k, pools, keys in order:
             stats.rows_bounded += len(D_all)
-            if low > best.threshold():
-                break
-            stats.splits_scored += 1
-            _score(ctx, cache, task, tables, k, pools, D_all[keys <= best.threshold()], n_mb, objective, space,
-                   best, stats)
+            if keys.min() <= thr:
+                items.append((k, pools, D_all[keys <= thr]))
+        if items:
+            stats.splits_scored += len(items)
+            _score_batch(ctx, cache, task, tables, items, n_mb, objective, space, best, stats)
 
 
 def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
@@ -183,27 +181,32 @@ def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: L
     return by_col
 
 
-def _score(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, k: int, pools: list[PoolModel],
-           D: np.ndarray, n_mb: int, objective: Objective, space: SearchSpace, best: _TopK,
-           stats: SearchStats) -> None:
-    """Bound the rows with the largest stage's sync, then score the survivors exactly."""
-    if len(D) == 0:
+def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, items: list, n_mb: int,
+                 objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+    """Bound the rows of every (split, pools, rows) item with the largest stage's sync, then score the
+    survivors exactly (gradient sync batched over the items)."""
+    stats.rows_sync_bounded += sum(len(D) for _, _, D in items)
+    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D in items], n_mb, exact=False,
+                      uniform=space.uniform_microbatches)
+    thr = best.threshold()
+    kept = []
+    for (k, pools, D), lb in zip(items, lbs):
+        keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
+            (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
+        if keep.any():
+            kept.append((k, pools, D[keep]))
+    if not kept:
         return
-    stats.rows_sync_bounded += len(D)
-    lb = score_rows(ctx, cache, pools, D, n_mb, exact=False, uniform=space.uniform_microbatches)
-    keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
-        (objective.key(lb.iteration_s, lb.cost_usd) <= best.threshold())
-    D = D[keep]
-    if len(D) == 0:
-        return
-    sc = score_rows(ctx, cache, pools, D, n_mb, exact=True, uniform=space.uniform_microbatches)
-    stats.rows_exact += len(D)
-    ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
-    keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
-    for r in np.argsort(keys, kind="stable")[:best.k]:
-        if not np.isfinite(keys[r]) or keys[r] > best.threshold():
-            break
-        best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+    scs = score_batch(ctx, cache, [(pools, D) for _, pools, D in kept], n_mb, exact=True,
+                      uniform=space.uniform_microbatches)
+    for (k, pools, D), sc in zip(kept, scs):
+        stats.rows_exact += len(D)
+        ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
+        keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
+        for r in np.argsort(keys, kind="stable")[:best.k]:
+            if not np.isfinite(keys[r]) or keys[r] > best.threshold():
+                break
+            best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
 
 
 def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective,

@@ -90,12 +90,11 @@ class RowScores:
     gpus: np.ndarray
 
 
-def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool = False
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) per row, computed once per distinct (pattern of 0 / 1 / >= 2 replicas per
-    pool, total replicas, replicas per zone): nothing else of a row enters the gradient sync."""
+def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(representative row indices, inverse): rows that share the pattern of 0 / 1 / >= 2 replicas per pool,
+    the total and the replicas per zone have the same gradient sync (for large row sets only)."""
     if len(D) < 4096:
-        return _sync_distinct(ctx, cache, pools, D, bound_only)
+        return np.arange(len(D)), np.arange(len(D))
     zones = sorted({p.group.zone for p in pools})
     ind = np.array([[p.group.zone == z for z in zones] for p in pools], dtype=np.int64)      # [P, Z]
     code = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
@@ -105,74 +104,91 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.
     else:
         _, first, inv = np.unique(np.column_stack([code, d, D @ ind]), axis=0, return_index=True,
                                   return_inverse=True)
-    t, u = _sync_distinct(ctx, cache, pools, D[first], bound_only)
-    inv = inv.reshape(-1)
-    return t[inv], u[inv]
+    return first, inv.reshape(-1)
 
 
-def _sync_distinct(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, bound_only: bool
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) per row. ``bound_only``: a lower bound (only the stage with the largest
-    gradient, no egress)."""
-    groups = [p.group for p in pools]
-    s_num = len(pools[0].params)
+def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row and stage: the largest per-GPU gradient, the largest whole-stage gradient (bytes) and the
+    slowest backward among the pools the row uses ([R, S] each)."""
     params = np.array([p.params for p in pools], dtype=float)            # [P, S]
     tps = np.array([p.group.tp for p in pools], dtype=float)
-    # which pools a row uses decides, per stage, the largest per-GPU and whole-stage gradient
+    bwd = np.array([p.bwd_s for p in pools], dtype=float)
     codes, inv = np.unique((D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1])), return_inverse=True)
-    used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)          # [K, P]
-    grad = np.where(used[:, :, None], params[None, :, :], 0.0).max(axis=1) * 4.0           # [K, S]
-    full = np.where(used[:, :, None], (params * tps[:, None])[None, :, :], 0.0).max(axis=1) * 4.0
+    used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)[:, :, None]   # [K, P, 1]
+    grad = np.where(used, params[None], 0.0).max(axis=1) * 4.0
+    full = np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1) * 4.0
+    slow = np.where(used, bwd[None], -np.inf).max(axis=1)
     inv = inv.reshape(-1)
-    grad, full = grad[inv], full[inv]                                                      # [R, S]
+    return grad[inv], full[inv], slow[inv]
+
+
+def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad: np.ndarray,
+                full: np.ndarray, slow_bwd: np.ndarray, bound_only: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD) per row from per-row stage gradients. ``bound_only``: a lower bound (the
+    stage with the largest gradient only, no egress)."""
     if bound_only:
         top = np.argmax(grad, axis=1)[:, None]
         t, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
                          np.take_along_axis(full, top, 1)[:, 0])
         return (t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D))
     times, egress, memo = [], np.zeros(len(D)), {}
-    for s in range(s_num):
+    for s in range(grad.shape[1]):
         key = (grad[:, s].tobytes(), full[:, s].tobytes())
         if key not in memo:
             memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s])
         times.append(memo[key][0])
         egress = egress + memo[key][1]
-    return _combine_sync(ctx, pools, times, D), egress
-
-
-def _combine_sync(ctx: SimContext, pools: list[PoolModel], times: list[np.ndarray], D: np.ndarray) -> np.ndarray:
-    """``sync_seconds``: the slowest stage (barrier) or what sticks out of the remaining backward."""
     if ctx.settings.dp_sync_waits_for_all:
-        return np.max(np.vstack(times), axis=0)
-    bwd = np.array([p.bwd_s for p in pools])                                   # [P, S]
-    extra = np.zeros_like(times[0])
-    slack = np.zeros_like(times[0])
+        return np.max(np.vstack(times), axis=0), egress
+    # ``sync_seconds``: stage s's sync overlaps with the remaining backward of stages < s
+    extra, slack = np.zeros(len(D)), np.zeros(len(D))
     for s, t in enumerate(times):
         extra = np.maximum(extra, t - slack)
-        slack = slack + np.where(D > 0, bwd[None, :, s], -np.inf).max(axis=1)
-    return np.maximum(0.0, extra)
+        slack = slack + slow_bwd[:, s]
+    return np.maximum(0.0, extra), egress
 
 
-def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
-               exact: bool = True, uniform: bool = False) -> RowScores:
-    """Scores of rows ``D`` ([R, P] pipelines per pool). ``exact=False`` gives a lower bound on the makespan
-    (and so on iteration time and cost) without the breakpoint search."""
-    M = np.array([p.period_s for p in pools])
-    F = np.array([p.fill_s for p in pools])
+def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform: bool) -> np.ndarray:
     if uniform:
         d = D.sum(axis=1)
         per = np.clip(n_mb // np.maximum(d, 1), 1, n_mb)
         tm = np.column_stack([p.times_s[per - 1] for p in pools])
         span = np.where(D > 0, tm, -np.inf).max(axis=1)
-        span = np.where((d > 0) & (n_mb % np.maximum(d, 1) == 0), span, np.inf)
-    elif exact:
-        span = min_makespan(D, [p.times_s for p in pools], n_mb)
-    else:
-        span = relaxed_lower_bound(D, M, F, n_mb)
-    sync, egress = _sync_rows(ctx, cache, pools, D, bound_only=not exact)
-    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
-    it = span + sync + upd
-    rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
-    gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
-    return RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it, cost_usd=rate * it + egress,
-                     egress_usd=egress, gpus=gpus)
+        return np.where((d > 0) & (n_mb % np.maximum(d, 1) == 0), span, np.inf)
+    if exact:
+        return min_makespan(D, [p.times_s for p in pools], n_mb)
+    return relaxed_lower_bound(D, np.array([p.period_s for p in pools]), np.array([p.fill_s for p in pools]), n_mb)
+
+
+def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
+                exact: bool = True, uniform: bool = False) -> list[RowScores]:
+    """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
+    gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
+    the largest stage's sync, no egress)."""
+    items = [(pools, D) for pools, D in items]
+    reps, parts = [], []
+    for pools, D in items:
+        first, inv = _distinct_rows(pools, D)
+        g, f, b = _row_gradients(pools, D[first])
+        reps.append((D[first], g, f, b))
+        parts.append((len(first), inv))
+    cat = [np.concatenate([r[i] for r in reps], axis=0) for i in range(4)]
+    t_all, e_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
+    out, lo = [], 0
+    for (pools, D), (n, inv) in zip(items, parts):
+        sync, egress = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv]
+        lo += n
+        span = _span(pools, D, n_mb, exact, uniform)
+        upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+        it = span + sync + upd
+        rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+        gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+        out.append(RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it,
+                             cost_usd=rate * it + egress, egress_usd=egress, gpus=gpus))
+    return out
+
+
+def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
+               exact: bool = True, uniform: bool = False) -> RowScores:
+    """Scores of rows ``D`` ([R, P] pipelines per pool) for one pool list (see :func:`score_batch`)."""
+    return score_batch(ctx, cache, [(pools, D)], n_mb, exact, uniform)[0]
