@@ -14,7 +14,7 @@ Writing: replica 0 of every stage gathers its TP shards (parameters and AdamW st
 its TP-rank 0 writes one file per global layer into ``iter_N.tmp``; rank 0 checks that every expected file
 arrived, writes ``meta.json`` (with a SHA-256 per file), renames the folder to ``iter_N`` and then rewrites
 ``latest``. A run killed before the rename leaves the previous checkpoint untouched. Loading: rank 0 picks
-the newest checkpoint whose meta and checksums verify (a corrupt or truncated one is refused with a
+the newest committed checkpoint whose meta and checksums verify (a corrupt or truncated one is refused with a
 message and the next older one is tried; a checkpoint of another model stops the run); every rank then
 reads the files of its own layers and slices them by its plan's TP. The format knows nothing about plans.
 """
@@ -263,13 +263,9 @@ def choose_checkpoint(load_dir: str, model: Any) -> tuple[Path, dict[str, Any]] 
     Corrupt / incomplete checkpoints are skipped with a warning; if checkpoints exist but none verifies,
     or one belongs to another model, CheckpointError is raised (never a silent fresh start)."""
     root = Path(load_dir)
+    # newest first: a committed folder is complete (renamed only after meta.json); ``latest`` may lag by one
+    # checkpoint if the writer died between the rename and rewriting it, so it is informational only
     candidates = list_checkpoints(root)
-    latest = root / "latest"
-    if latest.is_file():
-        named = root / latest.read_text(encoding="utf-8").strip()
-        if named in candidates:
-            candidates.remove(named)
-            candidates.insert(0, named)
     if not candidates:
         return None
     refused = []
