@@ -1,0 +1,112 @@
+"""The cost / throughput frontier of a cluster: the planner's candidates and their Pareto front.
+
+Candidates come from the planner's own search (same cost model): the top-K plans for throughput, for cost and
+for value, plus an epsilon-constraint sweep (the fastest plan under each of a ladder of $/iteration budgets
+between the cheapest and the fastest plan), which finds front points the top-K lists can miss. A point is on
+the front when no other candidate is at least as fast and at least as cheap, and strictly better in one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from planner.cluster import ClusterSpec
+from planner.search import Objective, plan_search
+from planner.search.space import Candidate, SearchSpace
+from planner.simulator.settings import SimContext
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    throughput_iters_per_s: float
+    cost_per_iteration_usd: float
+    gpus: int
+    label: str            # "S x D, GPU mix"
+    on_front: bool
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
+class Frontier:
+    points: tuple[FrontierPoint, ...]
+    baseline: FrontierPoint | None
+    min_throughput_iters_per_s: float | None
+    max_cost_per_iter_usd: float | None
+
+    def front(self) -> list[FrontierPoint]:
+        return sorted((p for p in self.points if p.on_front), key=lambda p: p.cost_per_iteration_usd)
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+        return {"points": [asdict(p) for p in self.points],
+                "baseline": None if self.baseline is None else asdict(self.baseline),
+                "min_throughput_iters_per_s": self.min_throughput_iters_per_s,
+                "max_cost_per_iter_usd": self.max_cost_per_iter_usd}
+
+
+def label(c: Candidate) -> str:
+    mix: dict[str, int] = {}
+    for p in c.pools:
+        mix[p.gpu_type] = mix.get(p.gpu_type, 0) + p.pipelines * p.tp * c.num_stages
+    d = sum(p.pipelines for p in c.pools)
+    return f"{c.num_stages}x{d} " + "+".join(f"{n} {g}" for g, n in sorted(mix.items()))
+
+
+def pareto_flags(points: list[tuple[float, float]]) -> list[bool]:
+    """(throughput, cost) pairs -> True where no other point dominates (>= throughput and <= cost, one strict)."""
+    flags = []
+    for i, (t, c) in enumerate(points):
+        dominated = any((t2 >= t and c2 <= c) and (t2 > t or c2 < c) for j, (t2, c2) in enumerate(points) if j != i)
+        flags.append(not dominated)
+    return flags
+
+
+def _key(c: Candidate) -> tuple:
+    return (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches)
+
+
+def collect_candidates(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace, top_k: int = 20,
+                       budgets: int = 8, max_gpus: int | None = None) -> list[Candidate]:
+    seen: dict[tuple, Candidate] = {}
+
+    def add(res) -> None:
+        for c in res.candidates:
+            seen.setdefault(_key(c), c)
+
+    for kind in ("throughput", "cost", "value"):
+        add(plan_search(ctx, cluster, gbs, Objective(kind, max_gpus=max_gpus), space, top_k=top_k))
+    if not seen:
+        return []
+    lo = min(c.cost_usd for c in seen.values())
+    hi = max(c.cost_usd for c in seen.values())
+    if hi > lo:
+        for i in range(1, budgets):
+            budget = lo * math.exp(math.log(hi / lo) * i / budgets)
+            add(plan_search(ctx, cluster, gbs, Objective("throughput", max_cost_per_iter_usd=budget,
+                                                         max_gpus=max_gpus), space, top_k=1))
+    return list(seen.values())
+
+
+def build_frontier(candidates: list[Candidate], chosen: Candidate | None, baseline: Candidate | None,
+                   objective: Objective) -> Frontier:
+    pts = [(1.0 / c.iteration_s, c.cost_usd) for c in candidates]
+    flags = pareto_flags(pts)
+    chosen_key = None if chosen is None else _key(chosen)
+    points = tuple(FrontierPoint(t, cost, c.gpus, label(c), f, _key(c) == chosen_key)
+                   for (t, cost), f, c in zip(pts, flags, candidates))
+    base = None if baseline is None else FrontierPoint(1.0 / baseline.iteration_s, baseline.cost_usd,
+                                                       baseline.gpus, "grid: " + label(baseline), False)
+    return Frontier(points, base, objective.min_throughput_iters_per_s, objective.max_cost_per_iter_usd)
+
+
+def frontier_for(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
+                 grid_space: SearchSpace, top_k: int = 20) -> Frontier:
+    """Candidates, front, the plan the objective chooses (kept among the candidates) and the grid baseline."""
+    cands = collect_candidates(ctx, cluster, gbs, space, top_k, max_gpus=objective.max_gpus)
+    chosen = plan_search(ctx, cluster, gbs, objective, space).best
+    if chosen is not None and all(_key(chosen) != _key(c) for c in cands):
+        cands.append(chosen)
+    # the user's constraints do not remove points from the picture; they are drawn as lines
+    base = plan_search(ctx, cluster, gbs, replace(objective, kind="throughput", max_cost_per_iter_usd=None,
+                                                  min_throughput_iters_per_s=None), grid_space).best
+    return build_frontier(cands, chosen, base, objective)
