@@ -236,3 +236,38 @@ def sailor_ctx():
 def test_search_matches_brute_force_sailor_profiles(sailor_ctx, gpus, objective):
     check_exact(sailor_ctx, parse_gpus(gpus, sailor_ctx.catalog), 6, objective, max_stages=2, mbs_opts=(1,),
                 tp_opts=(1, 2))
+
+
+BF6_MODEL = ModelSpec("bf6", num_layers=6, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=4096,
+                      vocab_size=1024, max_position_embeddings=4096)
+
+
+@pytest.mark.parametrize("gpus,objective", [
+    ("V100-16@us-a=4,V100-16@us-b=4", Objective("throughput")),
+    ("V100-16@us-a=4,A100-40@us-b=4", Objective("cost", min_throughput_iters_per_s=4.0)),
+    ("V100-16@us-a=4,A100-40@us-b=4", Objective("value")),
+])
+def test_search_matches_brute_force_deeper_pipelines(gpus, objective):
+    """6 layers, up to 5 stages: the split family's even middle stages and S-s in-flight memory matter."""
+    catalog = GPUCatalog().with_entries({"V100-16": {"memory_bytes": int(5.0 * GIB)},
+                                         "A100-40": {"memory_bytes": int(5.5 * GIB)}})
+    ctx = SimContext(BF6_MODEL, ProfileStore(BF6_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, max_stages=5, mbs_opts=(1,), tp_opts=(1,))
+
+
+@pytest.mark.parametrize("gpus", [
+    "A100-40@us-central1-a=32,V100-16@us-central1-a=96",
+    "A100-40@us-central1-a=16,A100-40@us-central1-b=16,V100-16@us-central1-b=32,A100-40@us-west1-b=8",
+])
+@pytest.mark.parametrize("kind", ["throughput", "cost"])
+def test_split_dominance_keeps_the_optimum(sailor_ctx, monkeypatch, gpus, kind):
+    """The Pareto filter over splits (docs/PLANNER.md 2.1) returns the same optimum as keeping every split."""
+    import numpy as np
+    import planner.search.engine as engine
+    cluster = parse_gpus(gpus, sailor_ctx.catalog)
+    objective = Objective(kind, min_throughput_iters_per_s=0.1 if kind == "cost" else None)
+    space = SearchSpace(max_stages=8)
+    fast = plan_search(sailor_ctx, cluster, 1024, objective, space).best
+    monkeypatch.setattr(engine, "pareto_min", lambda crit: np.arange(len(crit)))
+    full = plan_search(sailor_ctx, cluster, 1024, objective, space).best
+    assert fast.key == pytest.approx(full.key, rel=1e-12)
