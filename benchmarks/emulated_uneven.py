@@ -3,7 +3,7 @@ even split, measured and predicted.
 
     python benchmarks/emulated_uneven.py [--out runs/emulated] [--slowdown 4] [--iters 6]
 
-1. The model profile of ``benchmarks/closed_loop.py`` (profiled if absent) is this machine's type T.
+1. ``sailor-profile`` profiles the closed loop's model (micro-batch 1 and 2, TP 1) on this machine: type T.
    The emulated type ``T-slowS`` gets the same profile with forward/backward times x S (that is what the
    emulation does: it sleeps ``(S - 1) x`` each measured forward/backward) and a catalog entry with the
    FLOP/s divided by S.
@@ -102,19 +102,18 @@ def measured(metrics: Path, warmup: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "runs" / "emulated"))
-    ap.add_argument("--profile-dir", default=str(ROOT / "runs" / "closed_loop"),
-                    help="where closed_loop.py keeps (or this script makes) the model profile")
+    ap.add_argument("--reuse-profile", action="store_true", help="keep an existing profile in --out")
     ap.add_argument("--slowdown", type=float, default=4.0)
     ap.add_argument("--iters", type=int, default=6, help="timed iterations per plan (after 2 warm-up)")
     args = ap.parse_args()
-    out, pdir = Path(args.out), Path(args.profile_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    pdir = out / "profile"
     pdir.mkdir(parents=True, exist_ok=True)
     model_path = pdir / "model.json"
     model_path.write_text(json.dumps(cl.MODEL))
     files = {"profile": pdir / "profile.json", "network": pdir / "network.json", "catalog": pdir / "catalog.json"}
-    if not all(p.is_file() for p in files.values()):
-        files = cl.run_profile(pdir, model_path, mbs=[1, 2], tp=[1, 2])
+    if not (args.reuse_profile and all(p.is_file() for p in files.values())):
+        files = cl.run_profile(pdir, model_path, mbs=[1, 2], tp=[1])   # TP 1 only in this demo
     fast, slow, slow_prof = emulated_files(out, files, args.slowdown)
     efiles = {"profile": files["profile"], "profiles": [files["profile"], slow_prof],
               "network": files["network"], "catalog": out / "catalog.json"}
