@@ -121,8 +121,13 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
                   f"{st.memory_capacity_bytes / GB:.2f}",
                   f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}")
     console.print(t)
-    mbs = sorted(set(cand.microbatches))
-    console.print(f"micro-batches per pipeline: {mbs[0]}" + (f"..{mbs[-1]}" if len(mbs) > 1 else ""))
+    parts, j = [], 0
+    for pu in cand.pools:
+        counts = cand.microbatches[j:j + pu.pipelines]
+        j += pu.pipelines
+        rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
+        parts.append(f"{pu.gpu_type}@{pu.zone}: {rng}")
+    console.print("micro-batches per pipeline: " + ", ".join(parts))
     console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
                   f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
                   f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
