@@ -29,7 +29,11 @@ def main() -> int:
     p.add_argument("--cycles", type=int, default=1, help="4 -> 2 -> 4 cycles (2 reconfigurations each)")
     p.add_argument("--iters-per-phase", type=int, default=10)
     p.add_argument("--work-dir", default=str(REPO / "runs" / "reconfigure"))
+    p.add_argument("--save-bench", action="store_true",
+                   help="instead: synchronous vs --async-save on a 100M-parameter GPT (2 ranks, 1.2 GB checkpoints)")
     args = p.parse_args()
+    if args.save_bench:
+        return save_bench(Path(args.work_dir))
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     n_phases = 2 * args.cycles + 1
@@ -57,6 +61,41 @@ def main() -> int:
     print(f"reconfiguration change -> first new iteration: median {statistics.median(totals):.2f} s, max "
           f"{max(totals):.2f} s over {len(totals)} reconfigurations; process start-up median "
           f"{statistics.median(starts):.2f} s")
+    return 0
+
+
+def save_bench(work: Path) -> int:
+    """Blocking time of periodic saves and wall time, synchronous vs asynchronous."""
+    sys.path.insert(0, str(REPO))
+    from megatron_sailor.elastic_plans import demo_plan_dict
+    work.mkdir(parents=True, exist_ok=True)
+    plan = work / "big2.json"
+    plan.write_text(json.dumps(demo_plan_dict(2, 8, 8, "tiny")))
+    model = ["--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "16", "--ffn-hidden-size", "4096"]
+    print(f"{'mode':<6} {'blocked per periodic save s':>28} {'save + next iteration s':>25} {'wall s':>8}")
+    for mode in ("sync", "async"):
+        ev = work / f"events_{mode}.jsonl"
+        ev.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29641",
+               "examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), *model, "--train-iters", "7",
+               "--mock-data", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
+               "--elastic-events", str(ev), *(["--async-save"] if mode == "async" else [])]
+        start = time.time()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TORCH_COMPILE_DISABLE="1"))
+        wall = time.time() - start
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:])
+            return 1
+        events = [json.loads(line) for line in ev.read_text().splitlines()]
+        saves = [e for e in events if e["event"] == "saved" and e["iteration"] < 7]
+        steps = {e["iteration"]: e for e in events if e["event"] == "step"}
+        after = [steps[s["iteration"]]["t_unix_s"] - steps[s["iteration"] - 1]["t_unix_s"] for s in saves
+                 if s["iteration"] in steps]
+        print(f"{mode:<6} {statistics.mean(e['blocking_s'] for e in saves):>28.2f} "
+              f"{statistics.mean(after):>25.2f} {wall:>8.1f}")
+    print("save + next iteration = end of the iteration before a periodic save -> end of the one after it "
+          "(the async writer thread shares the rank's CPU core with training on this machine)")
     return 0
 
 

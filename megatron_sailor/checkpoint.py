@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,49 +142,101 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(rt: Any, save_dir: str, iteration: int, consumed_samples: int, keep_last: int = 2,
-                    extra: dict[str, Any] | None = None, fault_hook: Any = None) -> float:
-    """Collective: write the state after ``iteration`` iterations; returns the seconds it took (all ranks)."""
+@dataclass
+class PendingSave:
+    """A save whose files are still being written (``asynchronous=True``); commit with :func:`finish_save`."""
+
+    root: Path
+    tmp: Path
+    final: Path
+    iteration: int
+    consumed_samples: int
+    keep_last: int
+    extra: dict[str, Any]
+    rng: dict[str, str]
+    blocking_s: float = 0.0           # time training was blocked by the snapshot
+    written: dict[str, Any] | None = None
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+
+def _write_all(pending: PendingSave, entries: dict[str, Any], fault_hook: Any) -> None:
+    written: dict[str, Any] = {}
+    try:
+        for key, obj in sorted(entries.items()):
+            written[key + ".pt"] = _write_file(pending.tmp / (key + ".pt"), obj)
+            if fault_hook is not None:
+                fault_hook("save", pending.iteration)
+        pending.written = written
+    except BaseException as exc:  # noqa: BLE001 - reported by finish_save on the training thread
+        pending.error = exc
+
+
+def begin_save(rt: Any, save_dir: str, iteration: int, consumed_samples: int, keep_last: int = 2,
+               extra: dict[str, Any] | None = None, fault_hook: Any = None,
+               asynchronous: bool = False) -> PendingSave:
+    """Collective: snapshot full tensors (TP all-gathers into CPU copies) and write them, in a background
+    thread when ``asynchronous``. Nothing is committed until :func:`finish_save`."""
     start = time.perf_counter()
     root = Path(save_dir)
     final = root / checkpoint_name(iteration)
-    tmp = root / (final.name + ".tmp")
-    rank = dist.get_rank()
-    if rank == 0:
+    pending = PendingSave(root, root / (final.name + ".tmp"), final, iteration, consumed_samples, keep_last,
+                          extra or {}, rng_state())
+    if dist.get_rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        shutil.rmtree(pending.tmp, ignore_errors=True)
+        pending.tmp.mkdir()
     dist.barrier(group=rt.groups.world)
-    written: dict[str, Any] = {}
-    if rt.me.replica == 0:
-        for key, obj in sorted(_full_entries(rt).items()):
-            written[key + ".pt"] = _write_file(tmp / (key + ".pt"), obj)
-            if fault_hook is not None:
-                fault_hook("save", iteration)
+    entries = _full_entries(rt) if rt.me.replica == 0 else {}
+    if asynchronous:
+        pending.thread = threading.Thread(target=_write_all, args=(pending, entries, fault_hook), daemon=True)
+        pending.thread.start()
+    else:
+        _write_all(pending, entries, fault_hook)
+    pending.blocking_s = time.perf_counter() - start
+    return pending
+
+
+def finish_save(rt: Any, pending: PendingSave) -> float:
+    """Collective: wait for this rank's files, then rank 0 verifies completeness, commits and prunes.
+    Returns the seconds spent here."""
+    start = time.perf_counter()
+    if pending.thread is not None:
+        pending.thread.join()
+    if pending.error is not None:
+        raise CheckpointError(f"{pending.tmp}: writing failed: {pending.error}")
+    rank = dist.get_rank()
     reports: list[Any] = [None] * dist.get_world_size() if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(written, reports, dst=0, group=rt.groups.world)
+    dist.gather_object(pending.written or {}, reports, dst=0, group=rt.groups.world)
     if rank == 0:
         files: dict[str, Any] = {}
         for rep in reports:
             files.update(rep)
-        _commit(rt, root, tmp, final, files, iteration, consumed_samples, extra or {})
-        prune(root, keep_last)
+        _commit(rt, pending, files)
+        prune(pending.root, pending.keep_last)
     dist.barrier(group=rt.groups.world)
     return time.perf_counter() - start
 
 
-def _commit(rt: Any, root: Path, tmp: Path, final: Path, files: dict[str, Any], iteration: int,
-            consumed_samples: int, extra: dict[str, Any]) -> None:
+def save_checkpoint(rt: Any, save_dir: str, iteration: int, consumed_samples: int, keep_last: int = 2,
+                    extra: dict[str, Any] | None = None, fault_hook: Any = None) -> float:
+    """Collective, synchronous: write and commit the state after ``iteration`` iterations; returns seconds."""
+    pending = begin_save(rt, save_dir, iteration, consumed_samples, keep_last, extra, fault_hook)
+    return pending.blocking_s + finish_save(rt, pending)
+
+
+def _commit(rt: Any, pending: PendingSave, files: dict[str, Any]) -> None:
+    root, tmp, final = pending.root, pending.tmp, pending.final
     missing = {k + ".pt" for k in expected_files(rt.spec.num_layers)} - set(files)
     if missing:
         raise CheckpointError(f"{tmp}: files missing after the write: {sorted(missing)}")
-    meta = {"format": FORMAT, "iteration": iteration, "consumed_samples": consumed_samples,
+    meta = {"format": FORMAT, "iteration": pending.iteration, "consumed_samples": pending.consumed_samples,
             "global_batch_size": rt.plan.global_batch_size, "plan": rt.plan.to_dict(),
-            "model": model_identity(rt.spec), "seed": rt.cfg.seed, "rng": rng_state(),
+            "model": model_identity(rt.spec), "seed": rt.cfg.seed, "rng": pending.rng,
             "optimizer": {"lr": rt.cfg.optimizer.lr, "betas": list(rt.cfg.optimizer.betas),
                           "eps": rt.cfg.optimizer.eps, "weight_decay": rt.cfg.optimizer.weight_decay,
                           "clip_grad": rt.cfg.optimizer.clip_grad},
-            "files": files, "written_unix_s": time.time(), **extra}
+            "files": files, "written_unix_s": time.time(), **pending.extra}
     with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
         json.dump(meta, fh, indent=1)
         fh.flush()

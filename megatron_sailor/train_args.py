@@ -34,6 +34,7 @@ class TrainConfig:
     load: str | None = None                # checkpoint folder to resume from (newest verified checkpoint)
     save_interval: int = 0                 # save every N iterations (0: only at the end / on a stop request)
     keep_last: int = 2
+    async_save: bool = False               # periodic saves write in a background thread
     control_file: str | None = None        # "stop" written here: checkpoint and exit 0 (sailor-elastic)
     events_file: str | None = None         # JSON lines with wall-clock start-up / load / save timings
     wait_file: str | None = None           # start up, then wait for this file before loading the checkpoint
@@ -73,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--load", default=None, help="resume from the newest verified checkpoint in this folder "
                    "(none there: start at iteration 0; corrupt ones are refused, another model's stops the run)")
     c.add_argument("--save-interval", type=int, default=0, help="save every N iterations (0: at the end only)")
+    c.add_argument("--async-save", action="store_true", help="periodic saves: snapshot, write in a background "
+                   "thread, commit after the next iteration (end-of-run and stop saves stay synchronous)")
     c.add_argument("--keep-last", type=int, default=2, help="keep the newest K checkpoints (0: keep all)")
     c.add_argument("--elastic-control", default=None, help="file polled every iteration; 'stop' in it = "
                    "save a checkpoint and exit 0 (written by sailor-elastic)")
@@ -163,5 +166,6 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        cross_zone_latency_s=args.emulate_cross_zone_latency_s,
                        cross_zone_gbps=args.emulate_cross_zone_gbps, save=args.save, load=args.load,
                        save_interval=args.save_interval, keep_last=args.keep_last,
+                       async_save=args.async_save,
                        control_file=args.elastic_control, events_file=args.elastic_events,
                        wait_file=args.elastic_wait)

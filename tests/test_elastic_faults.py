@@ -1,6 +1,7 @@
 """Checkpoint resharding and fault tests on CPU/gloo (slow: several torchrun launches, each under a timeout).
 
-One uninterrupted 4-rank run (3 stages, layers [1, 2, 1], TP 2 | 1 | 1, micro-batch 2) is the reference:
+One uninterrupted 4-rank run (3 stages, layers [1, 2, 1], TP 2 | 1 | 1, micro-batch 2; asynchronous periodic
+saves) is the reference:
 * resume its iteration-4 checkpoint on 2 ranks (2 stages [2, 2], TP 1, micro-batch 1): same losses;
 * sailor-elastic on a static 4-GPU trace with a rank SIGKILLed mid-training and rank 0 SIGKILLed while
   writing a checkpoint: torchrun restarts the job twice, the previous checkpoint loads, same final weights;
@@ -59,7 +60,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ev = tmp / "events.jsonl"
     proc = torchrun(4, "examples/gpt/pretrain_gpt.py",
                     ["--sailor-plan", str(_plan(tmp, 4)), "--train-iters", str(ITERS), "--save", str(tmp / "ckpt"),
-                     "--save-interval", "4", "--keep-last", "0", "--elastic-events", str(ev), *COMMON],
+                     "--save-interval", "4", "--keep-last", "0", "--async-save", "--elastic-events", str(ev),
+                     *COMMON],
                     timeout_s=150, extra_env=EAGER)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = _steps(_events([ev]))

@@ -85,40 +85,84 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
         os._exit(0)
 
 
-def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
-    """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
-    from megatron_sailor.checkpoint import load_checkpoint, save_checkpoint
-    from megatron_sailor.elastic_hooks import FaultInjector, MetricsAppender, stop_requested, wait_for_go
-    faults = FaultInjector(rank)
-    start_it = 0
+def _resume(cfg, rank: int, rt, events) -> int:  # noqa: ANN001
+    """--elastic-wait, then --load: the iteration to start at."""
+    from megatron_sailor.checkpoint import load_checkpoint
+    from megatron_sailor.elastic_hooks import wait_for_go
     if cfg.wait_file:
         events.emit("waiting")
         wait_for_go(cfg.wait_file, rank, timeout_s=cfg.timeout_s * 0.9)
-    if cfg.load:
-        resume = load_checkpoint(rt, cfg.load)
-        if resume is not None:
-            start_it = resume.iteration
-            rt.resume_at(resume.iteration, resume.consumed_samples)
-            events.emit("loaded", load_s=resume.load_s, iteration=start_it, path=resume.path)
-            if rank == 0:
-                print(f"resumed from {resume.path}: iteration {start_it}, consumed samples "
-                      f"{resume.consumed_samples} ({resume.load_s:.2f} s)", flush=True)
-        elif rank == 0:
-            print(f"no checkpoint in {cfg.load}: starting at iteration 0", flush=True)
-    writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
-    saved_at = start_it if cfg.load else -1
-
-    def save(done: int) -> None:
-        save_s = save_checkpoint(rt, cfg.save, done, rt.consumed_samples(done), keep_last=cfg.keep_last,
-                                 fault_hook=faults)
-        events.emit("saved", save_s=save_s, iteration=done)
+    if not cfg.load:
+        return 0
+    resume = load_checkpoint(rt, cfg.load)
+    if resume is None:
         if rank == 0:
+            print(f"no checkpoint in {cfg.load}: starting at iteration 0", flush=True)
+        return 0
+    rt.resume_at(resume.iteration, resume.consumed_samples)
+    events.emit("loaded", load_s=resume.load_s, iteration=resume.iteration, path=resume.path)
+    if rank == 0:
+        print(f"resumed from {resume.path}: iteration {resume.iteration}, consumed samples "
+              f"{resume.consumed_samples} ({resume.load_s:.2f} s)", flush=True)
+    return resume.iteration
+
+
+class _Saver:
+    """--save / --save-interval / --async-save: periodic saves (asynchronous ones commit one iteration
+    later), a synchronous save at the end or on a stop request."""
+
+    def __init__(self, cfg, rank: int, rt, events, faults, saved_at: int) -> None:  # noqa: ANN001
+        self.cfg, self.rank, self.rt, self.events, self.faults = cfg, rank, rt, events, faults
+        self.saved_at, self.pending = saved_at, None
+
+    def finish(self) -> None:
+        from megatron_sailor.checkpoint import finish_save
+        if self.pending is None:
+            return
+        p, self.pending = self.pending, None
+        total_s = p.blocking_s + finish_save(self.rt, p)
+        self.events.emit("saved", save_s=total_s, blocking_s=p.blocking_s, iteration=p.iteration, asynchronous=True)
+        if self.rank == 0:
+            print(f"saved checkpoint at iteration {p.iteration} (asynchronous: training blocked "
+                  f"{p.blocking_s:.3f} s, committed after the next iteration)", flush=True)
+
+    def save(self, done: int, asynchronous: bool = False) -> None:
+        from megatron_sailor.checkpoint import begin_save, finish_save
+        self.finish()
+        p = begin_save(self.rt, self.cfg.save, done, self.rt.consumed_samples(done), keep_last=self.cfg.keep_last,
+                       fault_hook=self.faults, asynchronous=asynchronous)
+        self.saved_at = done
+        if asynchronous:
+            self.pending = p
+            return
+        save_s = p.blocking_s + finish_save(self.rt, p)
+        self.events.emit("saved", save_s=save_s, blocking_s=save_s, iteration=done, asynchronous=False)
+        if self.rank == 0:
             print(f"saved checkpoint at iteration {done} ({save_s:.2f} s)", flush=True)
 
+    def periodic(self, done: int) -> None:
+        cfg = self.cfg
+        if cfg.save and cfg.save_interval and done % cfg.save_interval == 0 and done < cfg.train_iters:
+            self.save(done, asynchronous=cfg.async_save)
+
+    def final(self, done: int) -> None:
+        self.finish()
+        if self.cfg.save and self.saved_at != done:
+            self.save(done)
+
+
+def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
+    """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
+    from megatron_sailor.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
+    faults = FaultInjector(rank)
+    start_it = _resume(cfg, rank, rt, events)
+    writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
+    saver = _Saver(cfg, rank, rt, events, faults, saved_at=start_it if cfg.load else -1)
     it = start_it
     while it < cfg.train_iters:
         faults("step", it)
         m = rt.train_step(it)
+        saver.finish()                 # an asynchronous save had this iteration to write its files
         writer.write(m)
         events.emit("step", iteration=it, loss=m.loss, first_sample=rt.consumed_samples(it),
                     consumed_samples=rt.consumed_samples(it + 1))
@@ -128,17 +172,14 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
             print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
                   f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
         it += 1
-        if cfg.save and cfg.save_interval and it % cfg.save_interval == 0 and it < cfg.train_iters:
-            save(it)
-            saved_at = it
+        saver.periodic(it)
         if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world, done=it,
                                                      hold_timeout_s=cfg.timeout_s / 2):
             events.emit("stop_seen", iteration=it)
             if rank == 0:
                 print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
             break
-    if cfg.save and saved_at != it:
-        save(it)
+    saver.final(it)
     writer.close()
 
 
