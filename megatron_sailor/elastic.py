@@ -229,6 +229,19 @@ class Controller:
 
     def _handover(self, job: Job, rc: int | None) -> int | None:
         new = self.successor
+        new_rc = new.proc.poll()
+        if new_rc is not None:                   # the new job died before taking over
+            self.failures += 1
+            logger.warning("job %d exited with status %d before taking over (failure %d of %d); see %s",
+                           new.index, new_rc, self.failures, self.cfg.max_failures, self.work / f"job_{new.index}.log")
+            self.successor = None
+            return 1 if self.failures > self.cfg.max_failures else None
+        if rc == 0 and self.iterations_done() >= self.cfg.train_iters:
+            logger.info("training finished: %d iterations (before job %d took over)", self.iterations_done(),
+                        new.index)
+            self.terminate(new)
+            self.successor = None
+            return 0
         if rc is None:
             if job.stop_requested_unix_s is None and any(e["event"] == "waiting" for e in new.events()):
                 self.request_stop(job)           # optional switch: stop once the new job is ready to load

@@ -129,3 +129,99 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 def test_trace_source_describe() -> None:
     src = TraceSource(((0.0, {"p": 4}), (3.0, {"p": 2})), unit="iter")
     assert src.describe() == "trace [0it:4, 3it:2]"
+
+
+class _FakeProc:
+    def __init__(self) -> None:
+        self.rc = None
+        self.pid = -1
+
+    def poll(self):  # noqa: ANN201
+        return self.rc
+
+    def wait(self, timeout=None):  # noqa: ANN001, ANN201
+        return self.rc
+
+
+class _ScriptedController:
+    """A Controller whose jobs are fake processes (no torchrun): exercises the hand-over logic."""
+
+    @staticmethod
+    def make(tmp_path: Path, avail: list[int]):  # noqa: ANN205
+        from megatron_sailor.elastic import Controller, ControllerConfig, Job
+
+        class Src:
+            value = {"cpu@local": avail[0]}
+            name = "fake"
+
+            def poll(self, elapsed_s, iteration):  # noqa: ANN001, ANN202
+                return dict(self.value)
+
+            def describe(self) -> str:
+                return "fake"
+
+        class C(Controller):
+            def launch(self, choice, rec, wait_for_go=False):  # noqa: ANN001, ANN202
+                k = len(self.jobs)
+                job = Job(k, choice, _FakeProc(), time.time(), self.work / f"events_{k}.jsonl", rec.reason, rec,
+                          control=self.work / f"control_{k}", go=self.work / f"go_{k}")
+                job.wait_for_go = wait_for_go
+                self._write_control(job, "run")
+                self.jobs.append(job)
+                return job
+
+            def terminate(self, job) -> None:  # noqa: ANN001
+                job.proc.rc = -15
+
+        cfg = ControllerConfig(work_dir=tmp_path, train_iters=10, train_args=(), poll_s=0.0)
+        c = C(cfg, Src(), CpuDemoPlanner(4, 8, "tiny"))
+        c.work.mkdir(parents=True, exist_ok=True)
+        return c, Src
+
+
+def _start(c) -> None:  # noqa: ANN001
+    from megatron_sailor.elastic import Reconfiguration
+    av = c.source.poll(0, 0)
+    choice = c.planner.plan(av)
+    c.job = c.launch(choice, Reconfiguration("start", time.time(), 4, 0.0, "initial", None, 4))
+    c.successor, c.last_av = None, av
+
+
+def test_forced_switch_stops_now_and_hands_over_after_exit(tmp_path: Path) -> None:
+    c, src = _ScriptedController.make(tmp_path, [4])
+    _start(c)
+    old = c.job
+    src.value = {"cpu@local": 2}
+    assert c._step() is None
+    new = c.successor
+    assert new is not None and new.wait_for_go and new.choice.plan.world_size == 2
+    assert old.control.read_text().strip() == "stop" and not new.go.exists()
+    assert c._step() is None and c.successor is new          # old job still checkpointing
+    old.proc.rc = 0
+    assert c._step() is None
+    assert new.go.exists() and c.job is new and c.successor is None
+
+
+def test_optional_switch_waits_for_the_new_job(tmp_path: Path) -> None:
+    c, src = _ScriptedController.make(tmp_path, [2])
+    _start(c)
+    old = c.job
+    src.value = {"cpu@local": 4}
+    c._step()
+    new = c.successor
+    assert new is not None and old.control.read_text().strip() == "run"   # keeps training meanwhile
+    new.events_path.write_text(json.dumps({"event": "waiting", "t_unix_s": time.time(), "attempt": 0}) + "\n")
+    c._step()
+    assert old.control.read_text().strip() == "stop"
+    old.proc.rc = 0
+    c._step()
+    assert c.job is new and new.go.exists()
+
+
+def test_successor_dying_before_takeover_is_a_failure(tmp_path: Path) -> None:
+    c, src = _ScriptedController.make(tmp_path, [2])
+    _start(c)
+    src.value = {"cpu@local": 4}
+    c._step()
+    c.successor.proc.rc = 1
+    assert c._step() is None and c.successor is None and c.failures == 1
