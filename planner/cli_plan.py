@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
     p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
+    p.add_argument("--frontier", metavar="PNG", help="draw the throughput vs $/iteration frontier (needs matplotlib)")
+    p.add_argument("--frontier-json", metavar="JSON", help="write the frontier's candidates and front as JSON")
     return p
 
 
@@ -140,7 +142,8 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         gain = est.throughput_iters_per_s / comp.throughput_iters_per_s - 1
         console.print(f"comparator (best homogeneous Megatron grid, same simulator): "
                       f"{comp.throughput_iters_per_s:.4f} it/s, ${comp.cost_per_iteration_usd:.4f}/iter "
-                      f"on {comp.num_gpus} GPUs -> ours {gain:+.1%} it/s")
+                      f"on {comp.num_gpus} GPUs -> ours {gain:+.1%} it/s, "
+                      f"{est.cost_per_iteration_usd / comp.cost_per_iteration_usd - 1:+.1%} $/iter")
     elif "comparator" in rep:
         console.print("comparator (grid): no homogeneous grid plan is feasible")
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
@@ -176,6 +179,21 @@ def _trace(args, ctx, clusters, gbs, objective, space) -> int:
     return 0
 
 
+def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, space) -> None:
+    from planner.frontier import frontier_for
+    from planner.plan import atomic_write_text
+    if args.frontier:
+        from planner.simulator.timeline_plot import require_matplotlib
+        require_matplotlib()
+    fr = frontier_for(ctx, cluster, gbs, objective, space, baseline_space("grid", space.precision))
+    if args.frontier_json:
+        from pathlib import Path
+        atomic_write_text(Path(args.frontier_json), json.dumps(fr.to_dict()) + "\n")
+    if args.frontier:
+        from planner.frontier_plot import draw_frontier
+        draw_frontier(fr, args.frontier, f"{ctx.model.name} on {cluster.describe()}")
+
+
 def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 1:
@@ -191,6 +209,8 @@ def main_args(argv: list[str] | None = None) -> int:
     if args.trace:
         return _trace(args, ctx, clusters, gbs, objective, space)
     rep = plan_one(args, ctx, clusters[0], gbs, objective, space)
+    if args.frontier or args.frontier_json:
+        _frontier(args, ctx, clusters[0], gbs, objective, space)
     if args.output:
         rep["plan"].save(args.output)
     if args.json:

@@ -49,3 +49,26 @@ def test_front_is_non_dominated_and_holds_the_chosen_plan(setup, objective):
     # dominating it would also satisfy the constraint and beat it
     assert c.on_front
     assert fr.baseline is not None and fr.baseline.label.startswith("grid")
+
+
+def test_sailor_plan_frontier_cli(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "planner.cli_plan", "--model", "opt-350m", "--gpus",
+                          "A100-40@us-central1-a=8,V100-16@us-central1-a=8", "--gbs", "64", "--max-stages", "3",
+                          "--objective", "cost", "--min-throughput", "0.02", "--frontier", str(tmp_path / "f.png"),
+                          "--frontier-json", str(tmp_path / "f.json"), "--json"],
+                         capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    fr = json.loads((tmp_path / "f.json").read_text())
+    chosen = [p for p in fr["points"] if p["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["on_front"]
+    assert fr["min_throughput_iters_per_s"] == 0.02
+    plan_cost = json.loads(out.stdout)["estimate"]["cost_per_iteration_usd"]
+    assert chosen[0]["cost_per_iteration_usd"] == pytest.approx(plan_cost, rel=1e-9)
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
