@@ -40,10 +40,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], nproc: int = 2) -> dict[str, Path]:
+def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], nproc: int = 2,
+                stat: str = "median") -> dict[str, Path]:
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
     cmd = [sys.executable, "-m", "megatron_sailor.profile_cli", "--model", str(model_path),
-           "--mbs", *map(str, mbs), "--tp", *map(str, tp), "--nproc", str(nproc), "--repeats", "5",
+           "--mbs", *map(str, mbs), "--tp", *map(str, tp), "--nproc", str(nproc), "--repeats", "5", "--stat", stat,
            "-o", str(files["profile"]), "--network-out", str(files["network"]), "--catalog-out", str(files["catalog"])]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return files
@@ -187,7 +188,7 @@ def worker(job_path: str) -> int:
     for it in range(job["warmup"] + job["iters"]):
         if rp and it >= job["warmup"]:
             from megatron_sailor.profile import ProfileConfig, profile_model
-            cfg = ProfileConfig(tuple(rp["mbs"]), tuple(rp["tp"]), warmup=1, repeats=1)
+            cfg = ProfileConfig(tuple(rp["mbs"]), tuple(rp["tp"]), warmup=1, repeats=1)   # 1 repeat per round
             profiles.append(profile_model(model, cfg, rp["gpu_type"]).costs)
         for k, (rt, groups) in enumerate(runtimes):
             dist.barrier(group=groups.world)
@@ -239,7 +240,7 @@ def main() -> int:
     model_path.write_text(json.dumps(MODEL))
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
     if not ((args.reuse_profile or args.reanalyse) and all(p.is_file() for p in files.values())):
-        files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2])
+        files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2], stat=args.stat)
     gpu = gpu_type_of(files)
     planned = out / "plan_planner.json"
     if not (args.reanalyse and planned.is_file()):

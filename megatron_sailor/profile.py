@@ -6,7 +6,7 @@ block builds three probe stages with :func:`megatron_sailor.stage_model.build_st
 runtime does: the embedding alone (``pre_process``, 0 layers), ``layers_per_probe`` transformer layers
 (neither pre nor post), and final norm + head + loss alone (``post_process``, 0 layers). Each probe's
 forward and backward run through the runtime's :class:`~megatron_sailor.schedule.StageStep` for every
-micro-batch size: ``warmup`` untimed repeats, then the median of ``repeats`` timed ones (CUDA events on a
+micro-batch size: ``warmup`` untimed repeats, then the median (or ``stat="min"``) of ``repeats`` timed ones (CUDA events on a
 GPU, wall clock on CPU). A layer's time is the layer probe's time / ``layers_per_probe``. The optimizer
 step (norm, clip, AdamW, zero-grad as the runtime does it) is timed on the layer probe and divided by its
 parameter count. Activation bytes: saved-tensor sizes on CPU, the allocator's growth on CUDA.
@@ -48,6 +48,11 @@ class ProfileConfig:
     layers_per_probe: int = 2
     seed: int = 1234
     concurrent: bool = True
+    stat: str = "median"          # or "min": the statistic over the timed repeats
+
+    @property
+    def stat_fn(self):  # noqa: ANN201
+        return min if self.stat == "min" else median_s
 
     def check(self, model: ModelSpec, world_size: int) -> None:
         """Raise :class:`InputError` for anything the run cannot do (before any process group exists)."""
@@ -55,6 +60,8 @@ class ProfileConfig:
             raise InputError(f"--mbs must be positive integers, got {list(self.mbs_list)}")
         if not self.tp_list or any(t < 1 for t in self.tp_list):
             raise InputError(f"--tp must be positive integers, got {list(self.tp_list)}")
+        if self.stat not in ("median", "min"):
+            raise InputError(f"--stat must be median or min, got {self.stat!r}")
         if self.repeats < 1 or self.warmup < 0 or self.layers_per_probe < 1:
             raise InputError("--repeats and --layers-per-probe must be >= 1 and --warmup >= 0")
         for tp in self.tp_list:
@@ -134,7 +141,7 @@ class _StageTiming:
     def _grad_for(self, out: torch.Tensor) -> torch.Tensor | None:
         return None if self.is_last else torch.randn(out.shape, generator=self.gen).to(self.device)
 
-    def measure(self, timer: Any, warmup: int, repeats: int) -> tuple[float, float]:
+    def measure(self, timer: Any, warmup: int, repeats: int, stat: Any = median_s) -> tuple[float, float]:
         fwd, bwd = [], []
         for i in range(warmup + repeats):
             inp = self._input()
@@ -144,7 +151,7 @@ class _StageTiming:
             if i >= warmup:
                 fwd.append(f_s)
                 bwd.append(b_s)
-        return median_s(fwd), median_s(bwd)
+        return stat(fwd), stat(bwd)
 
     def activation_bytes(self) -> float:
         """Bytes kept for backward by one forward (the output included when it is kept, i.e. not a loss)."""
@@ -166,7 +173,8 @@ class _StageTiming:
         return nbytes
 
 
-def _update_seconds_per_param(module: torch.nn.Module, timer: Any, warmup: int, repeats: int) -> float:
+def _update_seconds_per_param(module: torch.nn.Module, timer: Any, warmup: int, repeats: int,
+                              stat: Any = median_s) -> float:
     """The runtime's optimizer work (squared norm, clip scaling, AdamW step, zero-grad) per parameter."""
     opt = make_adamw(module, OptimizerConfig())
     params = [p for p in module.parameters() if p.grad is not None]
@@ -181,7 +189,7 @@ def _update_seconds_per_param(module: torch.nn.Module, timer: Any, warmup: int, 
         opt.zero_grad(set_to_none=False)
 
     samples = timed_repeats(update, timer, warmup + 1, repeats)
-    return median_s(samples) / sum(p.numel() for p in params)
+    return stat(samples) / sum(p.numel() for p in params)
 
 
 def _profile_tp(model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, groups: Any, gpu_type: str,
@@ -198,10 +206,10 @@ def _profile_tp(model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, gro
         for name, module, role in (("emb", emb, StageRole(0, 2)), ("lay", lay, StageRole(1, 3)),
                                    ("head", head, StageRole(1, 2))):
             st = _StageTiming(module, role, model, mbs, cfg.seed + mbs, device)
-            times[name] = st.measure(timer, cfg.warmup, cfg.repeats)
+            times[name] = st.measure(timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
             acts[name] = st.activation_bytes()
         if update_s is None:
-            update_s = _update_seconds_per_param(lay, timer, cfg.warmup, cfg.repeats)
+            update_s = _update_seconds_per_param(lay, timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
         lf, lb = times["lay"][0] / n, times["lay"][1] / n
         out.append(LayerCosts(
             gpu_type=gpu_type, mbs=mbs, tp=tp, embedding_fwd_s=times["emb"][0], embedding_bwd_s=times["emb"][1],

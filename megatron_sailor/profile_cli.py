@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--layers-per-probe", type=int, default=2)
+    p.add_argument("--stat", choices=("median", "min"), default="median",
+                   help="statistic over the timed repeats (min: robust to other processes on a shared machine)")
     p.add_argument("--no-concurrent", action="store_true",
                    help="profile with one TP block only (others idle) instead of all blocks at once")
     p.add_argument("--seed", type=int, default=1234)
@@ -95,7 +97,8 @@ def validate(args: argparse.Namespace, world: int) -> ModelSpec | None:
     if args.network_only:
         return None
     model = model_from(args)
-    ProfileConfig(tuple(args.mbs), tuple(args.tp), args.warmup, args.repeats, args.layers_per_probe).check(model, world)
+    ProfileConfig(tuple(args.mbs), tuple(args.tp), args.warmup, args.repeats, args.layers_per_probe,
+                  stat=args.stat).check(model, world)
     return model
 
 

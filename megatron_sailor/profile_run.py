@@ -83,7 +83,7 @@ def _write_model(args: argparse.Namespace, model: Any, result: Any, gpu_type: st
     from megatron_sailor.profile_io import write_profile
     extras = {"device": gpu_type, "timer": result.timer, "ranks": world,
               "settings": {"warmup": args.warmup, "repeats": args.repeats, "layers_per_probe": args.layers_per_probe,
-                           "concurrent": not args.no_concurrent},
+                           "concurrent": not args.no_concurrent, "stat": args.stat},
               "param_bytes": {str(tp): asdict(pb) for tp, pb in result.param_bytes.items()},
               "model_spec": model.to_dict()}
     write_profile(args.output, model.name, gpu_type, result.costs, extras)
@@ -125,7 +125,7 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
     if model is not None:
         from megatron_sailor.profile import ProfileConfig, profile_model
         cfg = ProfileConfig(tuple(args.mbs), tuple(args.tp), args.warmup, args.repeats, args.layers_per_probe,
-                            args.seed, concurrent=not args.no_concurrent)
+                            args.seed, concurrent=not args.no_concurrent, stat=args.stat)
         result = profile_model(model, cfg, gpu_type)
         if rank == 0:
             _write_model(args, model, result, gpu_type, world)

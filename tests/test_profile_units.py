@@ -258,3 +258,16 @@ def test_median_of_runs() -> None:
     merged = {c.mbs: c for c in median_of_runs(runs)}
     assert merged[1].layer_fwd_s == (2.0,) * 4 and merged[1].head_fwd_s == 2.0 and merged[1].update_s_per_param == 2.0
     assert merged[1].mbs == 1 and merged[1].tp == 1 and merged[2].layer_fwd_s == (1e-3,) * 4
+
+
+def test_profile_config_checks() -> None:
+    from megatron_sailor.profile import ProfileConfig
+    from planner.errors import InputError
+    tiny = get_model("tiny")
+    ProfileConfig((1, 2), (1, 2), stat="min").check(tiny, 2)
+    assert ProfileConfig((1,), (1,), stat="min").stat_fn([3.0, 1.0, 2.0]) == 1.0
+    assert ProfileConfig((1,), (1,)).stat_fn([3.0, 1.0, 2.0]) == 2.0
+    for bad, world in ((ProfileConfig((1,), (1,), stat="mean"), 1), (ProfileConfig((1,), (2,)), 1),
+                       (ProfileConfig((1,), (1,), repeats=0), 1), (ProfileConfig((), (1,)), 1)):
+        with pytest.raises(InputError):
+            bad.check(tiny, world)
