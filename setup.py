@@ -24,6 +24,7 @@ setup(
             "sailor-preprocess=megatron_sailor.preprocess:main",
             "sailor-launch=launch.cli:main",
             "sailor-slurm=launch.slurm:main",
+            "sailor-elastic=megatron_sailor.elastic_cli:main",
         ]
     },
 )

@@ -52,6 +52,25 @@ class _OffsetSource:
         return self.source.sample(index + self.offset)
 
 
+def warn_unsupported_plan_options(plan: Plan) -> list[str]:
+    """Say loudly which plan options this runtime does not implement (it then trains in fp32, AdamW, no
+    recompute, no distributed optimizer); returns the messages."""
+    msgs = []
+    if plan.precision != "fp32":
+        msgs.append(f"plan precision '{plan.precision}' is not implemented by the runtime: training in fp32 "
+                    "(the simulator's memory and time figures for this plan assume 16-bit)")
+    if plan.recompute_activations:
+        msgs.append("plan asks for activation recomputation, which the runtime does not implement: activations are kept")
+    if plan.distributed_optimizer:
+        msgs.append("plan asks for the distributed optimizer, which the runtime does not implement: "
+                    "every data-parallel rank keeps full optimizer states")
+    if plan.optimizer != "adamw":
+        msgs.append(f"plan optimizer '{plan.optimizer}' is not implemented by the runtime: using AdamW")
+    for m in msgs:
+        logger.warning(m)
+    return msgs
+
+
 class RankRuntime:
     """Everything one rank needs to train its part of the plan."""
 
@@ -61,6 +80,8 @@ class RankRuntime:
         self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
         self.layout = layout or build_layout(plan)
         self.me = self.layout.info(rank)
+        if rank == 0:
+            warn_unsupported_plan_options(plan)
         timeout = timedelta(seconds=cfg.timeout_s)
         self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode, timeout=timeout)
         seed_megatron_rng(cfg.seed)

@@ -104,3 +104,14 @@ def test_unreachable_rendezvous_fails_fast_with_one_line(tmp_path: Path) -> None
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: rank 1: cannot reach the rendezvous"), proc.stderr
+
+
+def test_unsupported_plan_options_are_announced():
+    from megatron_sailor.runtime import warn_unsupported_plan_options
+    from planner.plan import Plan, Replica, Stage
+    base = dict(num_layers=2, stages=(Stage(0, 2, (Replica("cpu", 1, "z"),)),), micro_batch_size=1,
+                global_batch_size=1)
+    assert warn_unsupported_plan_options(Plan(**base)) == []
+    msgs = warn_unsupported_plan_options(Plan(**base, precision="bf16", recompute_activations=True,
+                                              distributed_optimizer=True, optimizer="sgd"))
+    assert len(msgs) == 4 and "training in fp32" in msgs[0]
