@@ -6,7 +6,8 @@ repeats). Pairs are classified by host name (``socket.gethostname()`` of each ra
 ``SAILOR_NODE_NAME``): same host -> the intra-node link (the GPU catalog's ``intra_node_*`` fields),
 different hosts -> ``class_links.inter_node``. On a single host the inter-node class is written with the
 loopback measurement (that is what "nodes" emulated on this machine talk over) and the file says so.
-All-reduce over all ranks is measured and fitted too (algorithm bandwidth), reported beside the link fits.
+All-reduce over all ranks is measured as the runtime's gradient sync performs it (pack into a fresh flat
+buffer, all-reduce, copy back) and fitted too (algorithm bandwidth).
 The fitting functions are pure (no torch) and unit-tested.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-DEFAULT_SIZES = tuple(4 ** k for k in range(5, 13))     # 1 KiB .. 16 MiB
+DEFAULT_SIZES = tuple(4 ** k for k in range(5, 14))     # 1 KiB .. 64 MiB (gradient buffers are large)
 
 
 @dataclass(frozen=True)
@@ -139,16 +140,23 @@ def _ping_pong(peer: int, nbytes: int, warmup: int, repeats: int, device: Any) -
 
 
 def _allreduce(nbytes: int, warmup: int, repeats: int, device: Any) -> list[float]:
+    """All-reduce the way the runtime's gradient sync does it (megatron_sailor/grad_sync.py): pack the
+    gradients into a freshly allocated flat buffer (``torch.cat``), all-reduce it, copy the result back."""
     import time
 
     import torch
     import torch.distributed as dist
-    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    grads = [torch.zeros(max(1, nbytes // 8), dtype=torch.float32, device=device) for _ in range(2)]
     out = []
     for i in range(warmup + repeats):
         dist.barrier()
         start = time.perf_counter()
+        buf = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(buf)
+        offset = 0
+        for g in grads:
+            g.copy_(buf[offset:offset + g.numel()])
+            offset += g.numel()
         if device.type == "cuda":
             torch.cuda.synchronize()
         if i >= warmup:
