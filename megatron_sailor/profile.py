@@ -8,8 +8,8 @@ runtime does: the embedding alone (``pre_process``, 0 layers), ``layers_per_prob
 forward and backward run through the runtime's :class:`~megatron_sailor.schedule.StageStep` for every
 micro-batch size: ``warmup`` untimed repeats, then the median (or ``stat="min"``) of ``repeats`` timed ones (CUDA events on a
 GPU, wall clock on CPU). A layer's time is the layer probe's time / ``layers_per_probe``. The optimizer
-step (norm, clip, AdamW, zero-grad as the runtime does it) is timed on the layer probe and divided by its
-parameter count. Activation bytes: saved-tensor sizes on CPU, the allocator's growth on CUDA.
+step (norm, clip, AdamW, zero-grad as the runtime does it) is timed on the parameters of all three probes
+together and divided by their count. Activation bytes: saved-tensor sizes on CPU, the allocator's growth on CUDA.
 
 With ``concurrent`` (default) every block measures at the same time, so ranks that share a machine's
 memory system (or cores) while training also share it while profiled; rank 0's block is reported.
@@ -173,11 +173,12 @@ class _StageTiming:
         return nbytes
 
 
-def _update_seconds_per_param(module: torch.nn.Module, timer: Any, warmup: int, repeats: int,
+def _update_seconds_per_param(modules: list[torch.nn.Module], timer: Any, warmup: int, repeats: int,
                               stat: Any = median_s) -> float:
-    """The runtime's optimizer work (squared norm, clip scaling, AdamW step, zero-grad) per parameter."""
-    opt = make_adamw(module, OptimizerConfig())
-    params = [p for p in module.parameters() if p.grad is not None]
+    """The runtime's optimizer work (squared norm, clip scaling, AdamW step, zero-grad) per parameter, over
+    the parameters of all probes together (embedding, layers, head: a stage-sized working set)."""
+    opt = make_adamw(torch.nn.ModuleList(modules), OptimizerConfig())
+    params = [p for m in modules for p in m.parameters() if p.grad is not None]
     if not params:
         raise RuntimeError("the layer probe has no gradients to step on")
 
@@ -209,7 +210,7 @@ def _profile_tp(model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, gro
             times[name] = st.measure(timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
             acts[name] = st.activation_bytes()
         if update_s is None:
-            update_s = _update_seconds_per_param(lay, timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
+            update_s = _update_seconds_per_param([emb, lay, head], timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
         lf, lb = times["lay"][0] / n, times["lay"][1] / n
         out.append(LayerCosts(
             gpu_type=gpu_type, mbs=mbs, tp=tp, embedding_fwd_s=times["emb"][0], embedding_bwd_s=times["emb"][1],
