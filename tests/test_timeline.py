@@ -79,3 +79,17 @@ def test_cli_writes_timeline_json_and_png(tmp_path):
     data = json.loads((tmp_path / "t.json").read_text())
     assert data["makespan_s"] > 0 and data["events"] and "closed_form_iteration_s" in data
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_matplotlib_the_cli_says_how_to_install(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from test_cli_sim import GOOD, ROOT, write
+    code = ("import sys; sys.modules['matplotlib'] = None; from planner.cli_sim import entry; "
+            f"sys.argv = ['sailor-sim', {str(write(tmp_path, GOOD))!r}, '--timeline', {str(tmp_path / 't.png')!r}]; "
+            "sys.exit(entry())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert out.returncode == 2 and 'pip install -e ".[plot]"' in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "t.png").exists()
