@@ -224,10 +224,10 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reuse-profile", action="store_true", help="keep an existing profile in --out")
-    ap.add_argument("--stat", choices=sorted(STATS), default="min",
+    ap.add_argument("--stat", choices=sorted(STATS), default="median",
                     help="statistic of the summary line, over the timed iterations and the interleaved profile "
-                         "rounds alike (default min: robust to other processes on a shared machine; both are "
-                         "printed)")
+                         "rounds alike (default median; min is more robust under heavy load from other "
+                         "processes; both are printed)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="re-print the tables from the files of the last run in --out (e.g. with another --stat)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
