@@ -25,6 +25,7 @@ setup(
             "sailor-launch=launch.cli:main",
             "sailor-slurm=launch.slurm:main",
             "sailor-elastic=megatron_sailor.elastic_cli:main",
+            "sailor-profile=megatron_sailor.profile_cli:main",
         ]
     },
 )
