@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import time
-from functools import partial
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from planner.errors import InputError
+from planner.errors import InputError, check_keys
 from planner.plan import read_text
 
 _NODE_KEYS = {"host", "name", "gpu_type", "zone", "gpus_per_node", "cpus_per_node", "emulate"}
@@ -128,14 +128,7 @@ class Inventory:
 
 def node_from_dict(data: Any, index: int) -> Node:
     where = f"nodes[{index}]"
-    if not isinstance(data, Mapping):
-        raise InputError(f"{where} must be a mapping, got {data!r}")
-    unknown = sorted(set(data) - _NODE_KEYS)
-    if unknown:
-        raise InputError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(_NODE_KEYS)}")
-    missing = sorted(_NODE_REQUIRED - set(data))
-    if missing:
-        raise InputError(f"{where} is missing required key(s) {missing}")
+    check_keys(data, _NODE_KEYS, _NODE_REQUIRED, where)
     try:
         emulate = _emulation_from_dict(data.get("emulate"))
         return Node(host=data["host"], gpu_type=data["gpu_type"], zone=data["zone"],

@@ -5,6 +5,8 @@ message must name the file (when there is one), the field and the offending valu
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 
 class InputError(ValueError):
     """Bad user input: malformed file, unknown name, impossible constraint."""
@@ -18,3 +20,15 @@ class InputError(ValueError):
         if self.source is not None:
             return self
         return InputError(str(self), source=source)
+
+
+def check_keys(data: Any, allowed: set[str], required: set[str], where: str) -> None:
+    """Raise :class:`InputError` unless ``data`` is a mapping with only ``allowed`` keys and all ``required``."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where} must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InputError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InputError(f"{where} is missing required key(s) {missing}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from planner.errors import InputError
+from planner.errors import InputError, check_keys
 
 SCHEMA_VERSION = 1
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -46,17 +46,6 @@ def _require_str(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"field '{name}' must be a non-empty string, got {value!r}")
     return value
-
-
-def _check_keys(data: Mapping[str, Any], allowed: set[str], required: set[str], where: str) -> None:
-    if not isinstance(data, Mapping):
-        raise InputError(f"{where} must be a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InputError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    missing = sorted(required - set(data))
-    if missing:
-        raise InputError(f"{where} is missing required key(s) {missing}")
 
 
 @dataclass(frozen=True)
@@ -247,7 +236,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
-        _check_keys(data, _PLAN_KEYS, {"schema_version", "num_layers", "stages", "micro_batch_size",
+        check_keys(data, _PLAN_KEYS, {"schema_version", "num_layers", "stages", "micro_batch_size",
                                        "global_batch_size"}, "plan")
         stages_raw = data["stages"]
         if not isinstance(stages_raw, list):
@@ -289,14 +278,14 @@ _PLAN_KEYS = {"schema_version", "model", "num_layers", "micro_batch_size", "glob
 
 def _stage_from_dict(data: Any, index: int) -> Stage:
     where = f"stages[{index}]"
-    _check_keys(data, {"first_layer", "num_layers", "replicas"}, {"first_layer", "num_layers", "replicas"}, where)
+    check_keys(data, {"first_layer", "num_layers", "replicas"}, {"first_layer", "num_layers", "replicas"}, where)
     reps = data["replicas"]
     if not isinstance(reps, list) or not reps:
         raise InputError(f"{where}.replicas must be a non-empty list, got {reps!r}")
     replicas = []
     for j, r in enumerate(reps):
         rw = f"{where}.replicas[{j}]"
-        _check_keys(r, {"gpu_type", "tp", "zone"}, {"gpu_type", "tp", "zone"}, rw)
+        check_keys(r, {"gpu_type", "tp", "zone"}, {"gpu_type", "tp", "zone"}, rw)
         try:
             replicas.append(Replica(gpu_type=r["gpu_type"], tp=r["tp"], zone=r["zone"]))
         except InputError as exc:
