@@ -147,13 +147,15 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
     "gpt-neo-2.7b": ModelSpec("gpt-neo-2.7b", num_layers=32, hidden_size=2560, num_heads=32,
                               ffn_hidden_size=10240, seq_length=2048, vocab_size=50257,
                               max_position_embeddings=2048, tied_embeddings=True),
+    "opt-30b": ModelSpec("opt-30b", num_layers=48, hidden_size=7168, num_heads=56, ffn_hidden_size=28672,
+                         seq_length=2048, vocab_size=50272, max_position_embeddings=2048),
     "llama-3-8b": ModelSpec("llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
                             ffn_hidden_size=14336, seq_length=8192, vocab_size=128256,
                             max_position_embeddings=8192, tied_embeddings=True,
                             learned_position_embeddings=False, gated_mlp=True, bias=False),
 }
 # Sailor's model names map to ours.
-MODEL_ALIASES = {"opt-350": "opt-350m", "gpt-neo-2.7": "gpt-neo-2.7b", "llama-3-8": "llama-3-8b",
+MODEL_ALIASES = {"opt-350": "opt-350m", "gpt-neo-2.7": "gpt-neo-2.7b", "llama-3-8": "llama-3-8b", "opt-30": "opt-30b",
                  "opt350m": "opt-350m"}
 
 

@@ -76,7 +76,8 @@ def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | Non
             max_position_embeddings=cfg["max_position_embeddings"])
         return spec, cfg.get("global_batch_size")
     if base is None:
-        raise InputError(f"model '{sname}': no training config and no built-in shape", source=str(cfg_path))
+        raise InputError(f"model '{sname}': no training config and no built-in shape",
+                         source=str(root / "Planner" / "simulations" / "configs"))
     return with_overrides(base, name=sname, num_layers=n_layers), None
 
 
@@ -144,7 +145,8 @@ def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | 
     catalog = catalog or GPUCatalog()
     sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)
     if sname is None:
-        sname = {"opt-350m": "OPT-350", "gpt-neo-2.7b": "GPT-Neo-2.7", "llama-3-8b": "LLAMA-3-8"}.get(
+        sname = {"opt-350m": "OPT-350", "gpt-neo-2.7b": "GPT-Neo-2.7", "llama-3-8b": "LLAMA-3-8",
+                 "opt-30b": "OPT-30"}.get(
             model_name.lower())
     if sname is None:
         raise InputError(f"--model '{model_name}' is not in the Sailor data; use one of {sorted(SAILOR_MODELS)}")

@@ -93,3 +93,13 @@ def test_sailor_trace_csv(sailor_data_dir):
     rows = load_trace_csv(sailor_data_dir / "sailor/Planner/simulations/configs/gpu_trace_heterogeneous_imbalanced.csv",
                           GPUCatalog())
     assert rows[0].count("A100-40", "us-central1-a") == 32 and rows[0].count("V100-16", "us-central1-a") == 96
+
+
+def test_every_sailor_model_imports(sailor_data_dir):
+    info = json.loads((sailor_data_dir / "sailor/Planner/llm_info.json").read_text())
+    for name in ("OPT-350", "GPT-Neo-2.7", "OPT-30", "LLAMA-3-8"):
+        sd = load_sailor_data(sailor_data_dir, name)
+        assert sd.model.num_layers == len(info[name]["1"]) - 2
+        assert sd.profiles.measured_gpu_types()
+    opt30 = load_sailor_data(sailor_data_dir, "OPT-30").model
+    assert sum(opt30.layer_params()) == info["OPT-30"]["1"]["1"]["params_floats"]
