@@ -94,6 +94,22 @@ JSON
       --no-comparator -o "$OUT/plan.json"
   PLAN=$OUT/plan.json
 else
+  # Show what the planner would pick for this cluster, then train the built-in heterogeneous plan: for a model
+  # this small the planner sensibly uses 1-2 GPUs, which would exercise none of the heterogeneous paths.
+  cat > "$OUT/model.json" <<'JSON'
+{"name": "tiny-opt", "num_layers": 6, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256,
+ "seq_length": 64, "vocab_size": 128, "max_position_embeddings": 64, "make_vocab_size_divisible_by": 8}
+JSON
+  if [[ $DRY_RUN == 0 ]]; then
+    python -m planner.cli_plan --model "$OUT/model.json" --cluster "$OUT/cluster.yaml" --gbs 16 --no-comparator \
+        --json -o "$OUT/planner_choice.json" | python -c "
+import json, sys
+r = json.load(sys.stdin); e = r['estimate']; p = r['plan']
+print(f\"planner's choice for this cluster: {len(p['stages'])} stage(s) x {len(p['stages'][0]['replicas'])} \"
+      f\"pipeline(s) on {e['num_gpus']} GPU(s), predicted {e['throughput_iters_per_s']:.1f} it/s (analytic \"
+      f\"profiles; search {r['search_time_s']:.2f} s) -> $OUT/planner_choice.json\")
+print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and 1, two zones):')"
+  fi
   PLAN=$OUT/plan.json
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
