@@ -16,7 +16,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
@@ -157,6 +157,3 @@ def load_trace_csv(path: str | Path, catalog: GPUCatalog) -> list[ClusterSpec]:
         rows.append(ClusterSpec(tuple(pools)))
     return rows
 
-
-def merge_counts(pools: Iterable[Pool]) -> dict[tuple[str, str], int]:
-    return {(p.gpu_type, p.zone): p.count for p in pools}

@@ -118,7 +118,7 @@ class NetworkModel:
             # Sailor's tables give the aggregate bandwidth of k concurrent pairs between two nodes.
             keys = sorted(table)
             k = min((x for x in keys if x >= concurrent), default=keys[-1])
-            return table[k].scaled(1.0 / max(1, min(concurrent, k)) if k >= concurrent else 1.0 / concurrent)
+            return table[k].scaled(1.0 / max(1, concurrent))
         base = self.class_links[self.link_class(a, b)]
         return base
 

@@ -56,8 +56,7 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
         # full-layer recompute: keep only each layer's input; one layer's activations live while recomputed
         boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
         act = boundary * stage.num_layers
-        fwd_extra = fwd
-        bwd += fwd_extra
+        bwd += fwd  # the forward is recomputed during backward
     if s == 0:
         fwd += costs.embedding_fwd_s
         bwd += costs.embedding_bwd_s
