@@ -20,12 +20,12 @@ setup(
         "console_scripts": [
             "sailor-sim=planner.cli_sim:entry",
             "sailor-plan=planner.cli_plan:main",
-            "sailor-topology=megatron_sailor.topology:main",
-            "sailor-preprocess=megatron_sailor.preprocess:main",
+            "sailor-topology=megatron_sailor.runtime.topology:main",
+            "sailor-preprocess=megatron_sailor.train.preprocess:main",
             "sailor-launch=launch.cli:main",
             "sailor-slurm=launch.slurm:main",
-            "sailor-elastic=megatron_sailor.elastic_cli:main",
-            "sailor-profile=megatron_sailor.profile_cli:main",
+            "sailor-elastic=launch.elastic.cli:main",
+            "sailor-profile=megatron_sailor.profiler.cli:main",
         ]
     },
 )

@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
 def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], nproc: int = 2,
                 stat: str = "median") -> dict[str, Path]:
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
-    cmd = [sys.executable, "-m", "megatron_sailor.profile_cli", "--model", str(model_path),
+    cmd = [sys.executable, "-m", "megatron_sailor.profiler.cli", "--model", str(model_path),
            "--mbs", *map(str, mbs), "--tp", *map(str, tp), "--nproc", str(nproc), "--repeats", "5", "--stat", stat,
            "-o", str(files["profile"]), "--network-out", str(files["network"]), "--catalog-out", str(files["catalog"])]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
@@ -131,7 +131,7 @@ STATS = {"median": statistics.median, "min": min}
 
 def summarise_rounds(rounds_path: Path, out_path: Path, stat: str) -> None:
     """The interleaved profile: per entry, ``stat`` over the rounds (the same statistic as the runs)."""
-    from megatron_sailor.profile_io import median_of_runs, write_profile
+    from megatron_sailor.profiler.io import median_of_runs, write_profile
     from planner.profiles import _entry_to_costs
     runs = [[_entry_to_costs({k: v for k, v in e.items() if k != "gpu_type"}, e["gpu_type"], i, "interleaved")
              for i, e in enumerate(run)] for run in json.loads(rounds_path.read_text())]
@@ -159,12 +159,12 @@ def worker(job_path: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from megatron_sailor.data import MockTokens
-    from megatron_sailor.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.emulation import emulation_from
-    from megatron_sailor.groups import create_groups
-    from megatron_sailor.runtime import RankRuntime, RunConfig
-    from megatron_sailor.topology import build_layout
+    from megatron_sailor.runtime.data import MockTokens
+    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.runtime.emulation import emulation_from
+    from megatron_sailor.runtime.groups import create_groups
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
+    from megatron_sailor.runtime.topology import build_layout
     from patches import apply_cpu_patches
     from planner.model import load_model
     from planner.plan import Plan
@@ -187,7 +187,7 @@ def worker(job_path: str) -> int:
     rp, profiles = job.get("reprofile"), []
     for it in range(job["warmup"] + job["iters"]):
         if rp and it >= job["warmup"]:
-            from megatron_sailor.profile import ProfileConfig, profile_model
+            from megatron_sailor.profiler.probe import ProfileConfig, profile_model
             cfg = ProfileConfig(tuple(rp["mbs"]), tuple(rp["tp"]), warmup=1, repeats=1)   # 1 repeat per round
             profiles.append(profile_model(model, cfg, rp["gpu_type"]).costs)
         for k, (rt, groups) in enumerate(runtimes):

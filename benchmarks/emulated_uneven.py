@@ -34,7 +34,7 @@ import closed_loop as cl  # noqa: E402
 
 
 def emulated_files(out: Path, files: dict[str, Path], slowdown: float) -> tuple[str, str, Path]:
-    from megatron_sailor.profile_io import emulated_catalog_entry, emulated_costs, write_profile
+    from megatron_sailor.profiler.io import emulated_catalog_entry, emulated_costs, write_profile
     from planner.profiles import parse_profile_file
     fast = cl.gpu_type_of(files)
     slow = f"{fast}-slow{slowdown:g}"

@@ -39,7 +39,7 @@ def main() -> int:
     n_phases = 2 * args.cycles + 1
     trace = [{"Time": k * args.iters_per_phase, "GPUs": 4 if k % 2 == 0 else 2} for k in range(n_phases)]
     (work / "trace.json").write_text(json.dumps(trace))
-    cmd = [sys.executable, "-m", "megatron_sailor.elastic_cli", "--trace", str(work / "trace.json"),
+    cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(work / "trace.json"),
            "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * args.iters_per_phase),
            "--work-dir", str(work / "elastic"), "--", "--mock-data", "--save-interval", "5"]
     start = time.time()
@@ -67,7 +67,7 @@ def main() -> int:
 def save_bench(work: Path) -> int:
     """Blocking time of periodic saves and wall time, synchronous vs asynchronous."""
     sys.path.insert(0, str(REPO))
-    from megatron_sailor.elastic_plans import demo_plan_dict
+    from launch.elastic.plans import demo_plan_dict
     work.mkdir(parents=True, exist_ok=True)
     plan = work / "big2.json"
     plan.write_text(json.dumps(demo_plan_dict(2, 8, 8, "tiny")))

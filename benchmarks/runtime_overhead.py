@@ -7,7 +7,7 @@ warm-up. The baseline is megatron-core's own pieces: ``parallel_state`` groups, 
 schedule (``forward_backward_pipelining_without_interleaving``), its ``DistributedDataParallel`` gradient
 all-reduce, then a global-norm clip and torch AdamW (megatron's fused optimizers need apex/TE). It also
 prints the bytes that cross zones per iteration for a 2-zone plan (DP 4 over zones a,a,b,b) with flat vs
-hierarchical sync (ring model, see ``megatron_sailor.grad_sync.ring_cross_zone_bytes``).
+hierarchical sync (ring model, see ``megatron_sailor.runtime.grad_sync.ring_cross_zone_bytes``).
 The last line is ``ratio ours/megatron median iteration time: X``.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class MegatronBaseline:
         from megatron.core.models.gpt.gpt_model import GPTModel
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        from megatron_sailor.stage_model import _transformer_config, padded_vocab_size
+        from megatron_sailor.runtime.stage_model import _transformer_config, padded_vocab_size
         ps.initialize_model_parallel(tensor_model_parallel_size=1,
                                      pipeline_model_parallel_size=plan.num_stages)
         config = _transformer_config(spec, spec.num_layers, 1)
@@ -70,7 +70,7 @@ class MegatronBaseline:
         self.world_group = None
 
     def _forward_step(self, data_iterator, model):  # noqa: ANN001, ANN202
-        from megatron_sailor.schedule import causal_mask
+        from megatron_sailor.runtime.schedule import causal_mask
         batch = next(data_iterator)
         pos = __import__("torch").arange(self.spec.seq_length).unsqueeze(0).expand(batch.tokens.shape[0], -1)
         out = model(batch.tokens, pos, causal_mask(self.spec.seq_length), labels=batch.labels)
@@ -84,7 +84,7 @@ class MegatronBaseline:
         import torch
         import torch.distributed as dist
 
-        from megatron_sailor.data import microbatch
+        from megatron_sailor.runtime.data import microbatch
         start = time.perf_counter()
         m = self.plan.microbatch_counts[self.dp_rank]
         first = self.dp_rank * m
@@ -117,9 +117,9 @@ def worker() -> None:
     import torch
     import torch.distributed as dist
 
-    from megatron_sailor.data import MockTokens
-    from megatron_sailor.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.runtime import RankRuntime, RunConfig
+    from megatron_sailor.runtime.data import MockTokens
+    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
     from patches import apply_cpu_patches
     from patches.megatron_cpu import apply_baseline_patches, cuda_calls_on_cpu
     from planner.model import get_model

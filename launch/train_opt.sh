@@ -126,7 +126,7 @@ NPROC=$(python -c "from planner.sailor_plan import load_any_plan; print(load_any
 
 if [[ -z "$DATA_PATH" ]]; then
   DATA_PATH=$OUT/corpus
-  PREP=(python -m megatron_sailor.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$DATA_PATH")
+  PREP=(python -m megatron_sailor.train.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$DATA_PATH")
   if [[ $DRY_RUN == 1 ]]; then echo "${PREP[*]}"; else "${PREP[@]}"; fi
 fi
 TRAIN_ARGS=("${MODEL_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --seed 1234 --data-path "$DATA_PATH"

@@ -1,213 +1,30 @@
-"""Pretrain a GPT model on a megatron-sailor plan.
+"""Pretrain a GPT model on a megatron-sailor plan: the thin entry of ``megatron_sailor.train``.
 
     torchrun --nproc-per-node N examples/gpt/pretrain_gpt.py --sailor-plan PLAN \
         --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
         --max-position-embeddings 32 --vocab-size 128 --train-iters 20 --lr 1e-3 --mock-data
 
 PLAN is our plan JSON or a Sailor plan_config JSON. Micro-batch and global batch come from the plan.
-Input errors print one ``error: ...`` line (from rank 0) and exit with status 2; a rank that cannot reach
-the rendezvous or times out in a collective prints one line and exits with status 1.
+The training loop, arguments and checkpoints live in ``megatron_sailor/train/`` (``python -m
+megatron_sailor.train`` is the same job); this file only records the process start time and calls it.
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
 
-_PROCESS_START_S = time.time()   # for sailor-elastic's start-up timing (megatron_sailor.elastic_hooks)
+_PROCESS_START_S = time.time()   # for sailor-elastic's start-up timing (megatron_sailor.train.elastic_hooks)
 
 # c10d's C++ logger prints multi-line socket errors on a failed rendezvous; we report one line ourselves.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from planner.errors import InputError  # noqa: E402
-
-
-def _rank_env() -> tuple[int, int]:
-    """(plan rank, world size); honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
-    from megatron_sailor.distributed import env_from_torchrun
-    env = env_from_torchrun()
-    return env.rank, env.world_size
-
-
-def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
-    if rank == 0 or all_ranks:
-        print(f"error: {message}", file=sys.stderr, flush=True)
-    return code
-
-
-def _make_data(cfg):  # noqa: ANN001, ANN202
-    from megatron_sailor.data import IndexedTokens, MockTokens
-    if cfg.data_path is None:
-        return MockTokens(seed=cfg.seed, seq_length=cfg.model.seq_length, vocab_size=cfg.model.vocab_size)
-    return IndexedTokens(cfg.data_path, cfg.model.seq_length, cfg.model.vocab_size)
-
-
-def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
-    import torch
-
-    from megatron_sailor.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.elastic_hooks import EventLog
-    from megatron_sailor.groups import create_groups
-    from megatron_sailor.runtime import RankRuntime, RunConfig
-    from megatron_sailor.topology import build_layout, describe
-    from patches import apply_cpu_patches
-
-    from megatron_sailor.emulation import emulation_from
-    events = EventLog(cfg.events_file, rank)
-    events.emit("process_start", t_unix_s=_PROCESS_START_S, world_size=world_size)
-    emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    apply_cpu_patches()
-    data = _make_data(cfg)
-    env = env_from_torchrun()
-    init_distributed(env, timeout_s=cfg.timeout_s)
-    layout = build_layout(cfg.plan)
-    from datetime import timedelta
-    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
-    events.emit("dist_ready")
-    if rank == 0:
-        print(describe(cfg.plan, layout), flush=True)
-    rt = RankRuntime(cfg.plan, cfg.model, rank, data,
-                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                               timeout_s=cfg.timeout_s),
-                     layout=layout, groups=groups)
-    events.emit("model_ready")
-    _train_loop(cfg, rank, rt, events)
-    import torch.distributed as dist
-    dist.barrier(group=groups.world)
-    dist.destroy_process_group()
-    events.emit("exit")
-    if cfg.control_file:           # under sailor-elastic: skip interpreter teardown (~1-3 s of a reconfiguration)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
-def _resume(cfg, rank: int, rt, events) -> int:  # noqa: ANN001
-    """--elastic-wait, then --load: the iteration to start at."""
-    from megatron_sailor.checkpoint import load_checkpoint
-    from megatron_sailor.elastic_hooks import wait_for_go
-    if cfg.wait_file:
-        events.emit("waiting")
-        wait_for_go(cfg.wait_file, rank, timeout_s=cfg.timeout_s * 0.9)
-    if not cfg.load:
-        return 0
-    resume = load_checkpoint(rt, cfg.load)
-    if resume is None:
-        if rank == 0:
-            print(f"no checkpoint in {cfg.load}: starting at iteration 0", flush=True)
-        return 0
-    rt.resume_at(resume.iteration, resume.consumed_samples)
-    events.emit("loaded", load_s=resume.load_s, iteration=resume.iteration, path=resume.path)
-    if rank == 0:
-        print(f"resumed from {resume.path}: iteration {resume.iteration}, consumed samples "
-              f"{resume.consumed_samples} ({resume.load_s:.2f} s)", flush=True)
-    return resume.iteration
-
-
-class _Saver:
-    """--save / --save-interval / --async-save: periodic saves (asynchronous ones commit one iteration
-    later), a synchronous save at the end or on a stop request."""
-
-    def __init__(self, cfg, rank: int, rt, events, faults, saved_at: int) -> None:  # noqa: ANN001
-        self.cfg, self.rank, self.rt, self.events, self.faults = cfg, rank, rt, events, faults
-        self.saved_at, self.pending = saved_at, None
-
-    def finish(self) -> None:
-        from megatron_sailor.checkpoint import finish_save
-        if self.pending is None:
-            return
-        p, self.pending = self.pending, None
-        total_s = p.blocking_s + finish_save(self.rt, p)
-        self.events.emit("saved", save_s=total_s, blocking_s=p.blocking_s, iteration=p.iteration, asynchronous=True)
-        if self.rank == 0:
-            print(f"saved checkpoint at iteration {p.iteration} (asynchronous: training blocked "
-                  f"{p.blocking_s:.3f} s, committed after the next iteration)", flush=True)
-
-    def save(self, done: int, asynchronous: bool = False) -> None:
-        from megatron_sailor.checkpoint import begin_save, finish_save
-        self.finish()
-        p = begin_save(self.rt, self.cfg.save, done, self.rt.consumed_samples(done), keep_last=self.cfg.keep_last,
-                       fault_hook=self.faults, asynchronous=asynchronous)
-        self.saved_at = done
-        if asynchronous:
-            self.pending = p
-            return
-        save_s = p.blocking_s + finish_save(self.rt, p)
-        self.events.emit("saved", save_s=save_s, blocking_s=save_s, iteration=done, asynchronous=False)
-        if self.rank == 0:
-            print(f"saved checkpoint at iteration {done} ({save_s:.2f} s)", flush=True)
-
-    def periodic(self, done: int) -> None:
-        cfg = self.cfg
-        if cfg.save and cfg.save_interval and done % cfg.save_interval == 0 and done < cfg.train_iters:
-            self.save(done, asynchronous=cfg.async_save)
-
-    def final(self, done: int) -> None:
-        self.finish()
-        if self.cfg.save and self.saved_at != done:
-            self.save(done)
-
-
-def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
-    """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
-    from megatron_sailor.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
-    faults = FaultInjector(rank)
-    start_it = _resume(cfg, rank, rt, events)
-    writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
-    saver = _Saver(cfg, rank, rt, events, faults, saved_at=start_it if cfg.load else -1)
-    it = start_it
-    while it < cfg.train_iters:
-        faults("step", it)
-        m = rt.train_step(it)
-        saver.finish()                 # an asynchronous save had this iteration to write its files
-        writer.write(m)
-        events.emit("step", iteration=it, loss=m.loss, first_sample=rt.consumed_samples(it),
-                    consumed_samples=rt.consumed_samples(it + 1))
-        if it == start_it:
-            events.emit("first_iteration", iteration=it)
-        if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
-            print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
-                  f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
-        it += 1
-        saver.periodic(it)
-        if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world, done=it,
-                                                     hold_timeout_s=cfg.timeout_s / 2):
-            events.emit("stop_seen", iteration=it)
-            if rank == 0:
-                print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
-            break
-    saver.final(it)
-    writer.close()
+from megatron_sailor.train.loop import main as _train_main  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("SAILOR_LOG_LEVEL", "WARNING"))
-    try:
-        rank, world_size = _rank_env()
-    except Exception as exc:  # noqa: BLE001 - a bad SAILOR_RANK_MAP / WORLD_SIZE pair
-        return _fail(0, str(exc), 2, all_ranks=True)
-    try:
-        from megatron_sailor.train_args import parse_config
-        cfg = parse_config(argv, world_size)
-    except InputError as exc:
-        return _fail(rank, str(exc), 2)
-    from megatron_sailor.checkpoint import CheckpointError
-    from megatron_sailor.distributed import RendezvousError
-    try:
-        train(cfg, rank, world_size)
-    except InputError as exc:
-        return _fail(rank, str(exc), 2)
-    except CheckpointError as exc:
-        return _fail(rank, f"checkpoint refused: {exc}", 2)
-    except RendezvousError as exc:
-        return _fail(rank, str(exc), 1, all_ranks=True)
-    except RuntimeError as exc:  # collective timeouts and peers that died
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return _fail(rank, f"rank {rank}: distributed failure: {first}", 1, all_ranks=True)
-    return 0
+    return _train_main(argv, process_start_s=_PROCESS_START_S)
 
 
 if __name__ == "__main__":

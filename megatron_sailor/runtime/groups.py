@@ -1,0 +1,109 @@
+"""The only module that creates process groups.
+
+Every rank calls :func:`create_groups` with the same layout; it calls ``new_group`` for every group of
+the plan in one fixed order (torch requires all ranks to take part in every ``new_group`` call) and
+returns the groups this rank belongs to as one frozen :class:`RankGroups` object that travels explicitly.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from megatron_sailor.runtime.topology import RankLayout
+
+logger = logging.getLogger(__name__)
+
+SYNC_FLAT = "flat"
+SYNC_HIERARCHICAL = "hierarchical"
+
+
+@dataclass(frozen=True)
+class ShardSyncGroups:
+    """Groups used to sum the gradient slices of one fine shard across the replicas of a stage."""
+
+    shard: int
+    members: tuple[int, ...]
+    flat: Any | None                      # all members (flat mode), None when hierarchical or alone
+    zone: Any | None                      # members in this rank's zone (hierarchical, >= 2 members)
+    zone_leader: int | None               # global rank of this zone's leader
+    leaders: Any | None                   # one leader per zone (hierarchical, >= 2 zones, leaders only)
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """Process groups of one rank."""
+
+    rank: int
+    tp: Any                               # this replica's TP group (a singleton for TP 1)
+    single: Any                           # {rank}: stands in for PP/CP/EP groups inside a stage model
+    p2p: Any                              # all ranks; used only for point-to-point between stages
+    world: Any                            # all ranks; loss / grad-norm reductions
+    grad_sync: tuple[ShardSyncGroups, ...]
+    sync_mode: str
+
+
+def _new(ranks: tuple[int, ...], timeout: timedelta) -> Any:
+    return dist.new_group(ranks=list(ranks), timeout=timeout)
+
+
+def _zones_of(layout: RankLayout, members: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    zones: dict[str, list[int]] = {}
+    for r in members:
+        zones.setdefault(layout.info(r).zone, []).append(r)
+    return {z: tuple(rs) for z, rs in zones.items()}
+
+
+def _shard_groups(layout: RankLayout, rank: int, stage: int, shard: int, mode: str,
+                  timeout: timedelta) -> ShardSyncGroups:
+    members = layout.fine_shard_group(stage, shard)
+    mine = rank in members
+    if len(members) < 2:
+        return ShardSyncGroups(shard, members, None, None, None, None)
+    zones = _zones_of(layout, members)
+    if mode == SYNC_FLAT or len(zones) == 1:
+        group = _new(members, timeout)
+        return ShardSyncGroups(shard, members, group if mine else None, None, None, None)
+    zone_group, leader = None, None
+    for zone_members in zones.values():
+        g = _new(zone_members, timeout) if len(zone_members) > 1 else None
+        if rank in zone_members:
+            zone_group, leader = g, zone_members[0]
+    leaders = tuple(zm[0] for zm in zones.values())
+    leader_group = _new(leaders, timeout)
+    return ShardSyncGroups(shard, members, None, zone_group, leader,
+                           leader_group if rank in leaders else None)
+
+
+def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHICAL,
+                  timeout: timedelta = timedelta(seconds=120)) -> RankGroups:
+    """Create every group of the plan (collectively) and return this rank's."""
+    if sync_mode not in (SYNC_FLAT, SYNC_HIERARCHICAL):
+        raise ValueError(f"grad sync mode must be '{SYNC_FLAT}' or '{SYNC_HIERARCHICAL}', got {sync_mode!r}")
+    me = layout.info(rank)
+    world_ranks = tuple(range(layout.world_size))
+    p2p = _new(world_ranks, timeout)
+    world = _new(world_ranks, timeout)
+    tp_group = single = None
+    for s in range(layout.num_stages):
+        for j in range(layout.dp_degree):
+            ranks = layout.replica_ranks(s, j)
+            g = _new(ranks, timeout)
+            if me.stage == s and me.replica == j:
+                tp_group = g
+    for r in world_ranks:
+        g = _new((r,), timeout)
+        if r == rank:
+            single = g
+    grad_sync: list[ShardSyncGroups] = []
+    for s in range(layout.num_stages):
+        for f in range(layout.num_fine_shards(s)):
+            sg = _shard_groups(layout, rank, s, f, sync_mode, timeout)
+            if rank in sg.members:
+                grad_sync.append(sg)
+    logger.debug("rank %d: %d grad-sync shard groups (%s)", rank, len(grad_sync), sync_mode)
+    return RankGroups(rank=rank, tp=tp_group, single=single, p2p=p2p, world=world,
+                      grad_sync=tuple(grad_sync), sync_mode=sync_mode)

@@ -1,0 +1,148 @@
+"""Wire one rank of a plan together: layout, groups, stage model, P2P, grad sync, optimizer, schedule."""
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from megatron_sailor.runtime.data import MicroBatch, TokenSource, microbatch, pipeline_microbatch_ids
+from megatron_sailor.runtime.grad_sync import GradSync
+from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
+from megatron_sailor.runtime.init_weights import init_stage_weights
+from megatron_sailor.runtime.metrics import StepMetrics
+from megatron_sailor.runtime.optimizer import OptimizerConfig, clip_and_step, make_adamw, reduce_norm_and_loss
+from megatron_sailor.runtime.p2p import StageP2P
+from megatron_sailor.runtime.schedule import StageRole, StageStep, run_1f1b
+from megatron_sailor.runtime.stage_model import StageSpec, build_stage_model, check_model_fits_plan
+from megatron_sailor.runtime.topology import RankLayout, build_layout
+from planner.model import ModelSpec
+from planner.plan import Plan
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 1234
+    sync_mode: str = SYNC_HIERARCHICAL
+    optimizer: OptimizerConfig = OptimizerConfig()
+    emulation: Any | None = None     # megatron_sailor.runtime.emulation.Emulation (demos/tests only)
+    timeout_s: float = 120.0         # collectives and point-to-point receives
+
+
+def seed_megatron_rng(seed: int) -> None:
+    """Register the model-parallel RNG state megatron's attention forks (dropout is 0 anyway)."""
+    from megatron.core.tensor_parallel import random as mrand
+    tracker = mrand.get_cuda_rng_tracker()
+    tracker.reset()
+    tracker.add("model-parallel-rng", seed + 2718)
+    torch.manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class _OffsetSource:
+    source: TokenSource
+    offset: int
+
+    def sample(self, index: int) -> torch.Tensor:
+        return self.source.sample(index + self.offset)
+
+
+def warn_unsupported_plan_options(plan: Plan) -> list[str]:
+    """Say loudly which plan options this runtime does not implement (it then trains in fp32, AdamW, no
+    recompute, no distributed optimizer); returns the messages."""
+    msgs = []
+    if plan.precision != "fp32":
+        msgs.append(f"plan precision '{plan.precision}' is not implemented by the runtime: training in fp32 "
+                    "(the simulator's memory and time figures for this plan assume 16-bit)")
+    if plan.recompute_activations:
+        msgs.append("plan asks for activation recomputation, which the runtime does not implement: activations are kept")
+    if plan.distributed_optimizer:
+        msgs.append("plan asks for the distributed optimizer, which the runtime does not implement: "
+                    "every data-parallel rank keeps full optimizer states")
+    if plan.optimizer != "adamw":
+        msgs.append(f"plan optimizer '{plan.optimizer}' is not implemented by the runtime: using AdamW")
+    for m in msgs:
+        logger.warning(m)
+    return msgs
+
+
+class RankRuntime:
+    """Everything one rank needs to train its part of the plan."""
+
+    def __init__(self, plan: Plan, model: ModelSpec, rank: int, data: TokenSource, cfg: RunConfig,
+                 layout: RankLayout | None = None, groups: RankGroups | None = None) -> None:
+        check_model_fits_plan(model, plan)
+        self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
+        self.layout = layout or build_layout(plan)
+        self.me = self.layout.info(rank)
+        if rank == 0:
+            warn_unsupported_plan_options(plan)
+        timeout = timedelta(seconds=cfg.timeout_s)
+        self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode, timeout=timeout)
+        seed_megatron_rng(cfg.seed)
+        stage = plan.stages[self.me.stage]
+        role = StageRole(self.me.stage, plan.num_stages)
+        self.stage = StageSpec(first_layer=stage.first_layer, num_layers=stage.num_layers,
+                               pre_process=role.is_first, post_process=role.is_last,
+                               tp=self.me.tp, tp_rank=self.me.tp_rank)
+        self.model = build_stage_model(model, self.stage, self.groups)
+        init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+        self.model.to(self.device)
+        self.optimizer = make_adamw(self.model, cfg.optimizer)
+        self.grad_sync = GradSync(self.model, self.layout, self.groups, cfg.emulation)
+        global_tokens = plan.global_batch_size * model.seq_length
+        self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
+                                 cfg.emulation, device=self.device)
+        shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
+        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
+                                     timeout=timeout, device=self.device)
+        self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
+        # first sample of iteration i = i * gbs + sample_offset (non-zero only after resuming a checkpoint
+        # written under another global batch size: consumed samples, not iterations, fix the data position)
+        self.sample_offset = 0
+
+    def resume_at(self, iteration: int, consumed_samples: int) -> None:
+        """Continue so that iteration ``iteration`` starts at global sample ``consumed_samples``."""
+        self.sample_offset = consumed_samples - iteration * self.plan.global_batch_size
+
+    def consumed_samples(self, iterations_done: int) -> int:
+        """Samples consumed by iterations ``< iterations_done``."""
+        return iterations_done * self.plan.global_batch_size + self.sample_offset
+
+    def _batches(self, iteration: int):  # noqa: ANN202 - small closure factory
+        ids = self.microbatch_ids
+        cache: dict[int, MicroBatch] = {}
+        data = self.data if self.sample_offset == 0 else _OffsetSource(self.data, self.sample_offset)
+
+        def get(n: int) -> MicroBatch:
+            if n not in cache:
+                cache[n] = microbatch(data, iteration, self.plan.global_batch_size,
+                                      self.plan.micro_batch_size, ids[n])
+            return cache[n]
+        return get
+
+    def train_step(self, iteration: int) -> StepMetrics:
+        """One iteration: 1F1B, gradient sync, global-norm clipping, AdamW step."""
+        start_s = time.perf_counter()
+        self.model.train()
+        loss_share = run_1f1b(self.step_fn, self.p2p, self._batches(iteration), len(self.microbatch_ids))
+        self.grad_sync.sync()
+        grad_norm, loss = reduce_norm_and_loss(self.model, self.me, loss_share, self.groups.world)
+        clip_and_step(self.model, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
+        elapsed_s = time.perf_counter() - start_s
+        tokens = self.plan.global_batch_size * self.spec.seq_length
+        return StepMetrics(iteration=iteration, loss=loss, iteration_time_s=elapsed_s,
+                           tokens_per_s=tokens / elapsed_s, grad_norm=grad_norm)
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters under their global names (for checks against a reference)."""
+        from megatron_sailor.runtime.init_weights import global_name
+        return {global_name(n, self.stage.first_layer): p.detach().clone()
+                for n, p in self.model.named_parameters()}

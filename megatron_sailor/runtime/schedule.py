@@ -1,0 +1,113 @@
+"""1F1B (one-forward-one-backward) over the micro-batches of this rank's pipeline.
+
+Warm-up: ``min(S - s - 1, m)`` forwards; steady state: one forward then one backward; cool-down: the
+remaining backwards. Each pipeline runs its own micro-batch count ``m`` (the plan may give pipelines
+different counts). The loss of a micro-batch is its per-token loss sum divided by the number of tokens of
+the whole global batch, so gradients summed over micro-batches and replicas are the global mean's.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from megatron_sailor.runtime.data import MicroBatch
+from megatron_sailor.runtime.p2p import StageP2P
+
+
+@dataclass(frozen=True)
+class StageRole:
+    stage: int
+    num_stages: int
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.num_stages - 1
+
+
+def causal_mask(seq_length: int) -> torch.Tensor:
+    """Megatron's boolean attention mask (True = masked) for causal attention, shape [1, 1, s, s]."""
+    return torch.triu(torch.ones(seq_length, seq_length, dtype=torch.bool), diagonal=1)[None, None]
+
+
+class StageStep:
+    """Forward / backward of one micro-batch on this rank's stage model."""
+
+    def __init__(self, model: torch.nn.Module, role: StageRole, seq_length: int, micro_batch_size: int,
+                 global_tokens: int, emulation: Any | None = None,
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.model = model
+        self.device = device
+        self.emulation = emulation   # see megatron_sailor.runtime.emulation (demos only)
+        self.role = role
+        self.mask = causal_mask(seq_length).to(device)
+        self.positions = torch.arange(seq_length, dtype=torch.int64, device=device).unsqueeze(0).expand(
+            micro_batch_size, -1)
+        self.loss_scale = 1.0 / global_tokens
+
+    def forward(self, input_tensor: torch.Tensor | None, batch: MicroBatch) -> tuple[torch.Tensor, float]:
+        """Returns (output or scaled loss, this micro-batch's share of the global-mean loss)."""
+        start_s = time.perf_counter()
+        if input_tensor is not None:
+            input_tensor.requires_grad_(True)
+            self.model.set_input_tensor(input_tensor)
+        tokens = batch.tokens.to(self.device) if self.role.is_first else None
+        labels = batch.labels.to(self.device) if self.role.is_last else None
+        out = self.model(tokens, self.positions, self.mask, labels=labels)
+        share = 0.0
+        if self.role.is_last:
+            out = out.float().sum() * self.loss_scale
+            share = float(out.detach())
+        if self.emulation is not None:
+            self.emulation.compute(time.perf_counter() - start_s)
+        return out, share
+
+    def backward(self, input_tensor: torch.Tensor | None, output: torch.Tensor,
+                 output_grad: torch.Tensor | None) -> torch.Tensor | None:
+        start_s = time.perf_counter()
+        torch.autograd.backward(output, grad_tensors=output_grad)
+        if self.emulation is not None:
+            self.emulation.compute(time.perf_counter() - start_s)
+        return None if input_tensor is None else input_tensor.grad
+
+
+def run_1f1b(step: StageStep, p2p: StageP2P, batches: Callable[[int], MicroBatch],
+             num_microbatches: int) -> float:
+    """Run one iteration's forwards and backwards; returns this rank's summed loss share (last stage)."""
+    role, m = step.role, num_microbatches
+    warmup = min(role.num_stages - role.stage - 1, m)
+    inputs: list[torch.Tensor | None] = []
+    outputs: list[torch.Tensor] = []
+    loss_sum = 0.0
+    fwd_index = 0
+
+    def do_forward() -> None:
+        nonlocal fwd_index, loss_sum
+        inp = p2p.recv_forward()
+        out, loss = step.forward(inp, batches(fwd_index))
+        fwd_index += 1
+        loss_sum += loss
+        p2p.send_forward(out)
+        inputs.append(inp)
+        outputs.append(out)
+
+    def do_backward() -> None:
+        grad = p2p.recv_backward()
+        inp, out = inputs.pop(0), outputs.pop(0)
+        p2p.send_backward(step.backward(inp, out, grad))
+
+    for _ in range(warmup):
+        do_forward()
+    for _ in range(m - warmup):
+        do_forward()
+        do_backward()
+    for _ in range(warmup):
+        do_backward()
+    p2p.wait_sends()
+    return loss_sum

@@ -1,0 +1,101 @@
+"""torchrun script: train several plans in one launch and compare each with a 1-rank reference.
+
+Usage: torchrun --nproc-per-node N plan_suite.py CASES.json OUT.json
+CASES.json: {"iterations": 3, "seed": 7, "cases": [{"name": ..., "plan": {...}, "sync_mode": ...}, ...]}
+Every plan must use exactly N ranks. Rank 0 computes the reference once per global batch size, gathers
+every rank's parameters (with their TP slicing) and writes the comparison to OUT.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from datetime import timedelta
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from megatron_sailor.runtime.data import MockTokens  # noqa: E402
+from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed  # noqa: E402
+from megatron_sailor.runtime.init_weights import shard_of  # noqa: E402
+from megatron_sailor.runtime.optimizer import OptimizerConfig  # noqa: E402
+from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig  # noqa: E402
+from patches import apply_cpu_patches  # noqa: E402
+from planner.model import get_model  # noqa: E402
+from planner.plan import Plan  # noqa: E402
+from tests.helpers.reference import reference_run  # noqa: E402
+
+
+def spec_eps() -> float:
+    """Adam's eps for the comparison. With eps=1e-8 an element whose gradient is ~1e-8 (cancellation)
+    turns a 1e-9 rounding difference (a different reduction order under TP) into a 10% different update;
+    1e-4 keeps the update well conditioned so parameter differences reflect runtime errors."""
+    return float(os.environ.get("SUITE_ADAM_EPS", "1e-4"))
+
+
+def compare(ref_params: dict, gathered: list) -> tuple[float, int]:
+    worst, checked = 0.0, 0
+    for entries in gathered:
+        for name, tp, tp_rank, value, template_attrs in entries:
+            param = torch.nn.Parameter(value.clone())
+            if template_attrs is not None:
+                param.tensor_model_parallel, param.partition_dim = True, template_attrs
+            expected = shard_of(ref_params[name], param, tp, tp_rank)
+            d = float((expected - value).abs().max())
+            if d > 1e-5: print("DIFF", name, tp, tp_rank, d, flush=True)
+            worst = max(worst, d)
+            checked += 1
+    return worst, checked
+
+
+def run_case(case: dict, env, iterations: int, seed: int, data, model, refs: dict, single) -> dict:
+    plan = Plan.from_dict(case["plan"])
+    cfg = RunConfig(seed=seed, sync_mode=case.get("sync_mode", "hierarchical"),
+                    optimizer=OptimizerConfig(eps=spec_eps()))
+    rt = RankRuntime(plan, model, env.rank, data, cfg)
+    metrics = [rt.train_step(it) for it in range(iterations)]
+    mine = [(n, rt.me.tp, rt.me.tp_rank, p.detach(),
+             p.partition_dim if getattr(p, "tensor_model_parallel", False) else None)
+            for n, p in zip(rt.full_state().keys(), rt.model.parameters())]
+    gathered = [None] * env.world_size if env.rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0, group=rt.groups.world)
+    if env.rank != 0:
+        return {}
+    gbs = plan.global_batch_size
+    if gbs not in refs:
+        refs[gbs] = reference_run(model, data, gbs, iterations, seed, cfg.optimizer, single)
+    ref_losses, ref_params = refs[gbs]
+    worst, checked = compare(ref_params, gathered)
+    return {"name": case["name"], "losses": [m.loss for m in metrics], "ref_losses": ref_losses,
+            "grad_norms": [m.grad_norm for m in metrics], "max_param_abs_diff": worst,
+            "params_checked": checked, "ref_param_count": len(ref_params),
+            "cross_zone_bytes_rank0": rt.grad_sync.cross_zone_bytes()}
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    spec = json.load(open(sys.argv[1]))
+    env = env_from_torchrun()
+    apply_cpu_patches()
+    init_distributed(env, timeout_s=90)
+    model = get_model("tiny")
+    data = MockTokens(seed=spec["seed"], seq_length=model.seq_length, vocab_size=model.vocab_size)
+    single = dist.new_group([0], timeout=timedelta(seconds=90))
+    refs: dict = {}
+    results = []
+    for case in spec["cases"]:
+        results.append(run_case(case, env, spec["iterations"], spec["seed"], data, model, refs, single))
+        dist.barrier()
+    if env.rank == 0:
+        with open(sys.argv[2], "w") as fh:
+            json.dump(results, fh, indent=1)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Brute-force enumeration of the planner's declared search space (docs/PLANNER.md), scored by simulate().
+
+Written independently of planner.search (only Plan building and the simulator are shared) so that tests can
+check that the search returns the optimum of the space.
+"""
+from __future__ import annotations
+
+from itertools import combinations, product
+
+from planner.cluster import ClusterSpec
+from planner.plan import Plan, Replica, Stage
+from planner.simulator import simulate
+from planner.simulator.settings import SimContext
+
+
+def compositions(n: int, k: int):
+    if k == 1:
+        yield (n,)
+        return
+    for first in range(1, n - k + 2):
+        for rest in compositions(n - first, k - 1):
+            yield (first,) + rest
+
+
+def in_family(split: tuple[int, ...]) -> bool:
+    mid = split[1:-1]
+    return len(mid) < 2 or (max(mid) - min(mid) <= 1 and list(mid) == sorted(mid))
+
+
+def balanced(caps: list[int], subset: tuple[int, ...], d: int) -> list[int] | None:
+    """Water-filling: repeatedly give one pipeline to the chosen zone with the fewest (earliest on ties)."""
+    if d < len(subset) or d > sum(caps[i] for i in subset):
+        return None
+    cur = [0] * len(caps)
+    for i in subset:
+        cur[i] = 1
+    for _ in range(d - len(subset)):
+        i = min((k for k in subset if cur[k] < caps[k]), key=lambda k: (cur[k], k))
+        cur[i] += 1
+    return cur
+
+
+def nonincreasing(total: int, parts: int, top: int | None = None):
+    """Non-increasing sequences of ``parts`` positive integers summing to ``total``."""
+    top = total if top is None else top
+    if parts == 0:
+        if total == 0:
+            yield ()
+        return
+    for first in range(min(top, total - parts + 1), 0, -1):
+        if first * parts < total:
+            break
+        for rest in nonincreasing(total - first, parts - 1, first):
+            yield (first,) + rest
+
+
+def count_splits(total: int, sizes: list[int]):
+    """Ways to give each pool (of the given pipeline counts) a multiset of micro-batch counts summing to
+    ``total`` in all: yields per-pool tuples."""
+    if not sizes:
+        if total == 0:
+            yield ()
+        return
+    d0, rest = sizes[0], sizes[1:]
+    for t0 in range(d0, total - sum(rest) + 1):
+        for seq in nonincreasing(t0, d0):
+            for tail in count_splits(total - t0, rest):
+                yield (seq,) + tail
+
+
+def _plan(split, replicas, mbs, gbs, counts) -> Plan:
+    stages, first = [], 0
+    for n in split:
+        stages.append(Stage(first, n, tuple(replicas)))
+        first += n
+    return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
+                microbatches_per_pipeline=tuple(counts))
+
+
+def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts):
+    """Every (split, mbs, pools with pipeline counts) of the space whose memory fits (S - s in flight)."""
+    L = ctx.model.num_layers
+    types = cluster.gpu_types()
+    zones = {g: sorted(p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0) for g in types}
+    for S in range(1, min(L, max_stages) + 1):
+        for split in filter(in_family, compositions(L, S)):
+            for mbs in mbs_opts:
+                if gbs % mbs:
+                    continue
+                for tps in product(*[[0] + [t for t in tp_opts if t <= ctx.node_size(g)] for g in types]):
+                    if not any(tps):
+                        continue
+                    yield from _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones)
+
+
+def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones):
+    per_type = []
+    for g, t in tps.items():
+        if not t:
+            continue
+        caps = [cluster.count(g, z) // (S * t) for z in zones[g]]
+        opts = []
+        for k in range(1, len(caps) + 1):
+            for sub in combinations(range(len(caps)), k):
+                for d in range(1, sum(caps) + 1):
+                    c = balanced(caps, sub, d)
+                    if c is not None:
+                        opts.append([(g, zones[g][i], t, n) for i, n in enumerate(c) if n])
+        per_type.append(opts)
+    for choice in product(*per_type):
+        pools = sorted((p for pt in choice for p in pt), key=lambda p: (p[1], p[0]))
+        d = sum(p[3] for p in pools)
+        if d > gbs // mbs:
+            continue
+        replicas = [Replica(g, t, z) for g, z, t, n in pools for _ in range(n)]
+        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d)
+        if simulate(probe, ctx).fits_in_memory:
+            yield split, mbs, pools, replicas
+
+
+def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts):
+    """(best objective value, best plan, number of plans scored)."""
+    best, best_plan, n = float("inf"), None, 0
+    for split, mbs, pools, replicas in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts):
+        for per_pool in count_splits(gbs // mbs, [p[3] for p in pools]):
+            counts = [m for seq in per_pool for m in seq]
+            est = simulate(_plan(split, replicas, mbs, gbs, counts), ctx)
+            n += 1
+            if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
+                continue
+            key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
+            if key < best:
+                best, best_plan = key, (split, mbs, pools, counts)
+    return best, best_plan, n
+
+
+# ---------------------------------------------------------------------------------------------- tests
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from planner.cluster import parse_gpus  # noqa: E402
+from planner.hardware import GPUCatalog  # noqa: E402
+from planner.model import ModelSpec  # noqa: E402
+from planner.network import NetworkModel  # noqa: E402
+from planner.profiles import ProfileStore  # noqa: E402
+from planner.search import Objective, SearchSpace, build_plan, plan_search  # noqa: E402
+from planner.simulator.settings import OURS, SAILOR_DEEPSPEED  # noqa: E402
+
+SAILOR_DIR = Path(os.environ.get("SAILOR_DATA", Path(__file__).resolve().parents[3] / "shared" / "data" / "sailor"))
+
+
+# Small enough to enumerate, big enough that compute, gradient sync and memory all matter (attention-heavy:
+# long sequences, narrow layers).
+BF_MODEL = ModelSpec("bf", num_layers=4, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=4096,
+                     vocab_size=1024, max_position_embeddings=4096)
+GIB = 1024 ** 3
+
+
+def bf_ctx(settings=OURS, small_memory: bool = False) -> tuple[SimContext, GPUCatalog]:
+    catalog = GPUCatalog()
+    if small_memory:
+        # a few layers' activations per GPU: pipelines, uneven splits and larger TP become necessary
+        catalog = catalog.with_entries({"V100-16": {"memory_bytes": int(4.0 * GIB)},
+                                        "A100-40": {"memory_bytes": int(4.5 * GIB)}})
+    return SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, settings), catalog
+
+
+def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2)):
+    space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts)
+    res = plan_search(ctx, cluster, gbs, objective, space)
+    best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts)
+    assert n > 0
+    if best_plan is None:
+        assert res.best is None
+        return
+    assert res.best is not None, f"search found nothing, brute force found {best_plan}"
+    est = simulate(build_plan(res.best, ctx.model.num_layers, gbs, None), ctx)
+    got = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
+    assert objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus)
+    assert est.fits_in_memory
+    assert got == pytest.approx(best, rel=1e-9), (res.best, best_plan)
+
+
+CASES = [
+    ("A100-40@z-a=8", Objective("throughput")),
+    ("A100-40@z-a=4,V100-16@z-a=4", Objective("throughput")),
+    ("A100-40@z-a=4,V100-16@z-a=4", Objective("cost")),
+    ("A100-40@z-a=4,V100-16@z-a=4", Objective("value")),
+    ("A100-40@us-a=3,A100-40@us-b=3,V100-16@us-b=2", Objective("throughput")),
+    ("A100-40@us-a=2,V100-16@us-a=2,GH-96@us-b=2", Objective("throughput")),
+    ("A100-40@us-a=2,V100-16@us-a=2,GH-96@us-b=2", Objective("cost", min_throughput_iters_per_s=20.0)),
+    ("A100-40@us-a=4,V100-16@eu-b=4", Objective("throughput", max_cost_per_iter_usd=2.5e-4)),
+    ("A100-40@us-a=4,V100-16@eu-b=4", Objective("throughput", max_gpus=3)),
+]
+
+
+@pytest.mark.parametrize("gpus,objective", CASES)
+def test_search_matches_brute_force_tiny(gpus, objective):
+    ctx, catalog = bf_ctx()
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective)
+
+
+@pytest.mark.parametrize("gpus,objective,tps", [
+    ("V100-16@us-a=4,V100-16@us-b=4", Objective("throughput"), (1,)),
+    ("V100-16@us-a=4,V100-16@us-b=4", Objective("throughput"), (1, 2)),
+    ("V100-16@us-a=4,A100-40@us-a=2", Objective("throughput"), (1,)),
+    ("V100-16@us-a=4,A100-40@us-a=2", Objective("value"), (1, 2)),
+    ("V100-16@us-a=6,A100-40@us-b=3", Objective("cost", min_throughput_iters_per_s=8.0), (1,)),
+])
+def test_search_matches_brute_force_memory_bound(gpus, objective, tps):
+    ctx, catalog = bf_ctx(small_memory=True)
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, max_stages=4, tp_opts=tps)
+
+
+def test_search_matches_brute_force_blocking_runtime():
+    ctx, catalog = bf_ctx(settings=SAILOR_DEEPSPEED)
+    check_exact(ctx, parse_gpus("A100-40@us-a=4,V100-16@us-b=4", catalog), 16, Objective("throughput"))
+
+
+@pytest.fixture(scope="module")
+def sailor_ctx():
+    if not (SAILOR_DIR / "sailor" / "Planner").is_dir():
+        pytest.skip(f"Sailor data folder not found at {SAILOR_DIR} (set SAILOR_DATA)")
+    from planner.sailor_data import load_sailor_data
+    sd = load_sailor_data(SAILOR_DIR, "OPT-350")
+    return SimContext(sd.model, sd.profiles, sd.network, GPUCatalog(), OURS, dict(sd.gpus_per_node))
+
+
+@pytest.mark.parametrize("gpus,objective", [
+    ("A100-40@us-central1-a=2,V100-16@us-central1-a=4", Objective("throughput")),
+    ("A100-40@us-central1-a=2,A100-40@us-west1-b=2", Objective("throughput")),
+    ("A100-40@us-central1-a=2,V100-16@us-central1-b=4", Objective("cost")),
+])
+def test_search_matches_brute_force_sailor_profiles(sailor_ctx, gpus, objective):
+    check_exact(sailor_ctx, parse_gpus(gpus, sailor_ctx.catalog), 6, objective, max_stages=2, mbs_opts=(1,),
+                tp_opts=(1, 2))
+
+
+BF6_MODEL = ModelSpec("bf6", num_layers=6, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=4096,
+                      vocab_size=1024, max_position_embeddings=4096)
+
+
+@pytest.mark.parametrize("gpus,objective", [
+    ("V100-16@us-a=4,V100-16@us-b=4", Objective("throughput")),
+    ("V100-16@us-a=4,A100-40@us-b=4", Objective("cost", min_throughput_iters_per_s=4.0)),
+    ("V100-16@us-a=4,A100-40@us-b=4", Objective("value")),
+])
+def test_search_matches_brute_force_deeper_pipelines(gpus, objective):
+    """6 layers, up to 5 stages: the split family's even middle stages and S-s in-flight memory matter."""
+    catalog = GPUCatalog().with_entries({"V100-16": {"memory_bytes": int(5.0 * GIB)},
+                                         "A100-40": {"memory_bytes": int(5.5 * GIB)}})
+    ctx = SimContext(BF6_MODEL, ProfileStore(BF6_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, max_stages=5, mbs_opts=(1,), tp_opts=(1,))
+
+
+@pytest.mark.parametrize("gpus", [
+    "A100-40@us-central1-a=32,V100-16@us-central1-a=96",
+    "A100-40@us-central1-a=16,A100-40@us-central1-b=16,V100-16@us-central1-b=32,A100-40@us-west1-b=8",
+])
+@pytest.mark.parametrize("kind", ["throughput", "cost"])
+def test_split_dominance_keeps_the_optimum(sailor_ctx, monkeypatch, gpus, kind):
+    """The Pareto filter over splits (docs/PLANNER.md 2.1) returns the same optimum as keeping every split."""
+    import numpy as np
+    import planner.search.engine as engine
+    cluster = parse_gpus(gpus, sailor_ctx.catalog)
+    objective = Objective(kind, min_throughput_iters_per_s=0.1 if kind == "cost" else None)
+    space = SearchSpace(max_stages=8)
+    fast = plan_search(sailor_ctx, cluster, 1024, objective, space).best
+    monkeypatch.setattr(engine, "pareto_min", lambda crit: np.arange(len(crit)))
+    full = plan_search(sailor_ctx, cluster, 1024, objective, space).best
+    assert fast.key == pytest.approx(full.key, rel=1e-12)

@@ -1,0 +1,138 @@
+"""The search's vectorised evaluator agrees with simulate() on many plans, and its building blocks are exact."""
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.cluster import parse_gpus
+from planner.hardware import GPUCatalog
+from planner.model import ModelSpec
+from planner.network import NetworkModel
+from planner.profiles import ProfileStore
+from planner.search import Objective, SearchSpace, build_plan, plan_search
+from planner.search.makespan import assign_counts, min_makespan
+from planner.search.netvec import link_time
+from planner.search.rows import pareto_min, type_options
+from planner.search.tables import split_family
+from planner.simulator import simulate
+from planner.simulator.settings import OURS, SAILOR_DEEPSPEED, SimContext
+
+SAILOR_DIR = Path(os.environ.get("SAILOR_DATA", Path(__file__).resolve().parents[3] / "shared" / "data" / "sailor"))
+MODEL = ModelSpec("ev", num_layers=6, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
+                  vocab_size=4096, max_position_embeddings=2048)
+
+
+def _ctx(settings=OURS) -> SimContext:
+    cat = GPUCatalog()
+    return SimContext(MODEL, ProfileStore(MODEL, cat), NetworkModel(cat), cat, settings)
+
+
+def _agree(ctx, cluster, gbs, objective, k=60, space=SearchSpace(max_stages=4)):
+    res = plan_search(ctx, cluster, gbs, objective, space, top_k=k)
+    assert len(res.candidates) > 5
+    for c in res.candidates:
+        plan = build_plan(c, ctx.model.num_layers, gbs, None, precision=space.precision)
+        est = simulate(plan, ctx)
+        assert est.iteration_time_s == pytest.approx(c.iteration_s, rel=1e-9)
+        assert est.cost_per_iteration_usd == pytest.approx(c.cost_usd, rel=1e-9)
+        assert est.num_gpus == c.gpus
+        assert est.fits_in_memory
+    keys = [c.key for c in res.candidates]
+    assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("settings", [OURS, SAILOR_DEEPSPEED, OURS.with_(dp_sync_waits_for_all=False),
+                                      OURS.with_(grad_sync="hierarchical", per_microbatch_overhead_s=1e-3)])
+@pytest.mark.parametrize("objective", [Objective("throughput"), Objective("cost"), Objective("value")])
+def test_top_candidates_agree_with_simulate(settings, objective):
+    ctx = _ctx(settings)
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-a=6,V100-16@us-b=6,GH-96@eu-c=4", ctx.catalog)
+    _agree(ctx, cluster, 64, objective)
+
+
+def test_top_candidates_agree_with_simulate_bf16_and_headroom():
+    cat = GPUCatalog()
+    ctx = SimContext(MODEL, ProfileStore(MODEL, cat, precision="bf16"), NetworkModel(cat), cat,
+                     OURS.with_(memory_headroom_fraction=0.1, activation_reserve_factor=1.3))
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-b=8", ctx.catalog)
+    _agree(ctx, cluster, 64, Objective("throughput"), space=SearchSpace(max_stages=4, precision="bf16"))
+
+
+def test_top_candidates_agree_with_simulate_sailor_data():
+    if not (SAILOR_DIR / "sailor" / "Planner").is_dir():
+        pytest.skip(f"Sailor data folder not found at {SAILOR_DIR} (set SAILOR_DATA)")
+    from planner.sailor_data import load_sailor_data
+    sd = load_sailor_data(SAILOR_DIR, "OPT-350")
+    for settings in (OURS, SAILOR_DEEPSPEED):
+        ctx = SimContext(sd.model, sd.profiles, sd.network, GPUCatalog(), settings, dict(sd.gpus_per_node))
+        cl = parse_gpus("A100-40@us-central1-a=16,A100-40@us-central1-b=8,V100-16@us-central1-a=24,"
+                        "A100-40@us-west1-b=8", ctx.catalog)
+        _agree(ctx, cl, 256, Objective("throughput"), k=40)
+        _agree(ctx, cl, 256, Objective("cost", min_throughput_iters_per_s=0.2), k=40)
+
+
+def test_min_makespan_is_optimal_against_enumeration():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        p = int(rng.integers(1, 4))
+        n = int(rng.integers(3, 12))
+        T = [rng.uniform(0.1, 1.0) + np.concatenate([[0.0], np.cumsum(rng.uniform(0.05, 1.0, n - 1))])
+             for _ in range(p)]
+        D = rng.integers(0, 3, size=p)
+        if D.sum() == 0 or D.sum() > n:
+            continue
+        got = min_makespan(D[None, :].astype(np.int64), T, n)[0]
+        sizes = [int(x) for x in D for _ in range(x)]
+        owner = [i for i, x in enumerate(D) for _ in range(x)]
+        best = np.inf
+        for counts in itertools.product(range(1, n + 1), repeat=len(sizes)):
+            if sum(counts) == n:
+                best = min(best, max(T[o][c - 1] for o, c in zip(owner, counts)))
+        assert got == best
+        counts = assign_counts([int(x) for x in D], T, n, got)
+        assert sum(map(sum, counts)) == n and all(c >= 1 for cs in counts for c in cs)
+        assert max(T[i][c - 1] for i, cs in enumerate(counts) for c in cs) <= got
+
+
+def test_link_time_vectorised_matches_scalar():
+    from planner.network import Link
+    links = [Link(2.4e9, 0.0, (-0.0024, 0.14, 1.1)), Link(5e9, 1e-5, (0.01, -0.05, 0.3)), Link(1e9, 2e-3)]
+    sizes = np.logspace(0, 11, 300)
+    for link in links:
+        np.testing.assert_allclose(link_time(link, sizes), [link.time_s(x) for x in sizes], rtol=1e-12)
+
+
+def test_split_family_and_zone_options():
+    fam = split_family(7, 4)
+    assert all(r.sum() == 7 and r.min() >= 1 for r in fam)
+    assert all(r[2] - r[1] in (0, 1) for r in fam)
+    assert len({tuple(r) for r in fam}) == len(fam)
+    assert len(split_family(6, 3)) == 10          # S <= 3: every composition, C(5, 2)
+    opts = type_options((2, 3), 10)
+    assert {tuple(r) for r in opts} >= {(1, 0), (2, 0), (0, 3), (1, 1), (2, 1), (2, 3)}
+    assert (2, 2) in {tuple(r) for r in opts} and (1, 3) not in {tuple(r) for r in opts}
+
+
+def test_pareto_min():
+    c = np.array([[1, 2], [2, 1], [2, 2], [1, 2], [0, 5]])
+    assert list(pareto_min(c)) == [0, 1, 4]
+
+
+def test_zone_options_are_water_filling():
+    import random
+    from itertools import combinations
+    from tests.planner.test_planner_bruteforce import balanced
+    rng = random.Random(1)
+    for _ in range(150):
+        z = rng.randint(1, 4)
+        caps = tuple(rng.randint(1, 7) for _ in range(z))
+        top = rng.randint(1, 30)
+        got = [tuple(r) for r in type_options(caps, top)]
+        want = {tuple(c) for k in range(1, z + 1) for sub in combinations(range(z), k)
+                for d in range(1, min(top, sum(caps[i] for i in sub)) + 1)
+                for c in [balanced(list(caps), sub, d)] if c}
+        assert len(got) == len(set(got)) and set(got) == want
