@@ -58,13 +58,15 @@ def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
     from datetime import timedelta
-    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s),
+                           tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
     rt = RankRuntime(cfg.plan, cfg.model, rank, data,
                      RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                               timeout_s=cfg.timeout_s),
+                               timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
+                               attention_dropout=cfg.attention_dropout),
                      layout=layout, groups=groups)
     events.emit("model_ready")
     _train_loop(cfg, rank, rt, events)
