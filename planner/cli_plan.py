@@ -76,7 +76,8 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, sp
         sys.stderr.write("\n")
     if not res.candidates:
         raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
-    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
+    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision,
+                        tie_embeddings=ctx.model.tied_embeddings) for c in res.candidates]
     ests = [simulate(p, ctx) for p in plans]
     if not ests[0].fits_in_memory:
         raise InputError("internal: the chosen plan does not fit in memory per the simulator")

@@ -11,7 +11,7 @@ from planner.search.space import Candidate
 
 
 def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | None, precision: str = "fp32",
-               optimizer: str = "adamw") -> Plan:
+               optimizer: str = "adamw", tie_embeddings: bool = False) -> Plan:
     replicas = tuple(Replica(gpu_type=p.gpu_type, tp=p.tp, zone=p.zone)
                      for p in cand.pools for _ in range(p.pipelines))
     stages, first = [], 0
@@ -21,5 +21,5 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     counts = cand.microbatches
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
-                precision=precision, optimizer=optimizer,
+                precision=precision, optimizer=optimizer, tie_embeddings=tie_embeddings,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)
