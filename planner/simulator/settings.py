@@ -59,7 +59,9 @@ SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, d
                                    grad_sync="flat", grad_bucket_elems=500_000_000, profile_offset_s=2e-4,
                                    per_microbatch_overhead_s=3.75e-3, memory_overhead_bytes=4.3e9,
                                    activation_reserve_factor=1.06)
-OURS = RuntimeSettings()
+# megatron-sailor sends each activation from TP rank 0 of the sender to every TP rank of the receiver
+# (megatron_sailor/runtime/p2p.py): one concurrent transfer per boundary, not one per TP rank.
+OURS = RuntimeSettings(p2p_all_tp_ranks=False)
 PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
 
 
