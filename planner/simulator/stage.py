@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
 from planner.simulator.settings import SimContext
+from planner.simulator.activations import stage_layers_bytes
 from planner.simulator.tied import head_params_for_plan
 
 
@@ -51,13 +52,9 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     bwd = sum(max(t - off, off) for t in costs.layer_bwd_s[lo:hi])
     lp, ep, hp, la, ea, ha = _layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
     params = lp * stage.num_layers
-    act = la * stage.num_layers
+    act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp)
     biggest = la if stage.num_layers else 0.0
-    if plan.recompute_activations and stage.num_layers:
-        # full-layer recompute: keep only each layer's input; one layer's activations live while recomputed
-        boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
-        act = boundary * stage.num_layers
-        bwd += fwd  # the forward is recomputed during backward
+    bwd += recomputed * fwd  # full recompute repeats (part of) the forward during backward
     if s == 0:
         fwd += costs.embedding_fwd_s
         bwd += costs.embedding_bwd_s
