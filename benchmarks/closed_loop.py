@@ -55,24 +55,15 @@ def gpu_type_of(files: dict[str, Path]) -> str:
 
 
 def sim_context(model_path: Path, files: dict[str, Path], extra_profiles: list[Path] = (), gpus_per_node=None):
-    from planner.cli_common import load_network_file
-    from planner.hardware import GPUCatalog
-    from planner.model import load_model
-    from planner.network import NetworkModel
-    from planner.profiles import ProfileStore
-    from planner.simulator.settings import OURS, SimContext
-    catalog = GPUCatalog.load(files["catalog"])
-    model = load_model(str(model_path))
-    store = ProfileStore(model, catalog, allow_estimates=False)
-    for p in [files["profile"], *extra_profiles]:
-        store.load_file(p)
-    net = load_network_file(str(files["network"]), NetworkModel(catalog))
-    return SimContext(model, store, net, catalog, OURS, dict(gpus_per_node or {}))
+    from planner import api
+    source = api.DataSource(model=str(model_path), profiles=tuple(str(p) for p in [files["profile"], *extra_profiles]),
+                            gpu_catalog=str(files["catalog"]), network=str(files["network"]), allow_estimates=False)
+    return api.make_context(api.load_data(source), "megatron-sailor", gpus_per_node=dict(gpus_per_node or {}))
 
 
 def predict(plan_path: Path, ctx) -> float:  # noqa: ANN001
+    from planner.api import simulate
     from planner.plan import Plan
-    from planner.simulator import simulate
     return simulate(Plan.load(plan_path), ctx).iteration_time_s
 
 

@@ -98,8 +98,8 @@ def stated_plan_its(st: Setup, ctx) -> float | None:
     if st.stated is None:
         return None
     import numpy as np
+    from planner.api import simulate
     from planner.plan import Plan, Replica, Stage
-    from planner.simulator import simulate
     s_num, reps = st.stated
     cnt = [len(x) for x in np.array_split(np.arange(ctx.model.num_layers + 2), s_num)]
     cnt[0] -= 1
@@ -123,24 +123,22 @@ def stated_plan_its(st: Setup, ctx) -> float | None:
 
 
 def run_shape(st: Setup, data: str) -> dict | None:
-    from planner.baselines.spaces import baseline_space
-    from planner.cli_common import load_data, make_context
+    from planner import api
     from planner.cluster import parse_gpus
-    from planner.search import Objective, build_plan, plan_search
-    from planner.simulator import simulate
-    args = argparse.Namespace(model=st.model, sailor_data=data, gpu_catalog=None, profiles=[], network=None,
-                              no_estimates=False)
-    bundle = load_data(args)
-    ctx = make_context(bundle, None)
+    from planner.errors import InputError
+    from planner.search import Objective
+    bundle = api.load_data(api.DataSource(model=st.model, sailor_data=data))
     cluster = parse_gpus(st.gpus, bundle.catalog)
-    ctx.gpus_per_node.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
+    ctx = api.context_for(api.make_context(bundle, None), cluster)
     ex = dict(zip(st.extra[::2], st.extra[1::2]))
     obj = Objective(st.objective, float(ex["--max-cost-per-iter"]) if "--max-cost-per-iter" in ex else None,
                     float(ex["--min-throughput"]) if "--min-throughput" in ex else None)
-    cand = plan_search(ctx, cluster, bundle.default_gbs, obj, baseline_space("sailor")).best
-    if cand is None:
+    try:
+        rep = api.plan(api.PlanRequest(cluster=cluster, global_batch_size=bundle.default_gbs, objective=obj,
+                                       planner="sailor", comparator=False), ctx)
+    except InputError:
         return None
-    est = simulate(build_plan(cand, ctx.model.num_layers, bundle.default_gbs, ctx.model.name), ctx)
+    est, cand = rep.estimate, rep.candidate
     return {"its": est.throughput_iters_per_s, "usd": est.cost_per_iteration_usd, "S": cand.num_stages,
             "D": sum(p.pipelines for p in cand.pools), "stated_its": stated_plan_its(st, ctx)}
 

@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from planner.network import Link, NetworkModel  # noqa: E402
 from planner.sailor_data import load_sailor_data  # noqa: E402
 from planner.sailor_plan import load_any_plan  # noqa: E402
-from planner.simulator import SAILOR_DEEPSPEED, SimContext, simulate  # noqa: E402
+from planner.api import simulate  # noqa: E402
+from planner.simulator import SAILOR_DEEPSPEED, SimContext  # noqa: E402
 from planner.simulator.memory import replica_memory  # noqa: E402
 from planner.simulator.stage import all_replica_costs  # noqa: E402
 

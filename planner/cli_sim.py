@@ -9,9 +9,11 @@ import argparse
 import json
 import sys
 
-from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner import api
+from planner.errors import run_cli
+from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
-from planner.simulator import Estimate, simulate
+from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -62,10 +64,10 @@ def render_table(est: Estimate, plan_name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     plan, info = load_any_plan(args.plan)
-    bundle = load_data(args, plan.precision, model_hint=plan.model)
-    ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
-                       info.gpus_per_node if info else None)
-    est = simulate(plan, ctx)
+    bundle = api.load_data(data_source(args), plan.precision, model_hint=plan.model)
+    ctx = api.make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
+                           info.gpus_per_node if info else None)
+    est = api.simulate(plan, ctx)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events
         from planner.simulator.timeline_plot import draw_timeline, require_matplotlib, write_timeline_json

@@ -137,7 +137,7 @@ def _relaunch(argv: list[str], nproc: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from planner.cli_common import run_cli
+    from planner.errors import run_cli
     return run_cli(_main, argv)
 
 

@@ -2,7 +2,7 @@
 import glob
 import statistics
 
-from planner.cli_common import load_network_file
+from planner.inputs import load_network_file
 from planner.sailor_data import load_sailor_data
 from planner.sailor_plan import load_any_plan
 from planner.simulator import SAILOR_DEEPSPEED, SimContext, simulate
