@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.ports import free_port  # noqa: E402
+
 MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads": 8, "ffn_hidden_size": 2048,
          "seq_length": 128, "vocab_size": 8192, "max_position_embeddings": 128}
 ZONE = "local"
@@ -105,16 +107,9 @@ def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup
     job.write_text(json.dumps({"model": str(model_path), "plans": [str(p) for p in plans], "iters": iters,
                                "warmup": warmup, "results": str(results), "reprofile": reprofile}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-           f"--master-port={_free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
+           f"--master-port={free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return json.loads(results.read_text())
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 STATS = {"median": statistics.median, "min": min}

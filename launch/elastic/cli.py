@@ -3,7 +3,7 @@
     sailor-elastic --trace TRACE.json [--time-unit s|iter] [--time-scale X] --work-dir runs/elastic \\
         --train-iters 40 --planner cpu-demo --model tiny -- --mock-data --save-interval 5 ...
 
-Everything after ``--`` goes to the training script (examples/gpt/pretrain_gpt.py); the controller adds
+Everything after ``--`` goes to the training job (``megatron_sailor.train``); the controller adds
 ``--sailor-plan``, ``--train-iters``, ``--save``/``--load``, ``--elastic-control``, ``--elastic-events``
 and ``--metrics-file``. Exit status: 0 when training reached ``--train-iters``, 1 when it gave up, 2 on
 bad input.

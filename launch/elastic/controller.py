@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
+from planner.ports import free_port
+from planner.rank_env import train_entry
 
 from launch.elastic.plans import PlanChoice, decide, plan_fits
 from launch.elastic.sources import Availability, total
@@ -36,7 +37,7 @@ class ControllerConfig:
     work_dir: Path
     train_iters: int
     train_args: tuple[str, ...]            # passed to the training script (model, data, --save-interval, ...)
-    script: str = str(REPO / "examples" / "gpt" / "pretrain_gpt.py")
+    script: str | None = None              # None: the training module (planner.rank_env.train_entry)
     max_restarts: int = 3                  # torchrun's, per job
     max_failures: int = 3                  # jobs that torchrun gave up on
     horizon_s: float = 3600.0
@@ -82,12 +83,6 @@ class Reconfiguration:
     resume_hint: int = 0          # iterations done when it happened (next hold point for trace replays)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Controller:
     def __init__(self, cfg: ControllerConfig, source: Any, planner: Any) -> None:
         self.cfg, self.source, self.planner = cfg, source, planner
@@ -131,8 +126,9 @@ class Controller:
         events, control, go = self.work / f"events_{k}.jsonl", self.work / f"control_{k}", self.work / f"go_{k}"
         n = choice.plan.world_size
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id=sailor-elastic-{k}",
-               f"--max-restarts={self.cfg.max_restarts}", self.cfg.script, "--sailor-plan", str(plan_path),
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+               f"--rdzv-id=sailor-elastic-{k}",
+               f"--max-restarts={self.cfg.max_restarts}", *train_entry(self.cfg.script), "--sailor-plan", str(plan_path),
                "--train-iters", str(self.cfg.train_iters), "--save", str(self.ckpt_dir), "--load", str(self.ckpt_dir),
                "--elastic-control", str(control), "--elastic-events", str(events),
                "--metrics-file", str(self.metrics), *(["--elastic-wait", str(go)] if wait_for_go else []),

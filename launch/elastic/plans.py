@@ -79,7 +79,8 @@ class SailorPlanner:
     name = "sailor-plan"
 
     def __init__(self, planner_args: list[str], gbs: int) -> None:
-        """``planner_args``: sailor-plan's data and request flags (``--model``, ``--sailor-data``, ``--objective``...)."""
+        """``planner_args``: sailor-plan's data and request flags (``--model``, ``--sailor-data``,
+        ``--objective``...); parsed once, here."""
         from planner.options import request_parser
         self.planner_args, self.gbs = planner_args, gbs
         self.args = request_parser("sailor-elastic --planner-args").parse_args(planner_args)

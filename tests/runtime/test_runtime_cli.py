@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, free_port, python, torchrun
+from tests.helpers.launch import REPO, free_port, python, tiny_model_args, torchrun
 
 PLANS = REPO / "tests" / "helpers" / "plans"
-MODEL_ARGS = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-              "--max-position-embeddings", "32", "--vocab-size", "128", "--make-vocab-size-divisible-by", "8"]
+MODEL_ARGS = tiny_model_args()
 
 
 def _pretrain_main():  # noqa: ANN202
