@@ -44,7 +44,7 @@ def process_argv(cmd: NodeCommand, workdir: str,
     if force_local or is_local_host(cmd.host):
         return list(cmd.argv), {**os.environ, **dict(cmd.env)}
     remote = f"cd {shlex.quote(workdir)} && {cmd.shell()}"
-    return ["ssh", "-o", "BatchMode=yes", cmd.host, remote], None
+    return ["ssh", "-o", "BatchMode=yes", "--", cmd.host, remote], None
 
 
 def _terminate(procs: Sequence[subprocess.Popen]) -> None:
