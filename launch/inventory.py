@@ -21,14 +21,12 @@ multi-node cluster on one machine. Unknown keys are rejected; errors name the fi
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from planner.errors import InputError, check_keys, quote
 from planner.plan import read_text
@@ -180,27 +178,24 @@ def _emulation_from_dict(data: Any) -> Emulation | None:
 
 def inventory_from_data(data: Any) -> Inventory:
     """Build an :class:`Inventory` from parsed YAML/JSON (``{"nodes": [...]}`` or a bare list)."""
+    from planner.schema.base import validate
+    from planner.schema.files import InventoryFile
     if isinstance(data, Mapping):
-        unknown = sorted(set(data) - {"nodes"})
+        unknown = sorted(map(str, set(data) - {"nodes"}))
         if unknown:
-            raise InputError(f"inventory has unknown top-level key(s) {unknown}; allowed: ['nodes']")
+            raise InputError(f"inventory has unknown top-level key(s) {quote(unknown)}; allowed: ['nodes']")
         data = data.get("nodes")
     if not isinstance(data, list) or not data:
-        raise InputError(f"inventory must list nodes (a non-empty list under 'nodes'), got {data!r}")
+        raise InputError(f"inventory must list nodes (a non-empty list under 'nodes'), got {quote(data)}")
+    validate(InventoryFile, {"nodes": data})
     return Inventory(nodes=tuple(node_from_dict(d, i) for i, d in enumerate(data)))
 
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read a YAML (``.yaml``/``.yml``) or JSON inventory file; errors name the file."""
+    from planner.schema.base import parse_json, parse_yaml
     text = read_text(path)
-    try:
-        if str(path).endswith(".json"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"cannot parse inventory ({reason})", source=str(path)) from None
+    data = parse_json(text, str(path)) if str(path).endswith(".json") else parse_yaml(text, str(path))
     try:
         return inventory_from_data(data)
     except InputError as exc:

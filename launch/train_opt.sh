@@ -155,7 +155,8 @@ else
        --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS")
   if [[ $DRY_RUN == 1 ]]; then echo "${CMD[*]}"; exit 0; fi
   echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
-  "${CMD[@]}" 2> >(filter_warnings)
+  # launch.runner: a worker's "error: ..." line comes last (not torchrun's ChildFailedError) and the status is 2
+  python -m launch.runner -- "${CMD[@]}" 2> >(filter_warnings)
 fi
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys
