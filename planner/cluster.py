@@ -92,7 +92,7 @@ def parse_gpus(text: str, catalog: GPUCatalog) -> ClusterSpec:
     for item in filter(None, (x.strip() for x in text.split(","))):
         head, eq, num = item.partition("=")
         gpu_type, _, zone = head.partition("@")
-        count = int(num.strip()) if re.fullmatch(r"\s*\d{1,7}\s*", num) else -1
+        count = int(num.strip()) if re.fullmatch(r"\s*\d{1,30}\s*", num) else -1
         if not eq or not gpu_type or count < 0:
             raise InputError(f"--gpus: cannot parse {quote(item)}: expected TYPE@ZONE=N, e.g. A100-40@us-central1-a=32")
         if count > MAX_GPUS:

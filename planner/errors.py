@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-QUOTE_CHARS = 200          # longest value quoted in any error message
+QUOTE_CHARS = 120          # longest value quoted in any error message (keeps a line under 300)
 MESSAGE_CHARS = 1000       # backstop: longest error message at all
 
 
