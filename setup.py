@@ -6,7 +6,7 @@ from setuptools import find_packages, setup
 RUNTIME = ["torch==2.13.0", "megatron-core==0.16.1", "einops>=0.7"]
 PLOT = ["matplotlib>=3.7"]
 # import-linter: `lint-imports` checks the layering contracts of pyproject.toml (docs/ARCHITECTURE.md)
-TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1"]
+TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"]
 
 setup(
     name="megatron-sailor",
@@ -15,7 +15,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["planner*", "megatron_sailor*", "patches*", "launch*"]),
     package_data={"planner": ["data/*.json"]},
-    install_requires=["numpy>=1.24", "rich>=13", "PyYAML>=6"],
+    install_requires=["numpy>=1.24", "rich>=13", "PyYAML>=6", "pydantic>=2"],
     extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "all": RUNTIME + PLOT + TEST},
     entry_points={
         "console_scripts": [

@@ -185,11 +185,16 @@ def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
+    for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    from planner.plan import check_output_path
+    for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
+        if path:
+            check_output_path(path, flag)
     bundle = api.load_data(data_source(args), args.precision)
     ctx = api.make_context(bundle, args.runtime)
-    gbs = args.gbs or bundle.default_gbs or 1024
-    if gbs < 1:
-        raise InputError(f"--gbs must be >= 1, got {gbs}")
+    gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
     space = baseline_space(args.planner, args.precision, args.max_stages)
     clusters = _clusters(args, bundle.catalog)

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any, Callable, Mapping
 
-QUOTE_CHARS = 200          # longest value quoted in any error message
+QUOTE_CHARS = 120          # longest value quoted in any error message (keeps a line under 300)
 MESSAGE_CHARS = 1000       # backstop: longest error message at all
 
 

@@ -34,7 +34,8 @@ class Link:
     min_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.max_bw_bytes_per_s > 0 or self.latency_s < 0:
+        if not (math.isfinite(self.max_bw_bytes_per_s) and self.max_bw_bytes_per_s > 0) or \
+                not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise InputError(f"link bandwidth must be > 0 and latency >= 0, got "
                              f"{self.max_bw_bytes_per_s!r} B/s, {self.latency_s!r} s")
 

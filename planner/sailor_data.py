@@ -12,12 +12,11 @@ Files read (relative to the folder):
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, get_model, with_overrides
 from planner.network import Link, NetworkModel
@@ -28,10 +27,8 @@ SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": Non
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno})", source=str(path)) from None
+    from planner.schema.base import parse_json
+    return parse_json(read_text(path), str(path))
 
 
 @dataclass
@@ -141,6 +138,18 @@ def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
 
 def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None = None,
                      precision: str = "fp32") -> SailorData:
+    """The folder's data for one model; a file of the wrong shape is one InputError naming the folder."""
+    try:
+        return _load_sailor_data(folder, model_name, catalog, precision)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"malformed Sailor data ({type(exc).__name__}: {quote(str(exc), 120)})",
+                         source=str(folder)) from None
+
+
+def _load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None,
+                      precision: str) -> SailorData:
     root = _root(folder)
     catalog = catalog or GPUCatalog()
     sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)

@@ -84,6 +84,8 @@ def make_controller(argv: list[str] | None = None) -> Controller:
         raise InputError(f"--train-iters and --gbs must be >= 1, got {args.train_iters}, {args.gbs}")
     if args.max_failures < 1:
         raise InputError(f"--max-failures must be >= 1, got {args.max_failures}")
+    if not (args.time_scale > 0 and args.time_scale < float("inf")):
+        raise InputError(f"--time-scale must be a positive finite number, got {args.time_scale}")
     if args.time_unit == "iter" and not args.trace:
         raise InputError("--time-unit iter needs --trace")
     source = _source(args)

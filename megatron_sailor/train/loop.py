@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
     try:
         from megatron_sailor.train.arguments import parse_config
         cfg = parse_config(argv, env.world_size)
+        if cfg.save:                   # before the first iteration, not after training (issue 11)
+            from megatron_sailor.train.checkpoint import check_save_dir
+            check_save_dir(cfg.save)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
     from megatron_sailor.train.checkpoint import CheckpointError

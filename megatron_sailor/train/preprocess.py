@@ -15,6 +15,19 @@ from pathlib import Path
 
 from planner.errors import InputError
 
+
+def require_runtime(tool: str) -> None:
+    """InputError naming the extra to install when torch / megatron-core are missing."""
+    import importlib.util
+    for module in ("torch", "megatron.core"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"{tool} needs the runtime extra ({module} is not installed): "
+                             "pip install 'megatron-sailor[runtime]'")
+
 _WORDS = ("the model trains on many small machines in several zones and every stage keeps its own "
           "layers while gradients travel between replicas of different sizes so the plan decides how "
           "to split work across pipelines and the loss goes down step by step").split()
@@ -70,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="first (re)generate --input as a deterministic sample corpus")
     args = parser.parse_args(argv)
     try:
+        require_runtime("sailor-preprocess")
         if args.vocab_size < 2:
             raise InputError(f"--vocab-size must be >= 2, got {args.vocab_size}")
         if args.write_sample_text:
