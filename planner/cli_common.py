@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from planner.errors import InputError
+from planner.errors import InputError, InternalError
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, load_model
 from planner.network import DEFAULT_CLASS_LINKS, Link, NetworkModel
@@ -115,6 +115,9 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except InternalError as exc:
+        print(f"internal error: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

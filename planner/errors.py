@@ -32,3 +32,9 @@ def check_keys(data: Any, allowed: set[str], required: set[str], where: str) -> 
     missing = sorted(required - set(data))
     if missing:
         raise InputError(f"{where} is missing required key(s) {missing}")
+
+
+class InternalError(RuntimeError):
+    """A planner bug detected at run time (e.g. the search's evaluator disagrees with the simulator).
+
+    CLIs print ``internal error: <message>`` on one line and exit with status 3."""

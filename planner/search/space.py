@@ -103,6 +103,8 @@ class Candidate:
     iteration_s: float
     cost_usd: float
     gpus: int
+    precision: str = "fp32"                 # from the SearchSpace: the one way precision reaches a plan
+    optimizer: str = "adamw"
 
 
 @dataclass

@@ -134,3 +134,36 @@ def test_analytic_estimate_is_marked():
     c = SimContext(TINY, ProfileStore(TINY, cat), NetworkModel(cat), cat, OURS)
     est = simulate(plan(), c)
     assert est.estimated_profiles and est.iteration_time_s > 0
+
+
+def test_formulas_give_the_same_numbers_on_arrays_and_scalars():
+    """Each shared formula is one expression for the simulator (one pipeline) and the search (a batch)."""
+    import numpy as np
+
+    from planner.simulator import formulas as F
+    rng = np.random.default_rng(3)
+    for s_num in (1, 2, 3, 6):
+        comp = rng.uniform(0.1, 1.0, size=(20, s_num))
+        p2p = rng.uniform(0.0, 0.3, size=(20, max(s_num - 1, 0)))
+        for blocking in (False, True):
+            busy = F.busy_s(comp, p2p, blocking)
+            trips = F.round_trip_bounds(comp, p2p)
+            levels = F.period_levels(busy.max(axis=1), trips)
+            for k in range(20):
+                one = F.busy_s(comp[k], p2p[k], blocking)
+                assert np.array_equal(one, busy[k])
+                if blocking and s_num > 1:
+                    assert one[0] == comp[k, 0] + 2 * p2p[k, 0] + 0.0
+                for m in (1, s_num, s_num + 1, 40):
+                    # the period is the busiest stage or a shared round trip of the stages k with m > S - k
+                    want = max([one.max()] + [(comp[k, j:].sum() + 2 * p2p[k, j:].sum()) / (s_num - j)
+                                              for j in range(s_num - 1) if m > s_num - j])
+                    got = F.steady_period_s(one, F.round_trip_bounds(comp[k], p2p[k]), m)
+                    assert got == pytest.approx(want, rel=1e-12)
+                    assert levels[k, min(m, s_num + 1) - 1] == pytest.approx(got, rel=1e-15)
+    w, g, o = F.state_bytes_per_param("bf16", "adamw")
+    assert (w, g, o) == (2.0, 4.0, 12.0) and F.state_bytes_per_param("fp32", "sgd") == (4.0, 4.0, 4.0)
+    terms = F.memory_terms(np.array([10.0, 20.0]), np.array([1.0, 2.0]), np.array([3, 1]), 5.0, 7.0, (w, g, o),
+                           1.5, 4, 100.0)
+    scalar = F.memory_terms(20.0, 2.0, 1, 5.0, 7.0, (w, g, o), 1.5, 4, 100.0)
+    assert F.memory_total(terms)[1] == F.memory_total(scalar) == 2 * 20 + (4 * 20 + 16) + 12 * 20 + 3 + 19 + 100
