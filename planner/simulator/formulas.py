@@ -206,3 +206,16 @@ def ring_edge_bytes(n, nbytes):
 def usable_bytes(memory_bytes: float, headroom_fraction: float) -> float:
     """GPU memory a plan may fill: the device's bytes less the headroom kept free."""
     return memory_bytes * (1.0 - headroom_fraction)
+
+
+# --- utilisation ----------------------------------------------------------------------------------------
+
+def model_flops_per_sample(num_layers, layer_fwd_flops_1: float, head_fwd_flops_1: float, has_head):
+    """Model FLOPs one sample needs in ``num_layers`` transformer layers (plus the LM head where
+    ``has_head``): forward + backward = 3 x forward; recomputation is not model work and is not counted."""
+    return 3.0 * (num_layers * layer_fwd_flops_1 + np.where(has_head, head_fwd_flops_1, 0.0))
+
+
+def mfu(model_flops_per_iteration, iteration_s, peak_flops_per_s):
+    """Model FLOP utilisation: achieved model FLOP/s over the summed peak FLOP/s of the GPUs used."""
+    return model_flops_per_iteration / iteration_s / peak_flops_per_s

@@ -167,3 +167,26 @@ def test_formulas_give_the_same_numbers_on_arrays_and_scalars():
                            1.5, 4, 100.0)
     scalar = F.memory_terms(20.0, 2.0, 1, 5.0, 7.0, (w, g, o), 1.5, 4, 100.0)
     assert F.memory_total(terms)[1] == F.memory_total(scalar) == 2 * 20 + (4 * 20 + 16) + 12 * 20 + 3 + 19 + 100
+
+
+def test_heterogeneous_mfu_hand_computed():
+    """MFU = model FLOP/s (3 x forward FLOPs per sample) over the summed peak FLOP/s of the GPUs used, per plan
+    and per stage; a mixed fleet is judged against its own summed peak."""
+    entries = [costs(), costs("V100-16"), costs("V100-16", tp=2)]
+    ctx = ctx_with(entries=entries)
+    reps = (Replica("A100-40", 1, "z-a"), Replica("V100-16", 2, "z-a"))
+    p = Plan(num_layers=4, stages=(Stage(0, 1, reps), Stage(1, 3, reps)), micro_batch_size=1, global_batch_size=8)
+    est = simulate(p, ctx)
+    cat = ctx.catalog
+    peak_stage = cat.get("A100-40").peak_fp32_flops + 2 * cat.get("V100-16").peak_fp32_flops
+    lf, hf = TINY.layer_fwd_flops(1), TINY.head_fwd_flops(1)
+    work = [8 * 3 * lf, 8 * 3 * (3 * lf + hf)]
+    for st, w in zip(est.stages, work):
+        assert st.peak_flops_per_s == pytest.approx(peak_stage, rel=1e-12)
+        assert st.mfu == pytest.approx(w / est.iteration_time_s / peak_stage, rel=1e-12)
+    assert est.peak_flops_per_s == pytest.approx(2 * peak_stage, rel=1e-12)
+    assert est.model_flops_per_s == pytest.approx(sum(work) / est.iteration_time_s, rel=1e-12)
+    assert est.mfu == pytest.approx(sum(work) / est.iteration_time_s / (2 * peak_stage), rel=1e-12)
+    bf16 = simulate(replace(p, precision="bf16"), ctx)       # peak at the plan's precision
+    assert bf16.peak_flops_per_s == pytest.approx(2 * (cat.get("A100-40").peak_flops
+                                                      + 2 * cat.get("V100-16").peak_flops), rel=1e-12)
