@@ -57,6 +57,9 @@ def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | 
         if num_layers % s_num:
             return None
         return np.full((1, s_num), num_layers // s_num, dtype=np.int64)
+    if space.split == "even_last":
+        q, r = divmod(num_layers, s_num)
+        return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
     ids = np.array_split(np.arange(num_layers + 2), s_num)
     counts = [len(x) for x in ids]
     counts[0] -= 1

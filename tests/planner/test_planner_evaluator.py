@@ -175,3 +175,20 @@ def test_sailor_plan_fails_loudly_when_the_evaluator_disagrees(monkeypatch, caps
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("internal error:") and "disagree" in lines[0]
     assert not out_file.exists()
+
+
+def test_sailor_space_comparator_is_even_last_and_never_beats_ours():
+    """(b') of the benchmark: Sailor's even split (extras on the last stages) with homogeneous pipelines; it is
+    a subset of our space, so our optimum is at least as good, and its plans agree with simulate()."""
+    from planner.baselines.spaces import baseline_space
+    ctx = _ctx()
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-a=12,V100-16@us-b=6", ctx.catalog)
+    for objective in (Objective("throughput"), Objective("cost")):
+        sp = baseline_space("sailor-space", max_stages=4)
+        res = plan_search(ctx, cluster, 64, objective, sp, top_k=30)
+        for c in res.candidates:
+            q, r = divmod(MODEL.num_layers, c.num_stages)
+            assert c.layers_per_stage == tuple([q] * (c.num_stages - r) + [q + 1] * r)
+        _agree(ctx, cluster, 64, objective, k=30, space=sp)
+        ours = plan_search(ctx, cluster, 64, objective, SearchSpace(max_stages=4)).best
+        assert ours.key <= res.best.key * (1 + 1e-12)
