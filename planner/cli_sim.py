@@ -38,7 +38,7 @@ def render_table(est: Estimate, plan_name: str) -> None:
     console = Console(width=max(Console().width, 160))
     t = Table(title=f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'")
     for col in ("stage", "layers", "replicas (gpu x tp @ zone)", "compute s/mb", "busy s/mb", "p2p s",
-                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits"):
+                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits", "MFU"):
         t.add_column(col, justify="right" if col not in ("replicas (gpu x tp @ zone)",) else "left")
     for st in est.stages:
         reps: dict[str, int] = {}
@@ -51,13 +51,14 @@ def render_table(est: Estimate, plan_name: str) -> None:
                   f"{st.p2p_s:.4f}", f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
                   f"{st.memory_capacity_bytes / GB:.2f}",
                   f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}",
-                  "yes" if st.fits_in_memory else "[red]OOM[/red]")
+                  "yes" if st.fits_in_memory else "[red]OOM[/red]", f"{st.mfu:.1%}")
     console.print(t)
     console.print(
         f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
         f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
         f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
-        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage}"
+        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage} | "
+        f"MFU {est.mfu:.1%} of {est.peak_flops_per_s / 1e12:,.0f} peak TFLOP/s"
         + (" | some profiles are analytic ESTIMATES" if est.estimated_profiles else ""))
 
 
