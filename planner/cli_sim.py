@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_data(args, plan.precision, model_hint=plan.model)
     ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
                        info.gpus_per_node if info else None)
+    if info:
+        ctx.replica_node_gpus = info.replica_node_gpus   # Sailor plans: node size per replica
     est = simulate(plan, ctx)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events

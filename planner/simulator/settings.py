@@ -25,7 +25,8 @@ class RuntimeSettings:
 
     name: str = "megatron-sailor"
     p2p_blocking: bool = False           # True: a stage's sends/receives sit on its critical path
-    p2p_all_tp_ranks: bool = True        # every TP rank of a replica sends the full activation to its peer
+    p2p_all_tp_ranks: bool = True        # True (ours): TP rank 0 sends the whole activation to every TP rank
+                                         # of the next stage; False (DeepSpeed): each TP rank sends 1/TP of it
     grad_sync: str = "auto"              # "flat" ring, "hierarchical" (zone-aware) or "auto" (the faster)
     dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
     per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
@@ -56,6 +57,7 @@ class RuntimeSettings:
 # 3.75 ms of pipeline-engine work per micro-batch per stage, 4.3 GB device memory outside tensors
 # (CUDA context, NCCL buffers, as nvidia-smi counts it) and a 6% caching-allocator reserve on activations.
 SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, dp_sync_waits_for_all=True,
+                                   p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
                                    grad_sync="flat", grad_bucket_elems=500_000_000, profile_offset_s=2e-4,
                                    per_microbatch_overhead_s=3.75e-3, memory_overhead_bytes=4.3e9,
                                    activation_reserve_factor=1.06)
@@ -73,6 +75,13 @@ class SimContext:
     catalog: GPUCatalog
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     gpus_per_node: dict[str, int] = field(default_factory=dict)
+    replica_node_gpus: tuple[tuple[int, ...], ...] = ()   # [stage][replica] node sizes (Sailor plans), optional
 
     def node_size(self, gpu_type: str) -> int:
         return self.gpus_per_node.get(gpu_type) or self.catalog.get(gpu_type).gpus_per_node
+
+    def replica_node_size(self, s: int, j: int, gpu_type: str) -> int:
+        """GPUs per node of replica j of stage s: as the plan declared it, else the type's node size."""
+        if s < len(self.replica_node_gpus) and j < len(self.replica_node_gpus[s]):
+            return self.replica_node_gpus[s][j]
+        return self.node_size(gpu_type)
