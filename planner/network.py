@@ -147,6 +147,7 @@ class NetworkModel:
     name: str = "default"
     # fitted intra-node links (Sailor's intra_node file): (gpu type, GPUs in the group) -> Link
     intra_links: dict[tuple[str, int], Link] = field(default_factory=dict)
+    source: str | None = None     # the file the fitted pair links came from (named in errors)
 
     def link_class(self, a: Endpoint, b: Endpoint, same_node: bool = False) -> str:
         if same_node:
@@ -176,7 +177,8 @@ class NetworkModel:
             link = self.pair_links.get((b.zone, b.gpu_type, nb, a.zone, a.gpu_type, na))
         if link is None:
             raise InputError(f"network '{self.name}' has no link between (zone {a.zone}, {a.gpu_type}, "
-                             f"{na} GPUs/node) and (zone {b.zone}, {b.gpu_type}, {nb} GPUs/node)")
+                             f"{na} GPUs/node) and (zone {b.zone}, {b.gpu_type}, {nb} GPUs/node)",
+                             source=self.source)
         return link
 
     def link(self, a: Endpoint, b: Endpoint, *, same_node: bool = False, concurrent: int = 1) -> Link:
@@ -205,7 +207,7 @@ class NetworkModel:
         links = dict(self.class_links)
         links.update(overrides)
         return NetworkModel(self.catalog, links, dict(self.pair_links), dict(self.egress_usd_per_gb),
-                            self.default_egress_usd_per_gb, self.name, dict(self.intra_links))
+                            self.default_egress_usd_per_gb, self.name, dict(self.intra_links), self.source)
 
 
 _GRID = 161   # sizes 2**(i/4) bytes, i = 0..160 (1 B to 1 TB)

@@ -171,6 +171,7 @@ def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
     bw_path = root / "providers" / "multizone_bandwidths_het.json"
     if bw_path.is_file():
         net.pair_links.update(_pair_links(_json(bw_path), str(bw_path)))
+        net.source = str(bw_path)
     intra_path = root / "providers" / "intra_node_bandwidths.json"
     if intra_path.is_file():
         for gpu, by_n in _json(intra_path).items():

@@ -194,3 +194,24 @@ def test_non_finite_or_malformed_fit_is_refused(entry, tmp_path):
     data = {"z-a": {"A100-40": {"4": {"z-a": {"A100-40": {"4": entry}}}}}}
     with pytest.raises(InputError, match=r"z-a\.A100-40\.4\.z-a\.A100-40\.4 must"):
         _pair_links(data, str(tmp_path / "net.json"))
+
+
+def test_cli_names_the_missing_pair_in_one_line(sailor_data_dir, tmp_path, capsys):
+    """A Sailor folder whose network file lacks the pair the plan needs: one error line, exit 2."""
+    from planner.cli_sim import main
+    from planner.cli_common import run_cli
+    root = tmp_path / "sailor-copy"
+    (root / "sailor" / "providers").mkdir(parents=True)
+    (root / "sailor" / "Planner").symlink_to(sailor_data_dir / "sailor" / "Planner")
+    het = json.loads((sailor_data_dir / HET).read_text())
+    del het["us-central1-a"]["RTX-3090"]["8"]["us-central1-a"]["RTX-2080"]
+    del het["us-central1-a"]["RTX-2080"]["8"]["us-central1-a"]["RTX-3090"]
+    (root / HET).write_text(json.dumps(het))
+    plan = tmp_path / "plan_config.json"
+    plan.write_text(json.dumps(sailor_plan([[("RTX-3090", 8, "us-central1-a", 8)],
+                                            [("RTX-2080", 8, "us-central1-a", 8)]])))
+    rc = run_cli(main, [str(plan), "--sailor-data", str(root), "--model", "OPT-350"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0] == (f"error: {root / HET}: network 'sailor' has no link between (zone us-central1-a, RTX-3090, "
+                      f"8 GPUs/node) and (zone us-central1-a, RTX-2080, 8 GPUs/node)")
