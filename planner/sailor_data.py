@@ -188,8 +188,16 @@ def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
     return net
 
 
+CALIBRATED = "calibrated"
+
+
 def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None = None,
-                     precision: str = "fp32") -> SailorData:
+                     precision: str = "fp32", smooth_window: float | None | str = CALIBRATED) -> SailorData:
+    """Everything for ``model_name``. ``smooth_window``: profile smoothing across micro-batch sizes (None: off;
+    default: the window chosen by the calibration, ``planner/data/calibration_sailor_deepspeed.json``)."""
+    if smooth_window == CALIBRATED:
+        from planner.simulator.settings import calibration
+        smooth_window = calibration()["profile_smoothing_window"]
     root = _root(folder)
     catalog = catalog or GPUCatalog()
     sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)
@@ -212,7 +220,8 @@ def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | 
         for mbs, by_tp in by_mbs.items():
             for tp, table in by_tp.items():
                 store.add(_layer_costs(gpu, int(mbs), int(tp), table, llm.get(tp), spec.num_layers, src))
-    store.smooth_across_mbs()
+    if smooth_window is not None:
+        store.smooth_across_mbs(float(smooth_window))
     gpn_path = root / "Planner" / "simulations" / "configs" / "basic_cluster_config.json"
     gpn = {k: v["gpus_per_node"] for k, v in _json(gpn_path).items() if isinstance(v, dict)} \
         if gpn_path.is_file() else {}
