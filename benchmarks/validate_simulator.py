@@ -182,10 +182,30 @@ def _print_splits(cases: list[Case], t_err: Errors, m_err: Errors) -> None:
               f"{summary(split_errors(t_err, fit_on, test_on))} | memory {summary(split_errors(m_err, fit_on, test_on))}")
 
 
+def consumer_example(data: str | Path) -> str:
+    """The issue's 4-stage plan of TP-8 consumer nodes (no measured run in the shared data: prediction only)."""
+    from planner.plan import Replica, Stage
+    sd = load_sailor_data(data, "OPT-350")
+    types = ("RTX-3090", "RTX-2080", "Titan-RTX", "RTX-2080")
+    firsts, sizes = (0, 6, 12, 19), (6, 6, 7, 5)
+    plan = Plan(num_layers=24, stages=tuple(Stage(f, n, (Replica(g, 8, "us-central1-a"),))
+                                            for f, n, g in zip(firsts, sizes, types)),
+                micro_batch_size=1, global_batch_size=64)
+    ctx = SimContext(sd.model, sd.profiles, sd.network, sd.profiles.catalog, SAILOR_DEEPSPEED,
+                     replica_node_gpus=((8,),) * 4)
+    est = simulate(plan, ctx)
+    nbytes = sd.model.boundary_activation_bytes(1, 4)
+    p2p = [st.p2p_s for st in est.stages[:-1]]
+    return (f"consumer example (RTX-3090/RTX-2080/Titan-RTX/RTX-2080, TP-8 nodes, 64 micro-batches): p2p "
+            f"{min(p2p):.4f}-{max(p2p):.4f} s per {nbytes / 1e6:.1f} MB ({nbytes / max(p2p) / 1e9:.3f} GB/s), "
+            f"iteration {est.iteration_time_s:.1f} s (no measured run to compare with)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sailor-data", default=str(ROOT.parent / "shared" / "data" / "sailor"))
     ap.add_argument("--write", action="store_true", help=f"store the all-runs fit in {CALIBRATION.name}")
+    ap.add_argument("--fit", action="store_true", help="accepted for old command lines: the fit always runs")
     args = ap.parse_args(argv)
     cases = load_cases(args.sailor_data)
     if not cases:
@@ -207,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     off = [i for i, c in enumerate(t_err.configs) if c["profile_smoothing_window"] is None]
     print(f"smoothing forced off, constants chosen in the loop: leave-one-out time "
           f"{summary(leave_one_out(Errors([t_err.configs[i] for i in off], t_err.rel[off]))[0])}")
+    print(consumer_example(args.sailor_data))
     for label, rel in HELD_OUT_SETS.items():
         there = (Path(args.sailor_data) / rel).is_dir()
         print(f"held-out set {label}: {'present but not wired here' if there else 'absent from this data folder'}")

@@ -215,3 +215,32 @@ def test_cli_names_the_missing_pair_in_one_line(sailor_data_dir, tmp_path, capsy
     assert rc == 2 and len(err) == 1
     assert err[0] == (f"error: {root / HET}: network 'sailor' has no link between (zone us-central1-a, RTX-3090, "
                       f"8 GPUs/node) and (zone us-central1-a, RTX-2080, 8 GPUs/node)")
+
+
+# ---- what the stored numbers mean (docs/SIMULATOR.md, "Network fits") -----------------------------------
+
+def test_node_size_keys_are_node_sizes_not_concurrency(raw):
+    """A100 nodes of 1, 2, 4 GPUs: peaks 2.4 / 3.7 / 6.0 GB/s (under GCP's 24 / 32 / 50 Gbit/s VM caps); a
+    4-GPU node sending to a 1-GPU node gets the 1-GPU figure."""
+    peak = {n: raw["us-central1-a"]["A100-40"][n]["us-central1-a"]["A100-40"][n][1] for n in ("1", "2", "4")}
+    assert [round(peak[n] / 1e9, 1) for n in ("1", "2", "4")] == [2.4, 3.7, 6.0]
+    assert all(peak[n] * 8 < cap for n, cap in (("1", 24e9), ("2", 32e9), ("4", 50e9)))
+    assert raw["us-central1-a"]["A100-40"]["4"]["us-central1-a"]["A100-40"]["1"][1] == peak["1"]
+
+
+def test_peak_is_a_measured_maximum_not_the_fit_maximum(sd):
+    links = list(sd.network.pair_links.values())
+    sizes = [2.0 ** (i / 4) for i in range(int(4 * math.log2(128e3)), int(4 * math.log2(4e9)) + 1)]
+    best = [max(l.fit_value_gb_per_s(x) * 1e9 for x in sizes) / l.max_bw_bytes_per_s for l in links]
+    never = sum(b < 1 for b in best) / len(best)
+    assert 0.4 < never < 0.6 and 1.2 < max(best) < 1.3
+
+
+def test_every_fit_is_valid_from_640_kb(sd):
+    from planner.network import _valid_from
+    links = list(sd.network.pair_links.values()) + list(sd.network.intra_links.values())
+    starts = [2.0 ** (_valid_from(l.fit_gb_per_s, l.max_bw_bytes_per_s, None) / 4) for l in links]
+    assert max(starts) <= 640e3 and min(starts) >= 1
+    for l in links:
+        times = [l.checked_time_s(x) for x in (640e3, 1e6, 8e6, 64e6, 512e6, 4e9)]
+        assert all(t1 <= t2 for t1, t2 in zip(times, times[1:]))
