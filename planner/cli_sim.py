@@ -6,6 +6,7 @@ PLAN is our plan JSON or a Sailor ``plan_config`` JSON (auto-detected; Sailor pl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle = api.load_data(data_source(args), plan.precision, model_hint=plan.model)
     ctx = api.make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
                            info.gpus_per_node if info else None)
+    if info:   # Sailor plans: node size per replica
+        ctx = dataclasses.replace(ctx, replica_node_gpus=info.replica_node_gpus)
     est = api.simulate(plan, ctx)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events
