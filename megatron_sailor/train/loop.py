@@ -58,8 +58,9 @@ def train(cfg, env) -> None:  # noqa: ANN001
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
     run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                        timeout_s=cfg.timeout_s)
-    groups = rank_groups(layout, rank, run_cfg)
+                        timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
+                        attention_dropout=cfg.attention_dropout)
+    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
