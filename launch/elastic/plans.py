@@ -67,10 +67,33 @@ class CpuDemoPlanner:
 
     def plan(self, av: Availability) -> PlanChoice:
         start = time.perf_counter()
-        n = total(av)
-        gpu_type, _, zone = (max(av, key=av.get) if av else "cpu@local").partition("@")
+        pool = max(sorted(av), key=av.get) if av else "cpu@local"      # demo plans use one pool: the largest
+        n = av.get(pool, 0)
+        gpu_type, _, zone = pool.partition("@")
         plan = Plan.from_dict(demo_plan_dict(n, self.num_layers, self.gbs, self.model_name, gpu_type, zone or "local"))
         return PlanChoice(plan, 1.0 / plan.world_size, time.perf_counter() - start)
+
+
+def planner_search(planner_args: list[str], av: Availability, gbs: int) -> tuple[Plan, float]:
+    """(plan, predicted iteration seconds) from the planner on ``av``: the ONE place that calls the planner.
+
+    Uses the planner's CLI internals (``planner.cli_plan``) until its library API (``planner/api.py``,
+    issue 10) lands; switching is a change of this function only."""
+    from planner import cli_plan
+    from planner.baselines.spaces import baseline_space
+    from planner.cli_common import load_data, make_context
+    from planner.search import Objective
+    gpus = ",".join(f"{k}={v}" for k, v in sorted(av.items()) if v > 0)
+    if not gpus:
+        raise InputError("no GPUs available")
+    args = cli_plan.build_parser().parse_args([*planner_args, "--gpus", gpus, "--gbs", str(gbs), "--no-comparator"])
+    bundle = load_data(args, args.precision)
+    ctx = make_context(bundle, args.runtime)
+    objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
+    space = baseline_space(args.planner, args.precision, args.max_stages)
+    cluster = cli_plan._clusters(args, bundle.catalog)[0]
+    rep = cli_plan.plan_one(args, ctx, cluster, gbs, objective, space)
+    return rep["plan"], float(rep["estimate"].iteration_time_s)
 
 
 class SailorPlanner:
@@ -82,23 +105,9 @@ class SailorPlanner:
         self.planner_args, self.gbs = planner_args, gbs
 
     def plan(self, av: Availability) -> PlanChoice:
-        from planner import cli_plan
-        from planner.baselines.spaces import baseline_space
-        from planner.cli_common import load_data, make_context
-        from planner.search import Objective
         start = time.perf_counter()
-        gpus = ",".join(f"{k}={v}" for k, v in sorted(av.items()) if v > 0)
-        if not gpus:
-            raise InputError("no GPUs available")
-        args = cli_plan.build_parser().parse_args(
-            [*self.planner_args, "--gpus", gpus, "--gbs", str(self.gbs), "--no-comparator"])
-        bundle = load_data(args, args.precision)
-        ctx = make_context(bundle, args.runtime)
-        objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
-        space = baseline_space(args.planner, args.precision, args.max_stages)
-        cluster = cli_plan._clusters(args, bundle.catalog)[0]
-        rep = cli_plan.plan_one(args, ctx, cluster, self.gbs, objective, space)
-        return PlanChoice(rep["plan"], float(rep["estimate"].iteration_time_s), time.perf_counter() - start)
+        plan, iteration_s = planner_search(self.planner_args, av, self.gbs)
+        return PlanChoice(plan, iteration_s, time.perf_counter() - start)
 
 
 def plan_fits(plan: Plan, av: Availability) -> bool:
