@@ -41,7 +41,7 @@ def main() -> int:
     (work / "trace.json").write_text(json.dumps(trace))
     cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(work / "trace.json"),
            "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * args.iters_per_phase),
-           "--work-dir", str(work / "elastic"), "--", "--mock-data", "--save-interval", "5"]
+           "--work-dir", str(work / "elastic"), "--", "--mock-data", "--lr", "1e-3", "--save-interval", "5"]
     start = time.time()
     proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
     wall = time.time() - start
@@ -78,7 +78,7 @@ def save_bench(work: Path) -> int:
         ev.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29641",
                "examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), *model, "--train-iters", "7",
-               "--mock-data", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
+               "--mock-data", "--lr", "1e-3", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
                "--elastic-events", str(ev), *(["--async-save"] if mode == "async" else [])]
         start = time.time()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
