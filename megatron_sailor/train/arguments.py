@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "max-position-embeddings", "vocab-size", "num-query-groups"):
         g.add_argument(f"--{name}", type=int, default=None)
     g.add_argument("--make-vocab-size-divisible-by", type=int, default=None)
+    g.add_argument("--openai-gelu", action="store_true", help="tanh-form GELU (GPT-2's), as Megatron-LM's flag")
+    g.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu"), default=None,
+                   help="MLP activation (megatron-sailor's; default gelu; relu for OPT checkpoints)")
     g.add_argument("--model", default=None, help="built-in model name to start from (e.g. tiny, opt-350m)")
     b = p.add_argument_group("batch / parallelism (must agree with the plan when given)")
     for name in ("micro-batch-size", "global-batch-size", "tensor-model-parallel-size",
@@ -163,6 +166,10 @@ def model_from_args(args: argparse.Namespace, plan: Plan) -> ModelSpec:
     if "max_position_embeddings" not in values and "seq_length" in values:
         values["max_position_embeddings"] = values["seq_length"]
     values.setdefault("make_vocab_size_divisible_by", 128)
+    if args.openai_gelu or args.activation:
+        if args.openai_gelu and args.activation not in (None, "gelu_tanh"):
+            raise InputError(f"--openai-gelu contradicts --activation {args.activation}")
+        values["activation"] = "gelu_tanh" if args.openai_gelu else args.activation
     missing = [a for a, s in _MODEL_FIELDS.items() if s not in values and s != "num_kv_heads"]
     if missing:
         raise InputError("model dimensions missing: give --" + ", --".join(m.replace("_", "-") for m in missing))

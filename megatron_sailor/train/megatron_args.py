@@ -30,7 +30,7 @@ _OTHERS = """
 use-mcore-models use-legacy-models transformer-impl spec kv-channels group-query-attention
 position-embedding-type rotary-percent rotary-base rotary-interleaved use-rotary-position-embeddings
 rotary-seq-len-interpolation-factor no-position-embedding normalization norm-epsilon layernorm-epsilon
-apply-layernorm-1p apply-residual-connection-post-layernorm openai-gelu squared-relu swiglu
+apply-layernorm-1p apply-residual-connection-post-layernorm squared-relu swiglu
 onnx-safe bert-no-binary-head num-experts-per-tok moe-router-topk moe-grouped-gemm moe-aux-loss-coeff
 disable-bias-linear add-qkv-bias qk-layernorm init-method-std init-method-xavier-uniform
 weight-decay-incr-style start-weight-decay end-weight-decay decoupled-lr decoupled-min-lr
