@@ -164,7 +164,7 @@ def worker(job_path: str) -> int:
     from megatron_sailor.runtime.emulation import emulation_from
     from megatron_sailor.runtime.groups import create_groups
     from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
-    from megatron_sailor.runtime.topology import build_layout
+    from planner.layout import build_layout
     from patches import apply_cpu_patches
     from planner.model import load_model
     from planner.plan import Plan

@@ -1,6 +1,10 @@
 """Reconfiguration time of sailor-elastic on this machine: tiny GPT on CPU ranks, availability 4 -> 2 -> 4 ...
 
-    python benchmarks/reconfigure.py [--cycles 1] [--iters-per-phase 10] [--work-dir runs/reconfigure]
+    python benchmarks/reconfigure.py [--cycles 1] [--iters-per-phase 10] [--work-dir runs/reconfigure] [--resume]
+
+Each run uses a fresh folder ``WORK/run_NNN`` (the next free number), so a second run never resumes the
+first one's final checkpoint; ``--resume`` reuses the newest ``run_NNN`` instead (it then finishes at once
+if that run had reached its last iteration).
 
 Runs ``sailor-elastic --planner cpu-demo`` on an iteration-unit trace (4 ranks, then 2, then 4, ...; the job
 pauses at each change point, so the change time is exact) and prints, per reconfiguration, the steps the
@@ -28,14 +32,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cycles", type=int, default=1, help="4 -> 2 -> 4 cycles (2 reconfigurations each)")
     p.add_argument("--iters-per-phase", type=int, default=10)
-    p.add_argument("--work-dir", default=str(REPO / "runs" / "reconfigure"))
+    p.add_argument("--work-dir", default=str(REPO / "runs" / "reconfigure"),
+                   help="parent folder; each run gets a fresh run_NNN below it")
+    p.add_argument("--resume", action="store_true", help="reuse the newest run_NNN (resume its checkpoints)")
     p.add_argument("--save-bench", action="store_true",
                    help="instead: synchronous vs --async-save on a 100M-parameter GPT (2 ranks, 1.2 GB checkpoints)")
     args = p.parse_args()
     if args.save_bench:
         return save_bench(Path(args.work_dir))
-    work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
+    work = run_folder(Path(args.work_dir), args.resume)
+    print(f"work folder {work}{' (resumed)' if args.resume else ''}")
     n_phases = 2 * args.cycles + 1
     trace = [{"Time": k * args.iters_per_phase, "GPUs": 4 if k % 2 == 0 else 2} for k in range(n_phases)]
     (work / "trace.json").write_text(json.dumps(trace))
@@ -56,12 +62,28 @@ def main() -> int:
     load = os.getloadavg()[0]
     totals = [r["total_s"] for r in rows if "total_s" in r]
     starts = [r["start_s"] for r in rows if "start_s" in r]
+    if not totals:
+        print(f"no reconfiguration measured ({report['iterations_done']} iterations done; a resumed finished "
+              f"run ends at once)")
+        return 0
     print(f"(wall {wall:.1f} s for {report['iterations_done']} iterations; 1-min load average {load:.1f} on "
           f"{os.cpu_count()} cores)")
     print(f"reconfiguration change -> first new iteration: median {statistics.median(totals):.2f} s, max "
           f"{max(totals):.2f} s over {len(totals)} reconfigurations; process start-up median "
           f"{statistics.median(starts):.2f} s")
     return 0
+
+
+def run_folder(parent: Path, resume: bool) -> Path:
+    """``parent/run_NNN``: the next free number, or the newest existing one with ``resume``."""
+    parent.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in parent.glob("run_[0-9][0-9][0-9]") if p.is_dir())
+    if resume and runs:
+        return runs[-1]
+    nxt = int(runs[-1].name[4:]) + 1 if runs else 1
+    work = parent / f"run_{nxt:03d}"
+    work.mkdir()
+    return work
 
 
 def save_bench(work: Path) -> int:

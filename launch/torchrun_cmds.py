@@ -1,7 +1,7 @@
 """Assignment -> one torchrun command per node. Pure: builds data, runs nothing.
 
 Every command uses the c10d rendezvous at ``<node 0 host>:<port>`` and carries, as environment:
-``SAILOR_RANK_MAP`` (plan ranks of local ranks 0..nproc-1, see :mod:`launch.ranks`), ``SAILOR_NODE_NAME``,
+``SAILOR_RANK_MAP`` (plan ranks of local ranks 0..nproc-1, see :mod:`planner.rank_env`), ``SAILOR_NODE_NAME``,
 ``SAILOR_WORLD_SIZE``, ``OMP_NUM_THREADS``, ``CUDA_DEVICE_MAX_CONNECTIONS=1`` on nodes that run a replica
 with TP > 1, and ``SAILOR_EMULATE_SLOWDOWN`` / ``SAILOR_EMULATE_LINK_DELAY_S`` on emulated nodes.
 """
@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from launch.assign import Assignment, NodeAssignment
-from launch.ranks import NODE_NAME_ENV, RANK_MAP_ENV, WORLD_SIZE_ENV, format_rank_map
+from planner.rank_env import NODE_NAME_ENV, RANK_MAP_ENV, WORLD_SIZE_ENV, format_rank_map
 
 DEFAULT_SCRIPT = "examples/gpt/pretrain_gpt.py"
 DEFAULT_PORT = 29500

@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconfig-cost-s", type=float, default=15.0,
                    help="assumed reconfiguration cost until one has been measured")
     p.add_argument("--max-restarts", type=int, default=3, help="torchrun --max-restarts per job")
-    p.add_argument("--max-failures", type=int, default=3, help="jobs torchrun may give up on before we stop")
+    p.add_argument("--max-failures", type=int, default=4,
+                   help="give up at this many failed jobs (jobs torchrun gave up on, or that died before taking "
+                        "over); the ones before are relaunched")
     p.add_argument("--poll-s", type=float, default=0.2)
     p.add_argument("--job-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for the training jobs (repeatable); cpu-demo adds "
@@ -80,6 +82,8 @@ def make_controller(argv: list[str] | None = None) -> Controller:
         train_args = train_args[1:]
     if args.train_iters < 1 or args.gbs < 1:
         raise InputError(f"--train-iters and --gbs must be >= 1, got {args.train_iters}, {args.gbs}")
+    if args.max_failures < 1:
+        raise InputError(f"--max-failures must be >= 1, got {args.max_failures}")
     if args.time_unit == "iter" and not args.trace:
         raise InputError("--time-unit iter needs --trace")
     source = _source(args)

@@ -24,6 +24,7 @@ from typing import Any
 
 from planner.errors import InputError
 
+from launch.elastic.joblog import committed_iteration, last_error_line
 from launch.elastic.plans import PlanChoice, decide, plan_fits
 from launch.elastic.sources import Availability, total
 
@@ -38,7 +39,7 @@ class ControllerConfig:
     train_args: tuple[str, ...]            # passed to the training script (model, data, --save-interval, ...)
     script: str = str(REPO / "examples" / "gpt" / "pretrain_gpt.py")
     max_restarts: int = 3                  # torchrun's, per job
-    max_failures: int = 3                  # jobs that torchrun gave up on
+    max_failures: int = 4                  # the controller gives up at this many failed jobs
     horizon_s: float = 3600.0
     initial_cost_s: float = 15.0           # until a reconfiguration has been measured
     poll_s: float = 0.2
@@ -102,10 +103,12 @@ class Controller:
 
     # ------------------------------------------------------------------ progress and the job
     def iterations_done(self) -> int:
+        """Iterations done: the newest metrics line, or the newest committed checkpoint (a job resumed at its
+        target iteration trains nothing and writes no metrics)."""
+        done = committed_iteration(self.ckpt_dir) or 0
         if not self.metrics.is_file():
-            return 0
+            return done
         lines = [ln for ln in self.metrics.read_text().splitlines() if ln.strip()]
-        done = 0
         for ln in lines[-3:]:
             try:
                 done = max(done, int(json.loads(ln)["iteration"]) + 1)
@@ -178,6 +181,12 @@ class Controller:
         self.work.mkdir(parents=True, exist_ok=True)
         for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
             stale.unlink(missing_ok=True)
+        done = committed_iteration(self.ckpt_dir)
+        if done is not None and done >= self.cfg.train_iters:
+            logger.info("training finished: the newest checkpoint in %s is at iteration %d of %d; nothing to run",
+                        self.ckpt_dir, done, self.cfg.train_iters)
+            self.write_report()
+            return 0
         av = self.source.poll(0.0, 0)
         logger.info("availability source: %s; now %d GPU(s) %s", self.source.describe(), total(av), av)
         choice = self.planner.plan(av)
@@ -232,10 +241,13 @@ class Controller:
         new_rc = new.proc.poll()
         if new_rc is not None:                   # the new job died before taking over
             self.failures += 1
-            logger.warning("job %d exited with status %d before taking over (failure %d of %d); see %s",
-                           new.index, new_rc, self.failures, self.cfg.max_failures, self.work / f"job_{new.index}.log")
+            give_up = self.failures >= self.cfg.max_failures
+            logger.warning("job %d exited with status %d before taking over: %s (failure %d of %d%s); log %s",
+                           new.index, new_rc, self._job_error(new), self.failures, self.cfg.max_failures,
+                           ": giving up" if give_up else f"; job {job.index} keeps running",
+                           self.work / f"job_{new.index}.log")
             self.successor = None
-            return 1 if self.failures > self.cfg.max_failures else None
+            return 1 if give_up else None
         if rc == 0 and self.iterations_done() >= self.cfg.train_iters:
             logger.info("training finished: %d iterations (before job %d took over)", self.iterations_done(),
                         new.index)
@@ -284,15 +296,21 @@ class Controller:
         if d.forced:
             self.request_stop(job)
 
+    def _job_error(self, job: Job) -> str:
+        line = last_error_line(sorted(self.work.glob(f"job_{job.index}.*log")))
+        return line or "(the job printed nothing)"
+
     def _after_failure(self, job: Job, rc: int, done: int) -> Job | None:
         self.failures += 1
-        logger.warning("job %d exited with status %d at iteration %d (torchrun gave up after its restarts); "
-                       "failure %d of %d", job.index, rc, done, self.failures, self.cfg.max_failures)
+        give_up = self.failures >= self.cfg.max_failures
+        logger.warning("job %d exited with status %d at iteration %d: %s (failure %d of %d%s); log %s",
+                       job.index, rc, done, self._job_error(job), self.failures, self.cfg.max_failures,
+                       ": giving up" if give_up else "", self.work / f"job_{job.index}.log")
         av = self.source.poll(time.time() - self.start_unix_s, done)
         self.last_av = av
-        if self.failures > self.cfg.max_failures or total(av) == 0:
-            logger.error("giving up: %d failure(s), %d GPU(s) available; see %s", self.failures, total(av),
-                         self.work / f"job_{job.index}.log")
+        if give_up or total(av) == 0:
+            if not give_up:
+                logger.error("giving up: no GPU available after job %d failed", job.index)
             return None
         choice = self.planner.plan(av)
         rec = Reconfiguration("failure", time.time(), total(av), choice.plan_s, f"job exited with status {rc}",

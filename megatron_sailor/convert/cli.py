@@ -93,7 +93,7 @@ def from_hf(src: Path, out: Path, seq_length: int | None, divisible_by: int) -> 
     spec = ModelSpec(name=f"hf-{arch}", make_vocab_size_divisible_by=divisible_by, **dims)
     conv = convert(arch, config, sd, spec.padded_vocab_size, seq_length)
     try:
-        write_full_checkpoint(str(out), spec, conv.params, meta_extra={"hf": {"arch": arch, "source": str(src)}})
+        write_full_checkpoint(str(out), spec, conv.params, meta_extra={"hf_arch": arch, "hf_source": str(src)})
     except CheckpointError as exc:
         raise InputError(str(exc)) from None
     (out / "hf_config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
@@ -120,12 +120,12 @@ def to_hf(ckpt: Path, out: Path, arch: str | None) -> Path:
     found = list_checkpoints(ckpt)
     if not found:
         raise InputError("no committed checkpoint (iter_*)", source=str(ckpt))
-    meta = json.loads((found[0] / "meta.json").read_text(encoding="utf-8")) if (found[0] / "meta.json").is_file() else {}
     try:
+        meta = json.loads((found[0] / "meta.json").read_text(encoding="utf-8"))
         spec = ModelSpec(name="checkpoint", **meta.get("model", {}))
         path, _ = choose_checkpoint(str(ckpt), spec)
-    except (TypeError, InputError, CheckpointError) as exc:
-        raise InputError(f"checkpoint unusable: {exc}", source=str(ckpt)) from None
+    except (OSError, ValueError, AttributeError, TypeError, InputError, CheckpointError) as exc:
+        raise InputError(f"checkpoint unusable: {str(exc).splitlines()[0]}", source=str(ckpt)) from None
     base = json.loads((ckpt / "hf_config.json").read_text(encoding="utf-8")) if (ckpt / "hf_config.json").is_file() else None
     arch = arch or (base or {}).get("model_type")
     if arch not in ARCHS:

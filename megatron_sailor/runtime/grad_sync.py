@@ -1,6 +1,6 @@
 """Gradient reduction over the replicas of a stage, whose TP degrees may differ (fine-shard matching).
 
-With ``L`` fine shards per stage (see :mod:`megatron_sailor.runtime.topology`), a rank of a TP-``t`` replica holds
+With ``L`` fine shards per stage (see :mod:`planner.layout`), a rank of a TP-``t`` replica holds
 ``k = L / t`` fine shards; for each of them it packs, into one flat buffer, slice ``i`` (of ``k``) of every
 TP-sharded gradient along its partition dimension plus the full gradient of every replicated parameter
 (norms, row-parallel biases, position embeddings). The buffer is SUM-reduced over the shard's group
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from megatron_sailor.runtime.groups import SYNC_FLAT, RankGroups, ShardSyncGroups
 from megatron_sailor.runtime.init_weights import is_sharded
-from megatron_sailor.runtime.topology import RankLayout
+from planner.layout import RankLayout
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from megatron_sailor.runtime.topology import RankLayout
+from planner.layout import RankLayout
 
 logger = logging.getLogger(__name__)
 

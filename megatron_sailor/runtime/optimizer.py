@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_sailor.runtime.init_weights import is_sharded
-from megatron_sailor.runtime.topology import RankInfo
+from planner.layout import RankInfo
 
 
 @dataclass(frozen=True)

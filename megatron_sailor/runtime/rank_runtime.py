@@ -17,8 +17,8 @@ from megatron_sailor.runtime.metrics import StepMetrics
 from megatron_sailor.runtime.optimizer import OptimizerConfig, clip_and_step, make_adamw, reduce_norm_and_loss
 from megatron_sailor.runtime.p2p import StageP2P
 from megatron_sailor.runtime.schedule import StageRole, StageStep, run_1f1b
-from megatron_sailor.runtime.stage_model import StageSpec, build_stage_model, check_model_fits_plan
-from megatron_sailor.runtime.topology import RankLayout, build_layout
+from megatron_sailor.runtime.stage_model import StageSpec, build_stage_model
+from planner.layout import RankLayout, build_layout
 from planner.model import ModelSpec
 from planner.plan import Plan
 
@@ -71,19 +71,30 @@ def warn_unsupported_plan_options(plan: Plan) -> list[str]:
     return msgs
 
 
+def rank_groups(layout: RankLayout, rank: int, cfg: RunConfig) -> RankGroups:
+    """This rank's process groups for ``cfg`` (the one place the sync mode and timeout reach create_groups)."""
+    return create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+
+
 class RankRuntime:
-    """Everything one rank needs to train its part of the plan."""
+    """Everything one rank needs to train its part of the plan.
+
+    ``model`` must fit ``plan`` (:func:`~megatron_sailor.runtime.stage_model.check_model_fits_plan`; the
+    training job checks it once, in ``megatron_sailor.train.arguments.parse_config``, before joining the
+    process group). ``groups``, when given, must come from :func:`rank_groups` with the same ``cfg``.
+    """
 
     def __init__(self, plan: Plan, model: ModelSpec, rank: int, data: TokenSource, cfg: RunConfig,
                  layout: RankLayout | None = None, groups: RankGroups | None = None) -> None:
-        check_model_fits_plan(model, plan)
         self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
         self.layout = layout or build_layout(plan)
         self.me = self.layout.info(rank)
         if rank == 0:
             warn_unsupported_plan_options(plan)
         timeout = timedelta(seconds=cfg.timeout_s)
-        self.groups = groups or create_groups(self.layout, rank, cfg.sync_mode, timeout=timeout)
+        self.groups = groups or rank_groups(self.layout, rank, cfg)
+        if self.groups.sync_mode != cfg.sync_mode:
+            raise ValueError(f"groups were made for sync mode {self.groups.sync_mode!r}, cfg says {cfg.sync_mode!r}")
         seed_megatron_rng(cfg.seed)
         stage = plan.stages[self.me.stage]
         role = StageRole(self.me.stage, plan.num_stages)

@@ -104,7 +104,7 @@ def _elastic(tmp: Path, trace: list[dict], extra_env: dict | None = None, timeou
     (tmp / "trace.json").write_text(json.dumps(trace))
     return python(["-m", "launch.elastic.cli", "--trace", str(tmp / "trace.json"), "--time-unit", "iter",
                    "--planner", "cpu-demo", "--gbs", "8", "--train-iters", str(ITERS), "--work-dir", str(tmp / "work"),
-                   "--max-restarts", "2", "--max-failures", "0", "--", "--save-interval", "4", *COMMON],
+                   "--max-restarts", "2", "--max-failures", "1", "--", "--save-interval", "4", *COMMON],
                   timeout_s=timeout_s, extra_env=extra_env)
 
 

@@ -14,7 +14,7 @@ from planner.plan import Plan, Replica, Stage
 from launch import cli, runner
 from launch.assign import assign
 from launch.inventory import Emulation, Inventory, Node
-from launch.ranks import plan_rank_from_env
+from planner.rank_env import plan_rank_from_env
 from launch.torchrun_cmds import LaunchConfig, build_commands
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ GLOO_SCRIPT = '''
 import argparse, json, os
 import torch
 import torch.distributed as dist
-from launch.ranks import rank_and_world_from_env
+from planner.rank_env import rank_and_world_from_env
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sailor-plan", required=True)
