@@ -29,7 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.network import Link, NetworkModel  # noqa: E402
+from planner.inputs import load_network_file  # noqa: E402
+from planner.network import NetworkModel  # noqa: E402
 from planner.sailor_data import load_sailor_data  # noqa: E402
 from planner.sailor_plan import load_any_plan  # noqa: E402
 from planner.api import simulate  # noqa: E402
@@ -62,7 +63,7 @@ def _loo(errors: np.ndarray) -> np.ndarray:
 def fit(data: str, paths: list[str]) -> None:
     sd = load_sailor_data(data, "OPT-350")
     cases = [load_any_plan(p) for p in paths]
-    net = NetworkModel(sd.profiles.catalog).with_class_links({"inter_node": Link(25e9, 5e-6)})
+    net = load_network_file(str(NETWORK), NetworkModel(sd.profiles.catalog))   # not fitted: the file's line rate
     real_t = np.array([i.measured_iteration_s for _, i in cases])
     real_m = np.array([i.measured_peak_memory_bytes for _, i in cases])
     grid = list(itertools.product(np.arange(0, 4.01e-4, 0.5e-4), np.arange(0, 4.01e-3, 2.5e-4)))
