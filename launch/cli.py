@@ -63,7 +63,8 @@ def describe(assignment: Assignment) -> list[str]:
     for na in assignment.nodes:
         n = na.node
         slots = " ".join(f"r{s.rank}=s{s.stage}/d{s.replica}/t{s.tp_rank}" for s in na.slots)
-        lines.append(f"# node {na.node_rank} {n.name} ({n.host}, {n.gpu_type}, {n.zone}, "
+        q = shlex.quote      # names are validated by launch.inventory; quoted all the same
+        lines.append(f"# node {na.node_rank} {q(n.name)} ({q(n.host)}, {q(n.gpu_type)}, {q(n.zone)}, "
                      f"{na.nproc}/{n.gpus_per_node} GPUs): {slots}")
     return lines
 
@@ -71,7 +72,8 @@ def describe(assignment: Assignment) -> list[str]:
 def dry_run_text(assignment: Assignment, commands: Sequence[NodeCommand]) -> str:
     lines = ["#!/usr/bin/env bash", "# run each command on the host named above it", *describe(assignment)]
     for cmd in commands:
-        lines += [f"# --- node {cmd.node_rank}: {cmd.node_name} on {cmd.host}", cmd.shell()]
+        lines += [f"# --- node {cmd.node_rank}: {shlex.quote(cmd.node_name)} on {shlex.quote(cmd.host)}",
+                  cmd.shell()]
     return "\n".join(lines) + "\n"
 
 

@@ -101,14 +101,14 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     t = Table(title=f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
                     f"{sum(p.pipelines for p in cand.pools)} pipelines")
     for col in ("stage", "layers", "replicas (count x gpu x tp @ zone)", "busy s/mb", "sync s", "peak GB",
-                "capacity GB", "headroom GB"):
+                "capacity GB", "headroom GB", "MFU"):
         t.add_column(col, justify="left" if col.startswith("replicas") else "right")
     reps = ", ".join(f"{p.pipelines}x {p.gpu_type} x{p.tp} @{p.zone}" for p in cand.pools)
     for st in est.stages:
         t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}", reps, f"{st.busy_s:.4f}",
                   f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
                   f"{st.memory_capacity_bytes / GB:.2f}",
-                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}")
+                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}", f"{st.mfu:.1%}")
     console.print(t)
     parts, j = [], 0
     for pu in cand.pools:
@@ -120,7 +120,7 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
                   f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
                   f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
-                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s"
+                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s; MFU {est.mfu:.1%}"
                   + (" [some profiles are analytic ESTIMATES]" if est.estimated_profiles else ""))
     for line in unused_reasons(cluster, cand, objective):
         console.print(f"  {line}")
@@ -185,11 +185,16 @@ def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
+    for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    from planner.plan import check_output_path
+    for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
+        if path:
+            check_output_path(path, flag)
     bundle = api.load_data(data_source(args), args.precision)
     ctx = api.make_context(bundle, args.runtime)
-    gbs = args.gbs or bundle.default_gbs or 1024
-    if gbs < 1:
-        raise InputError(f"--gbs must be >= 1, got {gbs}")
+    gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
     space = baseline_space(args.planner, args.precision, args.max_stages)
     clusters = _clusters(args, bundle.catalog)

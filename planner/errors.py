@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any, Callable, Mapping
 
-QUOTE_CHARS = 200          # longest value quoted in any error message
+QUOTE_CHARS = 120          # longest value quoted in any error message (keeps a line under 300)
 MESSAGE_CHARS = 1000       # backstop: longest error message at all
 
 
@@ -60,6 +60,12 @@ def check_keys(data: Any, allowed: set[str], required: set[str], where: str) -> 
         raise InputError(f"{where} is missing required key(s) {missing}")
 
 
+class InternalError(RuntimeError):
+    """A planner bug detected at run time (e.g. the search's evaluator disagrees with the simulator).
+
+    CLIs print ``internal error: <message>`` on one line and exit with status 3."""
+
+
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run ``main``; turn :class:`InputError` into one ``error:`` line and exit status 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -68,6 +74,9 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except InternalError as exc:
+        print(f"internal error: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

@@ -55,10 +55,11 @@ class DataBundle:
 
 def load_network_file(path: str, base: NetworkModel) -> NetworkModel:
     """``base`` with the link classes and egress prices of a network file (``NETWORK_FORMAT``)."""
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg})", source=path) from None
+    from planner.schema.base import parse_json, validate
+    from planner.schema.files import NetworkFile
+    data = parse_json(read_text(path), path)
+    if isinstance(data, dict) and data.get("format") == NETWORK_FORMAT:
+        validate(NetworkFile, data, path)
     if not isinstance(data, dict) or data.get("format") != NETWORK_FORMAT:
         raise InputError(f"field 'format' must be '{NETWORK_FORMAT}'", source=path)
     unknown = sorted(set(data) - {"format", "name", "class_links", "egress_usd_per_gb", "description"})

@@ -44,7 +44,8 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-gpus", type=int, metavar="N")
     p.add_argument("--max-stages", type=int, metavar="S", help="largest pipeline depth to consider")
     p.add_argument("--planner", default="ours", choices=sorted(PLANNERS),
-                   help="ours (default), grid (best homogeneous Megatron 3D grid) or sailor (Sailor's plan shape)")
+                   help="ours (default), grid (best homogeneous Megatron 3D grid), sailor (Sailor's plan shape) "
+                        "or sailor-space (Sailor's space with type- and zone-homogeneous pipelines)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
 

@@ -67,8 +67,9 @@ class CpuDemoPlanner:
 
     def plan(self, av: Availability) -> PlanChoice:
         start = time.perf_counter()
-        n = total(av)
-        gpu_type, _, zone = (max(av, key=av.get) if av else "cpu@local").partition("@")
+        pool = max(sorted(av), key=av.get) if av else "cpu@local"      # demo plans use one pool: the largest
+        n = av.get(pool, 0)
+        gpu_type, _, zone = pool.partition("@")
         plan = Plan.from_dict(demo_plan_dict(n, self.num_layers, self.gbs, self.model_name, gpu_type, zone or "local"))
         return PlanChoice(plan, 1.0 / plan.world_size, time.perf_counter() - start)
 

@@ -140,6 +140,8 @@ def _main(argv: list[str] | None) -> int:
         argv = json.loads(os.environ[ARGV_ENV]) if ARGV_ENV in os.environ else sys.argv[1:]
     argv = list(argv)
     args = build_parser().parse_args(argv)
+    from megatron_sailor.train.preprocess import require_runtime
+    require_runtime("sailor-profile")
     under_torchrun = "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else default_nproc(args)
     model = validate(args, world)

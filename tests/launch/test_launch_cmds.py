@@ -160,7 +160,7 @@ def test_localhost_resolves_without_network() -> None:
                                argv=("torchrun", "x.py"))
     argv, env = runner.process_argv(remote, "/work dir")
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and env is None
-    assert argv[3:] == ["gpu-7.cluster", "cd '/work dir' && A=1 torchrun x.py"]
+    assert argv[3:] == ["--", "gpu-7.cluster", "cd '/work dir' && A=1 torchrun x.py"]
 
 
 def test_cli_node_option_runs_one_node_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
