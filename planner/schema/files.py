@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, RootModel, model_validator
+from pydantic import Field, RootModel, field_validator, model_validator
 
 from planner.schema.base import (MAX_GPUS, MAX_LAYERS, Batch, Bool, Count, Layers, Name, NonNeg, Number,
                                  PosCount, Positive, Strict, Text)
@@ -40,6 +40,13 @@ class PlanFile(Strict):
     recompute_activations: Bool = False
     distributed_optimizer: Bool = False
     microbatches_per_pipeline: Optional[list[Batch]] = Field(default=None, max_length=MAX_GPUS)
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _not_bool(cls, v: object) -> object:
+        if isinstance(v, bool):                     # Literal[1] alone would take true (true == 1)
+            raise ValueError("must be 1")
+        return v
 
     @model_validator(mode="after")
     def _gpus(self) -> "PlanFile":
