@@ -5,7 +5,8 @@ from setuptools import find_packages, setup
 # installed by default through "all" in .ci/run). torch is pinned: an unpinned torch pulls a CUDA build.
 RUNTIME = ["torch==2.13.0", "megatron-core==0.16.1", "einops>=0.7"]
 PLOT = ["matplotlib>=3.7"]
-TEST = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6"]
+# import-linter: `lint-imports` checks the layering contracts of pyproject.toml (docs/ARCHITECTURE.md)
+TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"]
 
 setup(
     name="megatron-sailor",

@@ -16,14 +16,14 @@ from planner.sailor_plan import load_any_plan
 from launch.assign import Assignment, assign
 from launch.inventory import load_inventory
 from launch.runner import check_hosts, run_commands
-from launch.torchrun_cmds import DEFAULT_PORT, DEFAULT_SCRIPT, LaunchConfig, NodeCommand, build_commands
+from launch.torchrun_cmds import DEFAULT_ENTRY, DEFAULT_PORT, LaunchConfig, NodeCommand, build_commands
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``python -m launch`` and ``python -m launch.slurm``."""
     parser.add_argument("plan", help="plan JSON (ours or a Sailor plan_config)")
     parser.add_argument("--nodes-file", required=True, help="node inventory (YAML or JSON)")
-    parser.add_argument("--script", default=DEFAULT_SCRIPT, help=f"training script (default {DEFAULT_SCRIPT})")
+    parser.add_argument("--script", default=None, help=f"training script (default: torchrun {DEFAULT_ENTRY})")
     parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help="c10d rendezvous port")
     parser.add_argument("--run-id", default="sailor", help="c10d rendezvous id")
     parser.add_argument("--omp-threads", type=int, default=None,

@@ -66,7 +66,7 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Emulation:
+class NodeEmulation:
     """Emulate a slower GPU on this node: compute takes ``slowdown`` x longer, each p2p/collective message
     gets ``link_delay_s`` extra seconds. The runtime reads them from ``SAILOR_EMULATE_*`` env vars."""
 
@@ -96,7 +96,7 @@ class Node:
     gpus_per_node: int
     name: str = ""
     cpus_per_node: int | None = None
-    emulate: Emulation | None = None
+    emulate: NodeEmulation | None = None
 
     def __post_init__(self) -> None:
         if not is_valid_host(self.host):
@@ -165,7 +165,7 @@ def node_from_dict(data: Any, index: int) -> Node:
         raise InputError(f"{where}: {exc}") from None
 
 
-def _emulation_from_dict(data: Any) -> Emulation | None:
+def _emulation_from_dict(data: Any) -> NodeEmulation | None:
     if data is None:
         return None
     if not isinstance(data, Mapping):
@@ -173,7 +173,7 @@ def _emulation_from_dict(data: Any) -> Emulation | None:
     unknown = sorted(set(data) - _EMULATE_KEYS)
     if unknown:
         raise InputError(f"field 'emulate' has unknown key(s) {unknown}; allowed: {sorted(_EMULATE_KEYS)}")
-    return Emulation(**dict(data))
+    return NodeEmulation(**dict(data))
 
 
 def inventory_from_data(data: Any) -> Inventory:

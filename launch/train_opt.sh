@@ -113,6 +113,7 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
   PLAN=$OUT/plan.json
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
+ "tie_embeddings": true,
  "microbatches_per_pipeline": [5, 3],
  "stages": [
   {"first_layer": 0, "num_layers": 2, "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "local-a"},

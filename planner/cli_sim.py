@@ -6,12 +6,15 @@ PLAN is our plan JSON or a Sailor ``plan_config`` JSON (auto-detected; Sailor pl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner import api
+from planner.errors import run_cli
+from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
-from planner.simulator import Estimate, simulate
+from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -36,7 +39,7 @@ def render_table(est: Estimate, plan_name: str) -> None:
     console = Console(width=max(Console().width, 160))
     t = Table(title=f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'")
     for col in ("stage", "layers", "replicas (gpu x tp @ zone)", "compute s/mb", "busy s/mb", "p2p s",
-                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits"):
+                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits", "MFU"):
         t.add_column(col, justify="right" if col not in ("replicas (gpu x tp @ zone)",) else "left")
     for st in est.stages:
         reps: dict[str, int] = {}
@@ -49,23 +52,26 @@ def render_table(est: Estimate, plan_name: str) -> None:
                   f"{st.p2p_s:.4f}", f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
                   f"{st.memory_capacity_bytes / GB:.2f}",
                   f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}",
-                  "yes" if st.fits_in_memory else "[red]OOM[/red]")
+                  "yes" if st.fits_in_memory else "[red]OOM[/red]", f"{st.mfu:.1%}")
     console.print(t)
     console.print(
         f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
         f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
         f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
-        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage}"
+        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage} | "
+        f"MFU {est.mfu:.1%} of {est.peak_flops_per_s / 1e12:,.0f} peak TFLOP/s"
         + (" | some profiles are analytic ESTIMATES" if est.estimated_profiles else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     plan, info = load_any_plan(args.plan)
-    bundle = load_data(args, plan.precision, model_hint=plan.model)
-    ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
-                       info.gpus_per_node if info else None)
-    est = simulate(plan, ctx)
+    bundle = api.load_data(data_source(args), plan.precision, model_hint=plan.model)
+    ctx = api.make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
+                           info.gpus_per_node if info else None)
+    if info:   # Sailor plans: node size per replica
+        ctx = dataclasses.replace(ctx, replica_node_gpus=info.replica_node_gpus)
+    est = api.simulate(plan, ctx)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events
         from planner.simulator.timeline_plot import draw_timeline, require_matplotlib, write_timeline_json

@@ -13,10 +13,13 @@ JSON form (``schema_version`` 1)::
 
     {"schema_version": 1, "model": "opt-350m", "num_layers": 24,
      "micro_batch_size": 8, "global_batch_size": 1024, "precision": "fp32", "optimizer": "adamw",
-     "recompute_activations": false, "distributed_optimizer": false,
+     "recompute_activations": false, "distributed_optimizer": false, "tie_embeddings": false,
      "microbatches_per_pipeline": null,
      "stages": [{"first_layer": 0, "num_layers": 11,
                  "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "us-central1-a"}, ...]}, ...]}
+
+``tie_embeddings`` (optional, default false): the LM head reuses the input word embedding; with several
+stages the first and last stage each hold a copy and sum its gradient (Megatron's embedding group).
 
 Unknown keys are rejected; every error names the field and the value.
 """
@@ -108,6 +111,7 @@ class Plan:
     optimizer: str = "adamw"
     recompute_activations: bool = False
     distributed_optimizer: bool = False
+    tie_embeddings: bool = False
     microbatches_per_pipeline: tuple[int, ...] | None = None
     model: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -123,7 +127,7 @@ class Plan:
             raise InputError(f"field 'precision' must be one of {sorted(PRECISION_BYTES)}, got {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
             raise InputError(f"field 'optimizer' must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
-        for flag in ("recompute_activations", "distributed_optimizer"):
+        for flag in ("recompute_activations", "distributed_optimizer", "tie_embeddings"):
             if not isinstance(getattr(self, flag), bool):
                 raise InputError(f"field '{flag}' must be true or false, got {getattr(self, flag)!r}")
         if not isinstance(self.stages, tuple) or not self.stages:
@@ -226,6 +230,7 @@ class Plan:
             "precision": self.precision, "optimizer": self.optimizer,
             "recompute_activations": self.recompute_activations,
             "distributed_optimizer": self.distributed_optimizer,
+            "tie_embeddings": self.tie_embeddings,
             "microbatches_per_pipeline": (list(self.microbatches_per_pipeline)
                                           if self.microbatches_per_pipeline is not None else None),
             "stages": [s.to_dict() for s in self.stages],
@@ -273,7 +278,7 @@ class Plan:
 
 _PLAN_KEYS = {"schema_version", "model", "num_layers", "micro_batch_size", "global_batch_size", "precision",
               "optimizer", "recompute_activations", "distributed_optimizer", "microbatches_per_pipeline",
-              "stages"}
+              "stages", "tie_embeddings"}
 
 
 def _stage_from_dict(data: Any, index: int) -> Stage:

@@ -17,11 +17,10 @@ from planner.errors import InputError
 PROCESS_START_S = time.time()
 
 
-def _rank_env() -> tuple[int, int]:
-    """(plan rank, world size); honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
+def _rank_env():  # noqa: ANN202 - DistEnv, imported lazily (torch)
+    """This process's DistEnv, decoded once per start; honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
     from megatron_sailor.runtime.distributed import env_from_torchrun
-    env = env_from_torchrun()
-    return env.rank, env.world_size
+    return env_from_torchrun()
 
 
 def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
@@ -37,35 +36,35 @@ def _make_data(cfg):  # noqa: ANN001, ANN202
     return IndexedTokens(cfg.data_path, cfg.model.seq_length, cfg.model.vocab_size)
 
 
-def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
+def train(cfg, env) -> None:  # noqa: ANN001
+    """Train one rank; ``env`` is the DistEnv that main decoded (the rank map is decoded once per start)."""
     import torch
 
-    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.runtime.distributed import init_distributed
     from megatron_sailor.train.elastic_hooks import EventLog
-    from megatron_sailor.runtime.groups import create_groups
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
-    from megatron_sailor.runtime.topology import build_layout, describe
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, rank_groups
+    from megatron_sailor.runtime.topology import describe
+    from planner.layout import build_layout
     from patches import apply_cpu_patches
 
     from megatron_sailor.runtime.emulation import emulation_from
+    rank = env.rank
     events = EventLog(cfg.events_file, rank)
-    events.emit("process_start", t_unix_s=PROCESS_START_S, world_size=world_size)
+    events.emit("process_start", t_unix_s=PROCESS_START_S, world_size=env.world_size)
     emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     apply_cpu_patches()
     data = _make_data(cfg)
-    env = env_from_torchrun()
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
-    from datetime import timedelta
-    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+    run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
+                        timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
+                        attention_dropout=cfg.attention_dropout)
+    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
-    rt = RankRuntime(cfg.plan, cfg.model, rank, data,
-                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                               timeout_s=cfg.timeout_s),
-                     layout=layout, groups=groups)
+    rt = RankRuntime(cfg.plan, cfg.model, rank, data, run_cfg, layout=layout, groups=groups)
     events.emit("model_ready")
     _train_loop(cfg, rank, rt, events)
     import torch.distributed as dist
@@ -183,12 +182,13 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
         PROCESS_START_S = process_start_s
     logging.basicConfig(level=os.environ.get("SAILOR_LOG_LEVEL", "WARNING"))
     try:
-        rank, world_size = _rank_env()
+        env = _rank_env()
     except Exception as exc:  # noqa: BLE001 - a bad SAILOR_RANK_MAP / WORLD_SIZE pair
         return _fail(0, str(exc), 2, all_ranks=True)
+    rank = env.rank
     try:
         from megatron_sailor.train.arguments import parse_config
-        cfg = parse_config(argv, world_size)
+        cfg = parse_config(argv, env.world_size)
         if cfg.save:                   # before the first iteration, not after training (issue 11)
             from megatron_sailor.train.checkpoint import check_save_dir
             check_save_dir(cfg.save)
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
     from megatron_sailor.train.checkpoint import CheckpointError
     from megatron_sailor.runtime.distributed import RendezvousError
     try:
-        train(cfg, rank, world_size)
+        train(cfg, env)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
     except CheckpointError as exc:

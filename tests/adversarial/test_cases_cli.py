@@ -9,7 +9,7 @@ import pytest
 from launch import cli as launch_cli
 from launch.elastic import cli as elastic_cli
 from planner import cli_plan, cli_sim
-from planner.cli_common import run_cli
+from planner.errors import run_cli
 from tests.adversarial.oneline import assert_refused
 
 PLAN = {"schema_version": 1, "model": "tiny", "num_layers": 4, "micro_batch_size": 1, "global_batch_size": 2,

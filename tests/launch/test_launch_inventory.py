@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from launch.inventory import Emulation, inventory_from_data, load_inventory
+from launch.inventory import NodeEmulation, inventory_from_data, load_inventory
 
 YAML = """
 nodes:
@@ -40,7 +40,7 @@ def test_yaml_and_json_load_the_same(tmp_path: Path) -> None:
     a, v = inv.nodes
     assert (a.name, a.gpus_per_node, a.cpus_per_node, a.emulate) == ("a1.example", 4, 32, None)
     assert v.name == "slow-v1" and v.pool == ("V100", "us-west1-b")
-    assert v.emulate == Emulation(slowdown=2.5, link_delay_s=0.01)
+    assert v.emulate == NodeEmulation(slowdown=2.5, link_delay_s=0.01)
     assert v.emulate.env() == {"SAILOR_EMULATE_SLOWDOWN": "2.5", "SAILOR_EMULATE_LINK_DELAY_S": "0.01"}
 
 
