@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from launch import cli as launch_cli
 from planner import cli_plan, cli_sim
-from planner.cli_common import run_cli
+from planner.errors import run_cli
 from tests.adversarial.oneline import assert_refused
 from tests.adversarial.test_cases_cli import PLAN, SAILOR
 
