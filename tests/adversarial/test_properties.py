@@ -75,6 +75,8 @@ def mutated(draw, base: dict, yaml: bool = False) -> str:  # noqa: ANN001
         new = draw(HOSTILE.filter(lambda v: _invalid_leaf(old, v)))
         return json.dumps(_set(base, path, new))
     if kind == "unknown_key":
+        if "entries" in base:                           # profiles allow top-level extras: hit an entry
+            return json.dumps({**base, "entries": [{**base["entries"][0], "bogus": 1}]})
         return json.dumps({**base, draw(st.sampled_from(["bogus", "__class__", "x\ny"])): 1})
     if kind == "duplicate":
         key = draw(st.sampled_from(sorted(base)))
@@ -110,7 +112,7 @@ def _always_invalid(text: str, base: dict) -> bool:
         return True
     if not isinstance(data, dict):
         return True
-    return not (set(base) - set(data)) or any(k in data for k in ("bogus", "__class__")) or \
+    return not (set(base) - set(data)) or any(k in data for k in ("bogus", "__class__", "x\ny")) or \
         (set(base) - set(data)) & _REQUIRED
 
 
