@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours (default), grid (best homogeneous Megatron 3D grid), sailor (Sailor's plan shape) "
                         "or sailor-space (Sailor's space with type- and zone-homogeneous pipelines)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--no-recompute", action="store_true",
+                   help="do not search full activation recomputation (searched by default in --planner ours)")
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
@@ -205,7 +207,7 @@ def main_args(argv: list[str] | None = None) -> int:
     if gbs < 1:
         raise InputError(f"--gbs must be >= 1, got {gbs}")
     objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
-    space = baseline_space(args.planner, args.precision, args.max_stages)
+    space = baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute)
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
         return _trace(args, ctx, clusters, gbs, objective, space)

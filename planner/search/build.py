@@ -27,5 +27,5 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     counts = cand.microbatches
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
-                precision=cand.precision, optimizer=cand.optimizer,
+                precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)
