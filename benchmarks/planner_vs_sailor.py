@@ -110,8 +110,8 @@ def stated_plan_its(st: Setup, ctx) -> float | None:
     if st.stated is None:
         return None
     import numpy as np
+    from planner.api import simulate
     from planner.plan import Plan, Replica, Stage
-    from planner.simulator import simulate
     s_num, reps = st.stated
     cnt = [len(x) for x in np.array_split(np.arange(ctx.model.num_layers + 2), s_num)]
     cnt[0] -= 1
@@ -137,10 +137,9 @@ def stated_plan_its(st: Setup, ctx) -> float | None:
 def stated_for(st: Setup, data: str) -> float | None:
     if st.stated is None:
         return None
-    from planner.cli_common import load_data, make_context
-    args = argparse.Namespace(model=st.model, sailor_data=data, gpu_catalog=None, profiles=[], network=None,
-                              no_estimates=False)
-    return stated_plan_its(st, make_context(load_data(args), None))
+    from planner import api
+    bundle = api.load_data(api.DataSource(model=st.model, sailor_data=data))
+    return stated_plan_its(st, api.make_context(bundle, None))
 
 
 def _fmt(x, spec=".4f"):

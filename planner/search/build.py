@@ -11,7 +11,7 @@ from planner.search.space import Candidate
 
 
 def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | None, precision: str | None = None,
-               optimizer: str | None = None) -> Plan:
+               optimizer: str | None = None, tie_embeddings: bool = False) -> Plan:
     """The plan of ``cand``; precision and optimizer come from the candidate (the search space it was scored
     in). Passing a different ``precision`` / ``optimizer`` is a caller bug and raises ValueError."""
     for name, given in (("precision", precision), ("optimizer", optimizer)):
@@ -28,4 +28,5 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
                 precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
+                tie_embeddings=tie_embeddings,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)

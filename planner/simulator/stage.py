@@ -7,6 +7,7 @@ from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
+from planner.simulator.tied import head_params_for_plan
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     if s == last:
         fwd += costs.head_fwd_s
         bwd += costs.head_bwd_s
-        params += hp
+        params += head_params_for_plan(plan, ctx.model, rep.tp, costs.head_params)
         act += ha
         biggest = max(biggest, ha)
     scale = ctx.settings.compute_scale

@@ -30,16 +30,34 @@ class SyncCost:
     mode: str
 
 
-def p2p_link(ctx: SimContext, a: Replica, b: Replica) -> Link:
-    k = min(a.tp, b.tp) if ctx.settings.p2p_all_tp_ranks else 1
-    return ctx.network.link(Endpoint(a.gpu_type, a.zone), Endpoint(b.gpu_type, b.zone), concurrent=k)
+def endpoint(ctx: SimContext, s: int, j: int, rep: Replica) -> Endpoint:
+    """Replica j of stage s as a network endpoint (its zone, type and node size)."""
+    return Endpoint(rep.gpu_type, rep.zone, ctx.replica_node_size(s, j, rep.gpu_type))
+
+
+def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: int, nbytes: float) -> float:
+    """Seconds of one boundary crossing, the mean of forward (a -> b) and backward (b -> a).
+
+    One rule, shared with the search (``link(concurrent=k).time_s(bytes)``): k = the receiving replica's TP
+    for our runtime (``p2p_all_tp_ranks``: TP rank 0 sends the whole activation to each receiving TP rank,
+    k messages through one node link), k = 1 for DeepSpeed's pipe engine (each TP rank sends 1/TP of the
+    activation, so one activation crosses in all). A node-pair link (Sailor's fits, ``shared``) divides its
+    bandwidth among the k messages; a per-GPU-pair class link does not (its bandwidth is the effective
+    figure of one boundary crossing). docs/SIMULATOR.md, "Network fits", derives it.
+    """
+    net = ctx.network
+    k_fwd, k_bwd = (tp_b, tp_a) if ctx.settings.p2p_all_tp_ranks else (1, 1)
+    fwd = net.link(a, b, concurrent=k_fwd).checked_time_s(nbytes)
+    bwd = net.link(b, a, concurrent=k_bwd).checked_time_s(nbytes)
+    return 0.5 * (fwd + bwd)
 
 
 def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
     """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j."""
     nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     reps = plan.pipeline(j)
-    return [p2p_link(ctx, reps[b], reps[b + 1]).time_s(nbytes) for b in range(len(reps) - 1)]
+    return [p2p_transfer_s(ctx, endpoint(ctx, b, j, reps[b]), endpoint(ctx, b + 1, j, reps[b + 1]),
+                           reps[b].tp, reps[b + 1].tp, nbytes) for b in range(len(reps) - 1)]
 
 
 def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> np.ndarray:
@@ -72,7 +90,7 @@ def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx:
 def _ring_s(n: int, nbytes: float, link: Link) -> float:
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return F.ring_s(n, link.time_s(nbytes / n))
+    return F.ring_s(n, link.checked_time_s(nbytes / n))
 
 
 def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -> SyncCost:
@@ -84,10 +102,10 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     grad_bytes = F.grad_bytes(max(c.params for c in costs))   # the smallest-TP replica's GPUs hold the most
     full_bytes = F.grad_bytes(max(c.params * c.tp for c in costs))   # the whole stage's gradient (all shards)
     conc = min(r.tp for r in reps)
-    zones: dict[str, list[Replica]] = {}
-    for r in reps:
-        zones.setdefault(r.zone, []).append(r)
-    ends = [Endpoint(r.gpu_type, r.zone) for r in reps]
+    ends = [endpoint(ctx, s, j, r) for j, r in enumerate(reps)]
+    zones: dict[str, list[Endpoint]] = {}
+    for e in ends:
+        zones.setdefault(e.zone, []).append(e)
 
     def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
         links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
@@ -101,12 +119,12 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
         return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
     inner = 0.0
     for z in zone_list:
-        members = [Endpoint(r.gpu_type, r.zone) for r in zones[z]]
+        members = zones[z]
         if len(members) > 1:
             link = worst([(members[i], members[(i + 1) % len(members)]) for i in range(len(members))])
             # reduce to the leader (reduce-scatter + gather) and broadcast back: ~ 3 ring halves
             inner = max(inner, F.zone_reduce_broadcast_s(_ring_s(len(members), grad_bytes, link)))
-    leaders = [Endpoint(zones[z][0].gpu_type, z) for z in zone_list]
+    leaders = [zones[z][0] for z in zone_list]
     cross = _ring_s(len(leaders), grad_bytes, worst([(leaders[i], leaders[(i + 1) % len(leaders)])
                                                     for i in range(len(leaders))]))
     hier_t = inner + cross

@@ -109,7 +109,9 @@ def test_sailor_data_heterogeneous_plan(capsys):
 
 def test_cost_objective_returns_multi_stage_plan_when_cheaper(capsys):
     base = need_sailor()
-    gpus = ["--gpus", "A100-40@us-central1-a=32,V100-16@us-central1-a=96", "--min-throughput", "0.15"]
+    # two zones: a pipeline keeps the slow cross-zone gradient sync off the critical path (with Sailor's fits
+    # read per node pair, one zone's A100 data parallelism is cheapest as a single stage)
+    gpus = ["--gpus", "A100-40@us-central1-a=16,A100-40@us-central1-b=16", "--min-throughput", "0.1"]
     rc, out, _ = run(capsys, *base, *gpus, "--objective", "cost", "--json", "--no-comparator")
     assert rc == 0
     best = json.loads(out)
@@ -117,7 +119,7 @@ def test_cost_objective_returns_multi_stage_plan_when_cheaper(capsys):
     single = json.loads(out)
     assert len(best["plan"]["stages"]) > 1
     assert best["estimate"]["cost_per_iteration_usd"] < single["estimate"]["cost_per_iteration_usd"]
-    assert best["estimate"]["throughput_iters_per_s"] >= 0.15
+    assert best["estimate"]["throughput_iters_per_s"] >= 0.1
 
 
 def test_plan_and_sim_report_heterogeneous_mfu(capsys, tmp_path):
