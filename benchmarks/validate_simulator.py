@@ -30,12 +30,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.cli_common import load_network_file  # noqa: E402
+from planner.inputs import load_network_file  # noqa: E402
 from planner.network import NetworkModel  # noqa: E402
 from planner.sailor_data import SailorData, load_sailor_data  # noqa: E402
 from planner.sailor_plan import SailorPlanInfo, load_any_plan  # noqa: E402
 from planner.plan import Plan  # noqa: E402
-from planner.simulator import SAILOR_DEEPSPEED, SimContext, simulate  # noqa: E402
+from planner.api import simulate  # noqa: E402
+from planner.simulator import SAILOR_DEEPSPEED, SimContext  # noqa: E402
 from planner.simulator.memory import replica_memory  # noqa: E402
 from planner.simulator.stage import all_replica_costs  # noqa: E402
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, get_model, with_overrides
 from planner.network import Link, NetworkModel
@@ -31,10 +31,8 @@ SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": Non
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno})", source=str(path)) from None
+    from planner.schema.base import parse_json
+    return parse_json(read_text(path), str(path))
 
 
 @dataclass
@@ -193,11 +191,23 @@ CALIBRATED = "calibrated"
 
 def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None = None,
                      precision: str = "fp32", smooth_window: float | None | str = CALIBRATED) -> SailorData:
-    """Everything for ``model_name``. ``smooth_window``: profile smoothing across micro-batch sizes (None: off;
-    default: the window chosen by the calibration, ``planner/data/calibration_sailor_deepspeed.json``)."""
+    """Everything for ``model_name``; a file of the wrong shape is one InputError naming the folder.
+    ``smooth_window``: profile smoothing across micro-batch sizes (None: off; default: the window chosen by the
+    calibration, ``planner/data/calibration_sailor_deepspeed.json``)."""
     if smooth_window == CALIBRATED:
         from planner.simulator.settings import calibration
         smooth_window = calibration()["profile_smoothing_window"]
+    try:
+        return _load_sailor_data(folder, model_name, catalog, precision, smooth_window)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"malformed Sailor data ({type(exc).__name__}: {quote(str(exc), 120)})",
+                         source=str(folder)) from None
+
+
+def _load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None,
+                      precision: str, smooth_window: float | None) -> SailorData:
     root = _root(folder)
     catalog = catalog or GPUCatalog()
     sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)

@@ -8,7 +8,6 @@ plan); the simulator picks each link's fit by the node sizes of its two ends.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -81,14 +80,13 @@ def plan_from_sailor(data: Mapping[str, Any], *, precision: str = "fp32", optimi
 
 def load_any_plan(path: str | Path, *, model: str | None = None) -> tuple[Plan, SailorPlanInfo | None]:
     """Load our plan JSON or a Sailor plan_config JSON (auto-detected). Errors name the file."""
+    from planner.schema.base import parse_json, validate
+    from planner.schema.files import SailorPlanFile
     text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                         source=str(path)) from None
+    data = parse_json(text, str(path))
     try:
         if is_sailor_plan(data):
+            validate(SailorPlanFile, data)
             return plan_from_sailor(data, model=model)
         return Plan.from_dict(data), None
     except InputError as exc:

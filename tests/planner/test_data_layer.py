@@ -50,7 +50,7 @@ def test_profile_file_roundtrip_and_errors(tmp_path):
     data = json.loads(f.read_text())
     data["entries"][0]["mbs"] = 0
     f.write_text(json.dumps(data))
-    with pytest.raises(InputError, match=r"p.json: entries\[0\].mbs must be a positive integer, got 0"):
+    with pytest.raises(InputError, match=r"p.json: entries\[0\]: field 'mbs' must be >= 1, got 0"):
         parse_profile_file(f, tiny)
 
 
@@ -67,7 +67,7 @@ def test_cluster_parsing(tmp_path):
     y.write_text("pools:\n  - {gpu_type: A100-40, zone: z-a, count: 8, gpus_per_node: 8}\n")
     assert load_cluster(y, cat).gpus_per_node("A100-40") == 8
     y.write_text("pools:\n  - {gpu_type: A100-40, zone: z-a, count: -1}\n")
-    with pytest.raises(InputError, match="c.yaml: pool A100-40@z-a: field 'count'"):
+    with pytest.raises(InputError, match=r"c.yaml: pools\[0\]: field 'count' must be >= 0, got -1"):
         load_cluster(y, cat)
 
 

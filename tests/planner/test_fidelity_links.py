@@ -199,7 +199,7 @@ def test_non_finite_or_malformed_fit_is_refused(entry, tmp_path):
 def test_cli_names_the_missing_pair_in_one_line(sailor_data_dir, tmp_path, capsys):
     """A Sailor folder whose network file lacks the pair the plan needs: one error line, exit 2."""
     from planner.cli_sim import main
-    from planner.cli_common import run_cli
+    from planner.errors import run_cli
     root = tmp_path / "sailor-copy"
     (root / "sailor" / "providers").mkdir(parents=True)
     (root / "sailor" / "Planner").symlink_to(sailor_data_dir / "sailor" / "Planner")

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.validate_simulator import (RUNS, calibration_record, leave_one_out, load_cases, memory_errors,
                                            time_errors)
-from planner.cli_common import load_network_file
+from planner.inputs import load_network_file
 from planner.sailor_data import load_sailor_data
 from planner.simulator import SAILOR_DEEPSPEED, SimContext, simulate
 from planner.simulator.settings import calibration
