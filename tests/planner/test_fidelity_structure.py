@@ -101,7 +101,7 @@ def test_timeline_matches_closed_form_on_uniform_plans(split, d, m, log_bw, fwd,
 @pytest.mark.parametrize("runtime", [SAILOR_DEEPSPEED, OURS], ids=["deepspeed", "ours"])
 def test_timeline_matches_closed_form_on_the_gh200_runs(sailor_data_dir, runtime):
     from benchmarks.validate_simulator import NETWORK, load_cases
-    from planner.cli_common import load_network_file
+    from planner.inputs import load_network_file
     sd = load_sailor_data(sailor_data_dir, "OPT-350")
     net = load_network_file(str(NETWORK), sd.network)
     for c in load_cases(sailor_data_dir):
