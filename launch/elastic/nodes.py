@@ -150,7 +150,7 @@ class LocalNodes:
     def poll(self, elapsed_s: float, iteration: int) -> Nodes:
         av = self.source.poll(elapsed_s, iteration)
         return tuple(Node(host=self.host, gpu_type=k.partition("@")[0], zone=k.partition("@")[2] or "local",
-                          gpus_per_node=v, name=f"local-{k}") for k, v in sorted(av.items()) if v > 0)
+                          gpus_per_node=v, name="local-" + k.replace("@", ".")) for k, v in sorted(av.items()) if v > 0)
 
     def describe(self) -> str:
         return f"{self.source.describe()} (this machine)"
