@@ -179,8 +179,8 @@ def _print_splits(cases: list[Case], t_err: Errors, m_err: Errors) -> None:
     small = [i for i, c in enumerate(cases) if c.nodes <= 8]
     large = [i for i, c in enumerate(cases) if c.nodes > 8]
     for name, fit_on, test_on in (("fit N<=8, test N16-32", small, large), ("fit N16-32, test N<=8", large, small)):
-        print(f"{name:<24} n_fit={len(fit_on):>2} n_test={len(test_on):>2} | time "
-              f"{summary(split_errors(t_err, fit_on, test_on))} | memory {summary(split_errors(m_err, fit_on, test_on))}")
+        t, m = split_errors(t_err, fit_on, test_on), split_errors(m_err, fit_on, test_on)
+        print(f"{name:<24} n_fit={len(fit_on):>2} n_test={len(test_on):>2} | time {summary(t)} | memory {summary(m)}")
 
 
 def consumer_example(data: str | Path) -> str:
