@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from planner.errors import InputError
 from planner.plan import Plan
 from launch.inventory import Inventory, Node
-from launch.ranks import PlanSlot, plan_slots
+from planner.layout import RankInfo, plan_slots
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class NodeAssignment:
 
     node: Node
     node_rank: int
-    slots: tuple[PlanSlot, ...]
+    slots: tuple[RankInfo, ...]
 
     @property
     def nproc(self) -> int:
@@ -58,12 +58,12 @@ class Assignment:
         return flat == list(range(self.world_size))
 
 
-_Replica = tuple[int, int, tuple[PlanSlot, ...]]   # (first plan rank, tp, slots)
+_Replica = tuple[int, int, tuple[RankInfo, ...]]   # (first plan rank, tp, slots)
 
 
 def _replicas_by_pool(plan: Plan) -> dict[tuple[str, str], list[_Replica]]:
     pools: dict[tuple[str, str], list[_Replica]] = {}
-    current: list[PlanSlot] = []
+    current: list[RankInfo] = []
     for slot in plan_slots(plan):
         current.append(slot)
         if slot.tp_rank == slot.tp - 1:
@@ -123,7 +123,7 @@ def _pack_pool(pool: tuple[str, str], replicas: list[_Replica], nodes: tuple[Nod
 
 def assign(plan: Plan, inventory: Inventory) -> Assignment:
     """Place every slot of ``plan`` on ``inventory``; :class:`InputError` names what is missing."""
-    per_node: dict[str, list[PlanSlot]] = {}
+    per_node: dict[str, list[RankInfo]] = {}
     for pool, replicas in sorted(_replicas_by_pool(plan).items()):
         packed = _pack_pool(pool, replicas, inventory.pool_nodes(*pool))
         for name, reps in packed.items():

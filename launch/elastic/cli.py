@@ -1,12 +1,12 @@
 """``sailor-elastic``: keep a training job running on changing GPU availability (docs/ELASTIC.md).
 
     sailor-elastic --trace TRACE.json [--time-unit s|iter] [--time-scale X] --work-dir runs/elastic \\
-        --train-iters 40 --planner cpu-demo --model tiny -- --mock-data --save-interval 5 ...
+        --train-iters 40 --planner cpu-demo --model tiny -- --mock-data --lr 1e-3 --save-interval 5 ...
     sailor-elastic --nodes-file nodes.yaml ...             # an inventory the cluster manager rewrites
     sailor-elastic --trace TRACE.json --nodes-file nodes.yaml ...   # the trace's counts mapped onto nodes
     sailor-elastic --nodes-command "my-inventory-tool" ... [--slurm --slurm-partition P]
 
-Everything after ``--`` goes to the training script (examples/gpt/pretrain_gpt.py); the controller adds
+Everything after ``--`` goes to the training job (``megatron_sailor.train``); the controller adds
 ``--sailor-plan``, ``--train-iters``, ``--save``/``--load``, ``--elastic-control``, ``--elastic-events``
 and ``--metrics-file``. Exit status: 0 when training reached ``--train-iters``, 1 when it gave up, 2 on
 bad input.
@@ -127,6 +127,8 @@ def make_controller(argv: list[str] | None = None) -> Controller:
         raise InputError(f"--train-iters and --gbs must be >= 1, got {args.train_iters}, {args.gbs}")
     if args.max_failures < 1:
         raise InputError(f"--max-failures must be >= 1, got {args.max_failures}")
+    if not (args.time_scale > 0 and args.time_scale < float("inf")):
+        raise InputError(f"--time-scale must be a positive finite number, got {args.time_scale}")
     if args.time_unit == "iter" and not args.trace:
         raise InputError("--time-unit iter needs --trace")
     source = _source(args)

@@ -48,7 +48,7 @@ class ControllerConfig:
     work_dir: Path
     train_iters: int
     train_args: tuple[str, ...]            # passed to the training script (model, data, --save-interval, ...)
-    script: str = str(REPO / "examples" / "gpt" / "pretrain_gpt.py")
+    script: str | None = None              # None: the training module (planner.rank_env.train_entry)
     max_restarts: int = 3                  # torchrun's, per single-node job
     max_failures: int = 4                  # the controller gives up at this many failed jobs
     horizon_s: float = 3600.0

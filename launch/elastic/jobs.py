@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
+
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from planner.errors import InputError
+from planner.ports import free_port
 
 from launch.assign import Assignment
 from launch.runner import is_local_host, process_argv
@@ -37,19 +38,13 @@ class JobSpec:
 
     index: int
     plan_path: str
-    script: str
+    script: str | None
     script_args: tuple[str, ...]
     torchrun: tuple[str, ...]
     max_restarts: int
     omp_threads: int
     extra_env: tuple[tuple[str, str], ...]
     base_port: int = 29500            # rendezvous port base when node 0 is remote (+ job index)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_commands(assignment: Assignment, spec: JobSpec) -> tuple[NodeCommand, ...]:

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 from typing import Sequence
 
 from launch.assign import Assignment
-from launch.elastic.jobs import LocalBackend, free_port
+from launch.elastic.jobs import LocalBackend
+from planner.ports import free_port
 from launch.runner import is_local_host
 from launch.torchrun_cmds import NodeCommand
 

@@ -32,7 +32,7 @@ def env_from_torchrun() -> DistEnv:
     rewritten to the plan rank. A plain ``python`` run is rank 0 of 1.
     """
     if "WORLD_SIZE" in os.environ:
-        from launch.ranks import rank_and_world_from_env
+        from planner.rank_env import rank_and_world_from_env
         try:
             rank, world = rank_and_world_from_env(os.environ)
         except ValueError as exc:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_sailor.runtime.init_weights import is_sharded
-from megatron_sailor.runtime.topology import RankInfo
+from planner.layout import RankInfo
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def local_sq_norm(model: torch.nn.Module, me: RankInfo) -> float:
         return 0.0
     total = 0.0
     for p in model.parameters():
-        if p.grad is None:
+        if p.grad is None or getattr(p, "sailor_tied_copy", False):   # the first stage counts a tied weight
             continue
         if is_sharded(p) or me.tp_rank == 0:
             total += float(p.grad.double().pow(2).sum())

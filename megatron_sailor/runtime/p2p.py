@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from megatron_sailor.runtime.topology import RankLayout
+from planner.layout import RankLayout
 
 
 @dataclass

@@ -1,111 +1,19 @@
-"""Pure rank layout of a plan: which global rank plays which role (no torch.distributed here).
+"""Who is who in a plan: a readable rank table and the ``sailor-topology`` CLI.
 
-Rank order (documented contract, used by launchers): stage-major, then replica (= pipeline index), then
-tensor-parallel rank. For stage ``s`` and replica ``j``::
-
-    rank(s, j, t) = sum_{s' < s} gpus(stage s') + sum_{j' < j} tp(s, j') + t
-
-so one replica's TP ranks are consecutive (TP stays inside a node) and a stage's ranks are contiguous.
-
-Gradient reduction across replicas of different TP uses *fine shards*: with ``L = lcm`` of the TP
-degrees of a stage, every TP-sharded parameter is cut into ``L`` slices along its partition dimension; a
-rank of a TP-``t`` replica holds ``L / t`` consecutive fine shards. The ranks holding fine shard ``f``
-(one per replica) form reduce group ``f`` of that stage.
-
-``python -m megatron_sailor.runtime.topology PLAN`` prints who is who.
+The rank layout itself (:class:`RankInfo`, :class:`RankLayout`, :func:`build_layout`: rank order, fine
+shards, P2P peers) is the torch-free contract in :mod:`planner.layout`; it is re-exported here under the
+names the runtime has always used. ``python -m megatron_sailor.runtime.topology PLAN`` prints who is who.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from dataclasses import dataclass
-from functools import reduce
 
 from planner.errors import InputError
+from planner.layout import RankInfo, RankLayout, build_layout
 from planner.plan import Plan
 
-
-@dataclass(frozen=True)
-class RankInfo:
-    """The role of one global rank."""
-
-    rank: int
-    stage: int
-    replica: int          # = pipeline index
-    tp_rank: int
-    tp: int
-    gpu_type: str
-    zone: str
-
-
-@dataclass(frozen=True)
-class RankLayout:
-    """Every rank's role plus the derived peer sets; built by :func:`build_layout`."""
-
-    num_stages: int
-    dp_degree: int
-    ranks: tuple[RankInfo, ...]
-    microbatch_counts: tuple[int, ...]
-
-    @property
-    def world_size(self) -> int:
-        return len(self.ranks)
-
-    def info(self, rank: int) -> RankInfo:
-        return self.ranks[rank]
-
-    def replica_ranks(self, stage: int, replica: int) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.stage == stage and r.replica == replica)
-
-    def stage_ranks(self, stage: int) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.stage == stage)
-
-    def num_fine_shards(self, stage: int) -> int:
-        tps = {self.info(r).tp for r in self.stage_ranks(stage)}
-        return reduce(lambda a, b: a * b // math.gcd(a, b), tps, 1)
-
-    def fine_shards_of(self, rank: int) -> tuple[int, ...]:
-        """Fine-shard indices (within its stage) that ``rank`` holds, ascending."""
-        me = self.info(rank)
-        per_rank = self.num_fine_shards(me.stage) // me.tp
-        return tuple(range(me.tp_rank * per_rank, (me.tp_rank + 1) * per_rank))
-
-    def fine_shard_group(self, stage: int, shard: int) -> tuple[int, ...]:
-        """Ranks (one per replica, ascending) holding fine shard ``shard`` of ``stage``."""
-        return tuple(r for r in self.stage_ranks(stage) if shard in self.fine_shards_of(r))
-
-    # ---- pipeline peers (activations go from TP-rank 0 of the sender to every TP rank of the receiver)
-    def forward_source(self, rank: int) -> int | None:
-        me = self.info(rank)
-        return None if me.stage == 0 else self.replica_ranks(me.stage - 1, me.replica)[0]
-
-    def forward_targets(self, rank: int) -> tuple[int, ...]:
-        me = self.info(rank)
-        if me.stage == self.num_stages - 1 or me.tp_rank != 0:
-            return ()
-        return self.replica_ranks(me.stage + 1, me.replica)
-
-    def backward_source(self, rank: int) -> int | None:
-        me = self.info(rank)
-        return None if me.stage == self.num_stages - 1 else self.replica_ranks(me.stage + 1, me.replica)[0]
-
-    def backward_targets(self, rank: int) -> tuple[int, ...]:
-        me = self.info(rank)
-        if me.stage == 0 or me.tp_rank != 0:
-            return ()
-        return self.replica_ranks(me.stage - 1, me.replica)
-
-
-def build_layout(plan: Plan) -> RankLayout:
-    """The rank layout of ``plan`` (see the module docstring for the order)."""
-    ranks: list[RankInfo] = []
-    for s, j, rep in plan.replicas():
-        for t in range(rep.tp):
-            ranks.append(RankInfo(rank=len(ranks), stage=s, replica=j, tp_rank=t, tp=rep.tp,
-                                  gpu_type=rep.gpu_type, zone=rep.zone))
-    return RankLayout(num_stages=plan.num_stages, dp_degree=plan.dp_degree, ranks=tuple(ranks),
-                      microbatch_counts=plan.microbatch_counts)
+__all__ = ["RankInfo", "RankLayout", "build_layout", "describe", "main"]
 
 
 def describe(plan: Plan, layout: RankLayout) -> str:

@@ -4,7 +4,9 @@ Layout of ``SAVE/``::
 
     latest                      name of the newest committed checkpoint (replaced atomically)
     iter_0000012/               one committed checkpoint
-        meta.json               format, iteration, consumed samples, plan, model, seed, RNG, file checksums
+        meta.json               format, iteration, consumed samples, plan, model, seed, file checksums,
+                                sealed by its own SHA-256 (``meta_sha256``)
+        rng.pt                  RNG states as tensors (megatron_sailor.train.checkpoint_rng)
         embedding.pt            {global name: {"param", "exp_avg", "exp_avg_sq", "step"}} (full TP-1 tensors)
         layer_00003.pt          the same for transformer layer 3 (global numbering)
         head.pt                 final norm + LM head
@@ -17,16 +19,15 @@ arrived, writes ``meta.json`` (with a SHA-256 per file), renames the folder to `
 the newest committed checkpoint whose meta and checksums verify (a corrupt or truncated one is refused with a
 message and the next older one is tried; a checkpoint of another model stops the run); every rank then
 reads the files of its own layers and slices them by its plan's TP. The format knows nothing about plans.
+Nothing read from a checkpoint is executed: every ``.pt`` is read with ``torch.load(weights_only=True)``,
+only the writer's own file names are opened (checkpoint_store), and every loaded entry is type-checked.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
-import json
 import logging
 import os
-import random
 import re
 import shutil
 import threading
@@ -39,17 +40,17 @@ import torch
 import torch.distributed as dist
 
 from megatron_sailor.runtime.init_weights import full_shape, global_name, is_sharded, shard_of
+from megatron_sailor.train import checkpoint_rng
+from megatron_sailor.train.checkpoint_store import (RNG_FILE, CheckpointError, ModelMismatchError,  # noqa: F401
+                                                     checkpoint_name, choose_checkpoint, expected_files,
+                                                     list_checkpoints, model_identity, prune, read_meta,
+                                                     verify, write_latest)
+from planner.schema.checkpoint_meta import FORMAT, seal
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "megatron-sailor-checkpoint/1"
-_DIR_RE = re.compile(r"^iter_(\d{7})$")
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 STATE_KEYS = ("exp_avg", "exp_avg_sq")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used (message names the folder and the reason)."""
 
 
 @dataclass(frozen=True)
@@ -68,36 +69,17 @@ def file_key(gname: str) -> str:
     return "embedding" if gname.startswith("embedding.") else "head"
 
 
-def checkpoint_name(iteration: int) -> str:
-    return f"iter_{iteration:07d}"
+def rng_state() -> dict:
+    """This process's RNG states as tensors (see :mod:`megatron_sailor.train.checkpoint_rng`)."""
+    return checkpoint_rng.capture()
 
 
-def expected_files(num_layers: int) -> set[str]:
-    return {"embedding", "head"} | {f"layer_{i:05d}" for i in range(num_layers)}
-
-
-def model_identity(model: Any) -> dict[str, Any]:
-    """The model fields that must agree between a checkpoint and the run loading it."""
-    d = dict(model.to_dict())
-    d.pop("name", None)
-    return d
-
-
-# ---------------------------------------------------------------------------------------------- RNG
-def rng_state() -> dict[str, str]:
-    import numpy as np
-    blob = io.BytesIO()
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-               blob)
-    return {"pickled_b64": base64.b64encode(blob.getvalue()).decode()}
-
-
-def set_rng_state(state: dict[str, str]) -> None:
-    import numpy as np
-    obj = torch.load(io.BytesIO(base64.b64decode(state["pickled_b64"])), weights_only=False)
-    torch.set_rng_state(obj["torch"])
-    random.setstate(obj["python"])
-    np.random.set_state(obj["numpy"])
+def set_rng_state(state: dict) -> None:
+    """Restore :func:`rng_state` output (checked; raises CheckpointError when malformed)."""
+    try:
+        checkpoint_rng.restore(state)
+    except checkpoint_rng.RNGStateError as exc:
+        raise CheckpointError(f"RNG state refused: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------- save
@@ -153,7 +135,7 @@ class PendingSave:
     consumed_samples: int
     keep_last: int
     extra: dict[str, Any]
-    rng: dict[str, str]
+    rng: dict[str, Any]
     blocking_s: float = 0.0           # time training was blocked by the snapshot
     written: dict[str, Any] | None = None
     error: BaseException | None = None
@@ -213,7 +195,7 @@ def finish_save(rt: Any, pending: PendingSave) -> float:
         for rep in reports:
             files.update(rep)
         _commit(rt, pending, files)
-        prune(pending.root, pending.keep_last)
+        prune(pending.root, pending.keep_last, rt.spec)
     dist.barrier(group=rt.groups.world)
     return time.perf_counter() - start
 
@@ -229,115 +211,73 @@ def _commit(rt: Any, pending: PendingSave, files: dict[str, Any]) -> None:
     root, tmp, final = pending.root, pending.tmp, pending.final
     missing = {k + ".pt" for k in expected_files(rt.spec.num_layers)} - set(files)
     if missing:
-        raise CheckpointError(f"{tmp}: files missing after the write: {sorted(missing)}")
-    meta = {"format": FORMAT, "iteration": pending.iteration, "consumed_samples": pending.consumed_samples,
-            "global_batch_size": rt.plan.global_batch_size, "plan": rt.plan.to_dict(),
-            "model": model_identity(rt.spec), "seed": rt.cfg.seed, "rng": pending.rng,
-            "optimizer": {"lr": rt.cfg.optimizer.lr, "betas": list(rt.cfg.optimizer.betas),
-                          "eps": rt.cfg.optimizer.eps, "weight_decay": rt.cfg.optimizer.weight_decay,
-                          "clip_grad": rt.cfg.optimizer.clip_grad},
-            "files": files, "written_unix_s": time.time(), **pending.extra}
-    with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
+        raise CheckpointError(f"{tmp}: files missing after the write: {sorted(missing)[:8]}")
+    files[RNG_FILE] = _write_file(tmp / RNG_FILE, pending.rng)
+    meta = seal({"format": FORMAT, "iteration": pending.iteration, "consumed_samples": pending.consumed_samples,
+                 "global_batch_size": rt.plan.global_batch_size, "plan": rt.plan.to_dict(),
+                 "model": model_identity(rt.spec), "seed": rt.cfg.seed,
+                 "optimizer": {"lr": float(rt.cfg.optimizer.lr), "betas": [float(b) for b in rt.cfg.optimizer.betas],
+                               "eps": float(rt.cfg.optimizer.eps),
+                               "weight_decay": float(rt.cfg.optimizer.weight_decay),
+                               "clip_grad": float(rt.cfg.optimizer.clip_grad)},
+                 "files": files, "written_unix_s": time.time(), "extra": dict(pending.extra)})
+    write_meta(tmp, meta)
     _fsync_dir(tmp)
     if final.exists():                     # re-saving the same iteration: replace the old copy
         shutil.rmtree(final)
     os.rename(tmp, final)
-    latest_tmp = root / "latest.tmp"
-    latest_tmp.write_text(final.name + "\n")
-    os.replace(latest_tmp, root / "latest")
+    write_latest(root, final.name)
     _fsync_dir(root)
     logger.info("checkpoint %s committed (%d files)", final, len(files))
 
 
-def list_checkpoints(root: Path) -> list[Path]:
-    """Committed checkpoint folders, newest first."""
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and _DIR_RE.match(p.name)]
-    return sorted(found, key=lambda p: p.name, reverse=True)
+def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """Write a sealed meta.json into ``folder`` (fsynced)."""
+    import json
+    with open(folder / "meta.json", "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=1, allow_nan=False)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
-def prune(root: Path, keep_last: int) -> None:
-    """Keep the newest ``keep_last`` committed checkpoints; remove the rest and stale ``.tmp`` folders."""
-    for p in root.iterdir():
-        if p.is_dir() and p.name.endswith(".tmp"):
-            shutil.rmtree(p, ignore_errors=True)
-    if keep_last > 0:
-        for p in list_checkpoints(root)[keep_last:]:
-            shutil.rmtree(p, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------------------------- verify
-def verify(path: Path, model: Any, deep: bool = True) -> dict[str, Any]:
-    """The checkpoint's meta if it is complete and intact and belongs to ``model``; else CheckpointError.
-
-    A model mismatch raises :class:`ModelMismatchError` (the run must stop, not fall back)."""
-    meta_path = path / "meta.json"
-    if not meta_path.is_file():
-        raise CheckpointError(f"{path}: no meta.json (incomplete checkpoint)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{meta_path}: unreadable ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{meta_path}: not a {FORMAT} checkpoint (format {meta.get('format')!r})"
-                              if isinstance(meta, dict) else f"{meta_path}: not a JSON object")
-    theirs, ours = meta.get("model", {}), model_identity(model)
-    if theirs != ours:
-        diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-        detail = ", ".join(f"{k}: checkpoint {theirs.get(k)!r} vs run {ours.get(k)!r}" for k in diff)
-        raise ModelMismatchError(f"{path}: checkpoint of another model ({detail})")
-    files = meta.get("files", {})
-    missing = {k + ".pt" for k in expected_files(model.num_layers)} - set(files)
-    if missing:
-        raise CheckpointError(f"{path}: meta.json lists no {sorted(missing)}")
-    for name, info in files.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"{path}: file {name} missing")
-        size = f.stat().st_size
-        if size != info["bytes"]:
-            raise CheckpointError(f"{path}: {name} has {size} bytes, meta.json says {info['bytes']} (truncated?)")
-        if deep and hashlib.sha256(f.read_bytes()).hexdigest() != info["sha256"]:
-            raise CheckpointError(f"{path}: {name} fails its SHA-256 check (corrupt)")
-    return meta
-
-
-class ModelMismatchError(CheckpointError):
-    """The checkpoint belongs to a model with other dimensions."""
-
-
-def choose_checkpoint(load_dir: str, model: Any) -> tuple[Path, dict[str, Any]] | None:
-    """Newest usable checkpoint under ``load_dir`` (None when there is none at all).
-
-    Corrupt / incomplete checkpoints are skipped with a warning; if checkpoints exist but none verifies,
-    or one belongs to another model, CheckpointError is raised (never a silent fresh start)."""
-    root = Path(load_dir)
-    # newest first: a committed folder is complete (renamed only after meta.json); ``latest`` may lag by one
-    # checkpoint if the writer died between the rename and rewriting it, so it is informational only
-    candidates = list_checkpoints(root)
-    if not candidates:
-        return None
-    refused = []
-    for path in candidates:
-        try:
-            return path, verify(path, model)
-        except ModelMismatchError:
-            raise
-        except CheckpointError as exc:
-            logger.warning("refusing checkpoint: %s", exc)
-            refused.append(str(exc))
-    raise CheckpointError(f"no usable checkpoint in {root}: " + "; ".join(refused))
+def check_save_dir(save_dir: str) -> None:
+    """Raise InputError now (before training) if ``save_dir`` cannot hold checkpoints."""
+    from planner.errors import InputError
+    root = Path(save_dir)
+    for parent in (root, *root.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--save {save_dir}: {parent} is not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InputError(f"--save {save_dir}: folder {parent} is not writable")
+            return
 
 
 # ---------------------------------------------------------------------------------------------- load
+def _check_entries(path: Path, key: str, obj: Any) -> dict[str, dict[str, Any]]:
+    """A loaded layer file must be {global name: {param, exp_avg, exp_avg_sq: tensors, step: number}}."""
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path}: {key}.pt does not hold a mapping of parameters")
+    for g, e in obj.items():
+        if not isinstance(g, str) or not isinstance(e, dict) or \
+                not all(isinstance(e.get(k), torch.Tensor) for k in ("param", *STATE_KEYS)) or \
+                isinstance(e.get("step"), bool) or not isinstance(e.get("step"), (int, float)):
+            raise CheckpointError(f"{path}: {key}.pt entry {str(g)[:80]!r} is not "
+                                  "{param, exp_avg, exp_avg_sq: tensor, step: number}")
+        if any(e[k].shape != e["param"].shape for k in STATE_KEYS):
+            raise CheckpointError(f"{path}: {key}.pt entry {g[:80]!r}: optimizer states differ in shape")
+    return obj
+
+
 def _load_files(path: Path, keys: set[str]) -> dict[str, dict[str, Any]]:
     entries: dict[str, dict[str, Any]] = {}
     for key in sorted(keys):
-        entries.update(torch.load(path / (key + ".pt"), map_location="cpu", weights_only=True))
+        try:
+            obj = torch.load(path / (key + ".pt"), map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - UnpicklingError / RuntimeError / OSError: unusable file
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CheckpointError(f"{path}: {key}.pt refused by torch.load(weights_only=True): {first}") from None
+        entries.update(_check_entries(path, key, obj))
     return entries
 
 
@@ -362,6 +302,14 @@ def apply_state(rt: Any, path: Path) -> None:
                 **{k: shard_of(e[k], p, me.tp, me.tp_rank).to(p.device).clone() for k in STATE_KEYS}}
 
 
+def load_rng(path: Path) -> None:
+    """Restore the RNG states saved in checkpoint ``path`` (weights_only load, checked)."""
+    try:
+        checkpoint_rng.restore(checkpoint_rng.load(path / RNG_FILE))
+    except checkpoint_rng.RNGStateError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
 def load_checkpoint(rt: Any, load_dir: str) -> ResumeState | None:
     """Collective: rank 0 chooses and verifies, every rank loads its slices. None = nothing to resume."""
     start = time.perf_counter()
@@ -369,24 +317,57 @@ def load_checkpoint(rt: Any, load_dir: str) -> ResumeState | None:
     if dist.get_rank() == 0:
         try:
             found = choose_checkpoint(load_dir, rt.spec)
-            choice[0] = ("ok", str(found[0]), found[1]) if found else ("none", None, None)
+            choice[0] = (("ok", str(found[0]), found[1].iteration, found[1].consumed_samples) if found
+                         else ("none", None, 0, 0))
         except CheckpointError as exc:
-            choice[0] = ("error", str(exc), None)
+            choice[0] = ("error", str(exc), 0, 0)
     dist.broadcast_object_list(choice, src=0, group=rt.groups.world)
-    status, where, meta = choice[0]
+    status, where, iteration, consumed = choice[0]
     if status == "error":
         raise CheckpointError(where)
     if status == "none":
         return None
     apply_state(rt, Path(where))
-    set_rng_state(meta["rng"])
+    load_rng(Path(where))
     dist.barrier(group=rt.groups.world)
-    return ResumeState(iteration=int(meta["iteration"]), consumed_samples=int(meta["consumed_samples"]),
-                       path=where, load_s=time.perf_counter() - start)
+    return ResumeState(iteration=int(iteration), consumed_samples=int(consumed), path=where,
+                       load_s=time.perf_counter() - start)
 
 
 def read_full_state(path: str) -> dict[str, dict[str, Any]]:
-    """Every full tensor of a checkpoint (for tests and tools): {global name: entry}."""
+    """Every full tensor of a verified checkpoint (for tests and tools): {global name: entry}."""
     p = Path(path)
-    keys = {f[:-3] for f in json.loads((p / "meta.json").read_text())["files"]}
+    keys = {f[:-3] for f in verify(p).files if f != RNG_FILE}
     return _load_files(p, keys)
+
+
+def write_full_checkpoint(save_dir: str, model: Any, params: dict[str, torch.Tensor],
+                          meta_extra: dict[str, Any] | None = None) -> Path:
+    """Write full (TP=1) parameters as a committed iteration-0 checkpoint without a running job (for
+    converters): fresh AdamW states, ``latest`` pointing at it; ``meta_extra`` (scalars) goes to the meta's
+    ``extra``. Refuses a folder that already holds a
+    checkpoint (nothing is overwritten)."""
+    root = Path(save_dir)
+    if list_checkpoints(root):
+        raise CheckpointError(f"{root}: already holds a checkpoint; choose an empty --out folder")
+    want = expected_files(model.num_layers)
+    entries: dict[str, dict[str, Any]] = {}
+    for gname, t in params.items():
+        full = t.detach().to(torch.float32).contiguous()
+        entries.setdefault(file_key(gname), {})[gname] = {
+            "param": full, **{k: torch.zeros_like(full) for k in STATE_KEYS}, "step": 0.0}
+    if set(entries) != want:
+        raise CheckpointError(f"parameters cover files {sorted(entries)}, the model needs {sorted(want)}")
+    final = root / checkpoint_name(0)
+    tmp = root / (final.name + ".tmp")
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    files = {key + ".pt": _write_file(tmp / (key + ".pt"), obj) for key, obj in sorted(entries.items())}
+    files[RNG_FILE] = _write_file(tmp / RNG_FILE, rng_state())
+    meta = seal({"format": FORMAT, "iteration": 0, "consumed_samples": 0, "model": model_identity(model),
+                 "files": files, "written_unix_s": time.time(), "extra": dict(meta_extra or {})})
+    write_meta(tmp, meta)
+    os.rename(tmp, final)
+    write_latest(root, final.name)
+    return final

@@ -17,11 +17,10 @@ from planner.errors import InputError
 PROCESS_START_S = time.time()
 
 
-def _rank_env() -> tuple[int, int]:
-    """(plan rank, world size); honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
+def _rank_env():  # noqa: ANN202 - DistEnv, imported lazily (torch)
+    """This process's DistEnv, decoded once per start; honours the launcher's SAILOR_RANK_MAP (docs/LAUNCH.md)."""
     from megatron_sailor.runtime.distributed import env_from_torchrun
-    env = env_from_torchrun()
-    return env.rank, env.world_size
+    return env_from_torchrun()
 
 
 def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
@@ -31,43 +30,46 @@ def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
 
 
 def _make_data(cfg):  # noqa: ANN001, ANN202
-    from megatron_sailor.runtime.data import IndexedTokens, MockTokens
+    """(training source, validation source or None) from --data-path/--mock-data and --split."""
+    from megatron_sailor.train.datasets import indexed_splits, mock_splits
     if cfg.data_path is None:
-        return MockTokens(seed=cfg.seed, seq_length=cfg.model.seq_length, vocab_size=cfg.model.vocab_size)
-    return IndexedTokens(cfg.data_path, cfg.model.seq_length, cfg.model.vocab_size)
+        splits = mock_splits(cfg.seed, cfg.model.seq_length, cfg.model.vocab_size)
+    else:
+        splits = indexed_splits(cfg.data_path, cfg.split, cfg.model.seq_length, cfg.model.vocab_size)
+    return splits[0], splits[1]
 
 
-def train(cfg, rank: int, world_size: int) -> None:  # noqa: ANN001
+def train(cfg, env) -> None:  # noqa: ANN001
+    """Train one rank; ``env`` is the DistEnv that main decoded (the rank map is decoded once per start)."""
     import torch
 
-    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.runtime.distributed import init_distributed
     from megatron_sailor.train.elastic_hooks import EventLog
-    from megatron_sailor.runtime.groups import create_groups
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
-    from megatron_sailor.runtime.topology import build_layout, describe
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, rank_groups
+    from megatron_sailor.runtime.topology import describe
+    from planner.layout import build_layout
     from patches import apply_cpu_patches
 
     from megatron_sailor.runtime.emulation import emulation_from
+    rank = env.rank
     events = EventLog(cfg.events_file, rank)
-    events.emit("process_start", t_unix_s=PROCESS_START_S, world_size=world_size)
+    events.emit("process_start", t_unix_s=PROCESS_START_S, world_size=env.world_size)
     emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     apply_cpu_patches()
-    data = _make_data(cfg)
-    env = env_from_torchrun()
+    data, valid = _make_data(cfg)
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
-    from datetime import timedelta
-    groups = create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+    run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
+                        timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
+                        attention_dropout=cfg.attention_dropout)
+    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
-    rt = RankRuntime(cfg.plan, cfg.model, rank, data,
-                     RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                               timeout_s=cfg.timeout_s),
-                     layout=layout, groups=groups)
+    rt = RankRuntime(cfg.plan, cfg.model, rank, data, run_cfg, layout=layout, groups=groups)
     events.emit("model_ready")
-    _train_loop(cfg, rank, rt, events)
+    _train_loop(cfg, rank, rt, events, valid)
     import torch.distributed as dist
     dist.barrier(group=groups.world)
     dist.destroy_process_group()
@@ -144,16 +146,19 @@ class _Saver:
             self.save(done)
 
 
-def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
+def _train_loop(cfg, rank: int, rt, events, valid=None) -> None:  # noqa: ANN001
     """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
     from megatron_sailor.train.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
+    from megatron_sailor.train.hooks import IterationHooks
     faults = FaultInjector(rank)
     start_it = _resume(cfg, rank, rt, events)
     writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
     saver = _Saver(cfg, rank, rt, events, faults, saved_at=start_it if cfg.load else -1)
     it = start_it
+    hooks = IterationHooks(cfg, rank, rt, valid, start_it)
     while it < cfg.train_iters:
         faults("step", it)
+        hooks.before_step(it)
         m = rt.train_step(it)
         saver.finish()                 # an asynchronous save had this iteration to write its files
         writer.write(m)
@@ -161,9 +166,7 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
                     consumed_samples=rt.consumed_samples(it + 1))
         if it == start_it:
             events.emit("first_iteration", iteration=it)
-        if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
-            print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
-                  f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
+        hooks.after_step(it, m)
         it += 1
         saver.periodic(it)
         if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world, done=it,
@@ -173,6 +176,7 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
                 print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
             break
     saver.final(it)
+    hooks.finish(it)
     writer.close()
 
 
@@ -183,18 +187,22 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
         PROCESS_START_S = process_start_s
     logging.basicConfig(level=os.environ.get("SAILOR_LOG_LEVEL", "WARNING"))
     try:
-        rank, world_size = _rank_env()
+        env = _rank_env()
     except Exception as exc:  # noqa: BLE001 - a bad SAILOR_RANK_MAP / WORLD_SIZE pair
         return _fail(0, str(exc), 2, all_ranks=True)
+    rank = env.rank
     try:
         from megatron_sailor.train.arguments import parse_config
-        cfg = parse_config(argv, world_size)
+        cfg = parse_config(argv, env.world_size)
+        if cfg.save:                   # before the first iteration, not after training (issue 11)
+            from megatron_sailor.train.checkpoint import check_save_dir
+            check_save_dir(cfg.save)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
     from megatron_sailor.train.checkpoint import CheckpointError
     from megatron_sailor.runtime.distributed import RendezvousError
     try:
-        train(cfg, rank, world_size)
+        train(cfg, env)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
     except CheckpointError as exc:

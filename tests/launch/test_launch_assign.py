@@ -9,7 +9,7 @@ from planner.errors import InputError
 from planner.plan import Plan, Replica, Stage
 from launch.assign import assign
 from launch.inventory import Inventory, Node
-from launch.ranks import plan_slots
+from planner.layout import plan_slots
 
 
 def _plan(rows: list[list[tuple[str, int, str]]]) -> Plan:

@@ -22,9 +22,10 @@ def _fake_checkpoint(root: Path, iteration: int, model=TINY) -> Path:  # noqa: A
         entry = {"param": torch.full((2, 2), float(iteration)), "exp_avg": torch.zeros(2, 2),
                  "exp_avg_sq": torch.zeros(2, 2), "step": float(iteration)}
         files[key + ".pt"] = ck._write_file(path / (key + ".pt"), {f"{key}.w": entry})
+    files[ck.RNG_FILE] = ck._write_file(path / ck.RNG_FILE, ck.rng_state())
     meta = {"format": ck.FORMAT, "iteration": iteration, "consumed_samples": 8 * iteration,
             "model": ck.model_identity(model), "files": files}
-    (path / "meta.json").write_text(json.dumps(meta))
+    ck.write_meta(path, ck.seal(meta))
     (root / "latest").write_text(path.name + "\n")
     return path
 
@@ -49,7 +50,7 @@ def test_newest_valid_checkpoint_is_chosen(tmp_path: Path) -> None:
     _fake_checkpoint(tmp_path, 4)
     _fake_checkpoint(tmp_path, 8)
     path, meta = ck.choose_checkpoint(str(tmp_path), TINY)
-    assert path.name == "iter_0000008" and meta["consumed_samples"] == 64
+    assert path.name == "iter_0000008" and meta.consumed_samples == 64
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "meta"])
@@ -71,7 +72,7 @@ def test_damaged_newest_falls_back_to_older(tmp_path: Path, damage: str, caplog:
         path, _ = ck.choose_checkpoint(str(tmp_path), TINY)
     assert path.name == "iter_0000004"
     assert "refusing checkpoint" in caplog.text and "iter_0000008" in caplog.text
-    expected = {"truncate": "truncated", "flip": "SHA-256", "delete": "missing", "meta": "unreadable"}[damage]
+    expected = {"truncate": "truncated", "flip": "SHA-256", "delete": "missing", "meta": "not valid JSON"}[damage]
     assert expected in caplog.text
 
 
@@ -94,8 +95,8 @@ def test_not_our_format_is_refused(tmp_path: Path) -> None:
     path = _fake_checkpoint(tmp_path, 4)
     meta = json.loads((path / "meta.json").read_text())
     meta["format"] = "something-else/9"
-    (path / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ck.CheckpointError, match="not a megatron-sailor-checkpoint/1 checkpoint"):
+    (path / "meta.json").write_text(json.dumps(ck.seal(meta)))
+    with pytest.raises(ck.CheckpointError, match="field 'format' must be 'megatron-sailor-checkpoint/2'"):
         ck.choose_checkpoint(str(tmp_path), TINY)
 
 
@@ -114,3 +115,36 @@ def test_rng_state_round_trip() -> None:
     a = torch.rand(3)
     ck.set_rng_state(state)
     assert torch.equal(torch.rand(3), a)
+
+
+def test_rng_states_round_trip_exactly_through_a_weights_only_file(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+    import sys
+    import types
+
+    import numpy as np
+    from megatron_sailor.train import checkpoint_rng
+
+    class Tracker:
+        def __init__(self) -> None:
+            self.states = {"model-parallel-rng": torch.get_rng_state()}
+
+        def get_states(self):  # noqa: ANN201
+            return dict(self.states)
+
+        def set_states(self, states) -> None:  # noqa: ANN001
+            self.states = states
+
+    tracker = Tracker()
+    monkeypatch.setitem(sys.modules, checkpoint_rng._TRACKER_MODULE,
+                        types.SimpleNamespace(get_cuda_rng_tracker=lambda: tracker))
+    random.gauss(0, 1)                                     # a cached gauss_next must survive too
+    np.random.normal()
+    info = ck._write_file(tmp_path / "rng.pt", ck.rng_state())
+    want = (torch.rand(4), random.random(), random.gauss(0, 1), np.random.rand(3), np.random.normal())
+    tracker.states = {"model-parallel-rng": torch.zeros(5, dtype=torch.uint8)}
+    checkpoint_rng.restore(checkpoint_rng.load(tmp_path / "rng.pt"))
+    got = (torch.rand(4), random.random(), random.gauss(0, 1), np.random.rand(3), np.random.normal())
+    assert torch.equal(got[0], want[0]) and got[1:3] == want[1:3] and np.array_equal(got[3], want[3])
+    assert got[4] == want[4] and tracker.states["model-parallel-rng"].numel() > 5 and info["bytes"] > 0

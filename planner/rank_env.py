@@ -1,69 +1,29 @@
-"""The global rank order of a plan, and the per-node rank map the launcher hands to the runtime.
+"""The launch contract (torch-free): how the launcher starts each worker and tells it its plan rank.
 
-Plan rank order (the contract between launcher and runtime): stage-major, then replica ``j``, then TP rank
-``t``::
+Entry: every launcher (``python -m launch``, ``launch.slurm``, ``sailor-elastic``) starts the training job as
+``torchrun ... --module megatron_sailor.train --sailor-plan PLAN ARGS`` (:data:`TRAIN_MODULE`,
+:func:`train_entry`); ``examples/gpt/pretrain_gpt.py`` is the same job as a script, for people.
 
-    rank(s, j, t) = sum(GPUs of stages < s) + sum(tp of replicas < j in stage s) + t
-
-torchrun does not give us that order: with the c10d rendezvous the node (group) ranks follow the sorted node
-descriptors, not ``--node-rank``, and a node's workers get a contiguous torchrun rank range. So every
-node's command carries ``SAILOR_RANK_MAP``: the plan ranks of its local ranks ``0..nproc-1``, comma
-separated. A worker's plan rank is ``SAILOR_RANK_MAP[LOCAL_RANK]``; see :func:`plan_rank_from_env`.
-
-Pure code: imports only ``planner.plan`` (no torch), so the runtime may import it too.
+torchrun does not give us the plan's rank order (:mod:`planner.layout`): with the c10d rendezvous the
+node (group) ranks follow the sorted node descriptors, not ``--node-rank``, and a node's workers get a
+contiguous torchrun rank range. So every node's command carries ``SAILOR_RANK_MAP``: the plan ranks of its
+local ranks ``0..nproc-1``, comma separated. A worker's plan rank is ``SAILOR_RANK_MAP[LOCAL_RANK]``.
+The launcher writes it (``launch.torchrun_cmds``, :func:`format_rank_map`); the runtime decodes it once
+per start (``megatron_sailor.runtime.distributed.env_from_torchrun``, :func:`rank_and_world_from_env`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
-
-from planner.plan import Plan
 
 RANK_MAP_ENV = "SAILOR_RANK_MAP"
 NODE_NAME_ENV = "SAILOR_NODE_NAME"
 WORLD_SIZE_ENV = "SAILOR_WORLD_SIZE"
+TRAIN_MODULE = "megatron_sailor.train"
 
 
-@dataclass(frozen=True)
-class PlanSlot:
-    """One GPU of the plan: TP rank ``tp_rank`` of replica ``replica`` of stage ``stage``."""
-
-    stage: int
-    replica: int
-    tp_rank: int
-    rank: int
-    gpu_type: str
-    zone: str
-    tp: int
-
-
-def plan_slots(plan: Plan) -> tuple[PlanSlot, ...]:
-    """Every GPU slot of ``plan`` in plan rank order (``slots[r].rank == r``)."""
-    slots: list[PlanSlot] = []
-    for s, j, rep in plan.replicas():
-        for t in range(rep.tp):
-            slots.append(PlanSlot(stage=s, replica=j, tp_rank=t, rank=len(slots), gpu_type=rep.gpu_type,
-                                  zone=rep.zone, tp=rep.tp))
-    return tuple(slots)
-
-
-def replica_first_rank(plan: Plan, stage: int, replica: int) -> int:
-    """Plan rank of TP rank 0 of replica ``replica`` of stage ``stage``."""
-    if not 0 <= stage < plan.num_stages:
-        raise ValueError(f"stage {stage} out of range [0, {plan.num_stages})")
-    if not 0 <= replica < plan.dp_degree:
-        raise ValueError(f"replica {replica} out of range [0, {plan.dp_degree})")
-    before = sum(st.num_gpus for st in plan.stages[:stage])
-    return before + sum(r.tp for r in plan.stages[stage].replicas[:replica])
-
-
-def global_rank(plan: Plan, stage: int, replica: int, tp_rank: int) -> int:
-    """Plan rank of ``(stage, replica, tp_rank)`` (see the module docstring)."""
-    first = replica_first_rank(plan, stage, replica)
-    tp = plan.stages[stage].replicas[replica].tp
-    if not 0 <= tp_rank < tp:
-        raise ValueError(f"tp_rank {tp_rank} out of range [0, {tp}) for stage {stage} replica {replica}")
-    return first + tp_rank
+def train_entry(script: str | None = None) -> tuple[str, ...]:
+    """torchrun's words that name the worker program: ``--module megatron_sailor.train``, or ``script``."""
+    return ("--module", TRAIN_MODULE) if script is None else (script,)
 
 
 def format_rank_map(plan_ranks: tuple[int, ...]) -> str:

@@ -1,11 +1,11 @@
-"""Plan rank order and the SAILOR_RANK_MAP contract (launch/ranks.py)."""
+"""Plan rank order (planner/layout.py) and the SAILOR_RANK_MAP codec (planner/rank_env.py)."""
 from __future__ import annotations
 
 import pytest
 
 from planner.plan import Plan, Replica, Stage
-from launch.ranks import (format_rank_map, global_rank, parse_rank_map, plan_rank_from_env, plan_slots,
-                          replica_first_rank)
+from planner.layout import global_rank, plan_slots, replica_first_rank
+from planner.rank_env import format_rank_map, parse_rank_map, plan_rank_from_env, rank_and_world_from_env
 
 
 def _plan(tps: list[list[int]]) -> Plan:
@@ -55,7 +55,6 @@ def test_plan_rank_from_env() -> None:
 
 
 def test_rank_and_world_from_env() -> None:
-    from launch.ranks import rank_and_world_from_env
     env = {"SAILOR_RANK_MAP": "3,0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "RANK": "2", "WORLD_SIZE": "4",
            "SAILOR_WORLD_SIZE": "4", "TORCHELASTIC_USE_AGENT_STORE": "True"}
     assert rank_and_world_from_env(env) == (3, 4)

@@ -1,0 +1,232 @@
+"""Strict readers and the one-line error format shared by every input file.
+
+Contract: :func:`parse_json` and :func:`parse_yaml` turn text into plain data or raise one
+:class:`~planner.errors.InputError` (duplicate keys, ``NaN``/``Infinity``, YAML aliases, nesting deeper
+than :data:`MAX_DEPTH`, integers longer than Python's digit limit); :func:`validate` checks parsed data
+against a pydantic model and reports the first problem as ``<file>: <where>: field '<name>' <rule>, got
+<value>``; :func:`quote` is the one place that shortens a value quoted in any error (:data:`QUOTE_CHARS`).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.errors import InputError, quote
+
+MAX_DEPTH = 64                 # nesting of any input file (plans need 5)
+MAX_GPUS = 1_000_000           # GPUs per pool, per plan and in a whole cluster
+MAX_LAYERS = 100_000
+MAX_BATCH = 10_000_000         # sequences per global batch
+MAX_NAME_CHARS = 200
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base of every input schema: unknown keys and non-finite floats are refused; scalar fields use the
+    strict types below (no "4" for 4, no true for 1, no 4.9 for an integer); lists may stand for tuples."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+Int = Annotated[int, Field(strict=True)]
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_GPUS)]           # GPUs in a pool (may be 0)
+PosCount = Annotated[int, Field(strict=True, ge=1, le=MAX_GPUS)]        # GPUs per node, TP, replicas
+Layers = Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
+Batch = Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]      # ints accepted, finite
+NonNeg = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
+Bool = Annotated[bool, Field(strict=True)]
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=MAX_NAME_CHARS,
+                            pattern=r"^[^\x00-\x1f\x7f]+$")]                # no control characters
+Text = Annotated[str, Field(strict=True, max_length=10_000)]
+
+
+def _depth(obj: Any, limit: int) -> int:
+    """Nesting depth of parsed data, iterative (never recurses), stops counting past ``limit``."""
+    stack = [(obj, 1)]
+    deepest = 0
+    while stack:
+        cur, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(cur, dict):
+            stack.extend((v, d + 1) for v in cur.values())
+        elif isinstance(cur, list):
+            stack.extend((v, d + 1) for v in cur)
+    return deepest
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InputError(f"duplicate key {quote(k)} in one JSON object")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise InputError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InputError(f"number {quote(text)} is out of range (not finite)")
+    return value
+
+
+def _shallow_enough(text: str, source: str | None) -> None:
+    depth = best = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > best:
+                best = depth
+                if best > MAX_DEPTH:
+                    raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+        elif ch in "]}":
+            depth -= 1
+
+
+def parse_json(text: str, source: str | None = None) -> Any:
+    """Strict JSON: no duplicate keys, no NaN/Infinity, no absurd nesting or integer length."""
+    _shallow_enough(text, source)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                          parse_float=_finite_float)
+    except InputError as exc:
+        raise exc.with_source(source) if source else exc from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                         source=source) from None
+    except (ValueError, RecursionError) as exc:   # e.g. an integer of more than 4300 digits
+        raise InputError(f"not valid JSON ({quote(str(exc))})", source=source) from None
+
+
+def _yaml_loader() -> type:
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """SafeLoader that refuses aliases (``*name``): no billion-laughs expansion."""
+
+        def compose_node(self, parent, index):  # noqa: ANN001, ANN201
+            if self.check_event(yaml.events.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise InputError(f"YAML alias at line {mark.line + 1} is not allowed (anchors/aliases are refused)")
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN201
+            keys = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in keys:
+                    raise InputError(f"duplicate key {quote(key)} at line {key_node.start_mark.line + 1}")
+                keys.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return NoAliasLoader
+
+
+def parse_yaml(text: str, source: str | None = None) -> Any:
+    """Safe YAML without aliases or duplicate keys; floats must be finite (checked by the schema)."""
+    import yaml
+    _shallow_enough(text, source)
+    try:
+        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - SafeLoader subclass
+    except InputError as exc:
+        raise exc.with_source(source) if source else exc from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"cannot parse YAML ({quote(reason)})", source=source) from None
+    if _depth(data, MAX_DEPTH) > MAX_DEPTH:
+        raise InputError(f"nested deeper than {MAX_DEPTH} levels", source=source)
+    return data
+
+
+def parse_by_suffix(text: str, source: str) -> Any:
+    """YAML for ``.yaml``/``.yml``, JSON otherwise."""
+    if source.endswith((".yaml", ".yml")):
+        return parse_yaml(text, source)
+    return parse_json(text, source)
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_RULES = {
+    "greater_than_equal": lambda c: f"must be >= {c.get('ge')}",
+    "greater_than": lambda c: f"must be > {c.get('gt')}",
+    "less_than_equal": lambda c: f"must be <= {c.get('le')}",
+    "less_than": lambda c: f"must be < {c.get('lt')}",
+    "int_type": lambda c: "must be an integer",
+    "int_from_float": lambda c: "must be an integer",
+    "int_parsing": lambda c: "must be an integer",
+    "float_parsing": lambda c: "must be a number",
+    "bool_parsing": lambda c: "must be true or false",
+    "float_type": lambda c: "must be a number",
+    "finite_number": lambda c: "must be a finite number",
+    "string_type": lambda c: "must be a string",
+    "bool_type": lambda c: "must be true or false",
+    "list_type": lambda c: "must be a list",
+    "tuple_type": lambda c: "must be a list",
+    "dict_type": lambda c: "must be an object",
+    "model_type": lambda c: "must be an object",
+    "model_attributes_type": lambda c: "must be an object",
+    "string_too_short": lambda c: "must be a non-empty string",
+    "string_too_long": lambda c: f"must be at most {c.get('max_length')} characters",
+    "too_short": lambda c: "must be a non-empty list" if c.get("min_length") == 1
+    else f"must list at least {c.get('min_length')} items",
+    "too_long": lambda c: f"must list at most {c.get('max_length')} item(s)",
+    "string_pattern_mismatch": lambda c: "must be text without control characters"
+    if "x00" in str(c.get("pattern")) else f"must match {c.get('pattern')}",
+    "none_required": lambda c: "must be null",
+}
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc, kind, ctx = tuple(err.get("loc", ())), err.get("type", ""), err.get("ctx") or {}
+    # pydantic appends the union member / function name to loc; drop non-field parts
+    loc = tuple(p for p in loc if isinstance(p, int) or not str(p).startswith(("function-", "constrained-")))
+    key_error = bool(loc) and loc[-1] == "[key]"
+    if key_error:
+        loc = loc[:-1]
+    parent, leaf = _where(loc[:-1]), (loc[-1] if loc else "")
+    at = f"{parent}: " if parent else ""
+    if kind == "extra_forbidden":
+        return f"{parent or 'the file'} has unknown key(s) [{quote(str(leaf))}]"
+    if kind == "missing":
+        return f"{parent or 'the file'} is missing required key(s) [{quote(str(leaf))}]"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        rule = f"must be one of [{expected}]" if " or " in str(expected) or "," in str(expected) \
+            else f"must be {expected}"
+    elif kind in _RULES:
+        rule = _RULES[kind](ctx)
+    else:
+        rule = f"is invalid ({quote(str(err.get('msg', kind)))})"
+    name = f"key {quote(leaf)}" if key_error else (f"field '{leaf}'" if isinstance(leaf, str) else f"item [{leaf}]")
+    return f"{at}{name} {rule}, got {quote(err.get('input'))}"
+
+
+def validate(model: type[M], data: Any, source: str | None = None) -> M:
+    """``model`` built from ``data``, or one InputError naming the first failing field and its value."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errs = exc.errors(include_url=False)
+        raise InputError(_describe(errs[0]), source=source) from None
+
+
+def finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
