@@ -39,6 +39,7 @@ class PlanFile(Strict):
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
     recompute_activations: Bool = False
     distributed_optimizer: Bool = False
+    tie_embeddings: Bool = False          # written by Plan.to_dict (planner/plan.py) since tied embeddings
     microbatches_per_pipeline: Optional[list[Batch]] = Field(default=None, max_length=MAX_GPUS)
 
     @model_validator(mode="after")
