@@ -57,13 +57,21 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
 
 
 def _progress(enabled: bool):
-    state = {"shown": False}
+    """A search progress callback: a transient rich progress bar on stderr once the search has run 1 s."""
+    state: dict = {"shown": False, "bar": None, "task": None}
 
     def cb(done: int, total: int, elapsed_s: float) -> None:
-        if enabled and elapsed_s > 1.0:
+        if not enabled or elapsed_s <= 1.0:
+            return
+        if state["bar"] is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            state["bar"] = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
+                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task("search", total=total)
             state["shown"] = True
-            sys.stderr.write(f"\rsearching: {done}/{total} tasks, {elapsed_s:.1f} s")
-            sys.stderr.flush()
+        state["bar"].update(state["task"], completed=done, total=total)
     return cb, state
 
 
@@ -74,8 +82,8 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, sp
     ctx.gpus_per_node.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
     cb, state = _progress(sys.stderr.isatty() and not args.json)
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=max(1, args.top), progress=cb)
-    if state["shown"]:
-        sys.stderr.write("\n")
+    if state["bar"] is not None:
+        state["bar"].stop()
     if not res.candidates:
         raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
     plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]

@@ -91,3 +91,21 @@ def test_bad_input(tmp_path: Path, make_args, needle: str) -> None:  # noqa: ANN
 def test_slurm_without_sbatch_is_an_error(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--plan", str(_plan(tmp_path)), "--nodes-file", str(_nodes(tmp_path)), "--slurm")
     assert proc.returncode == 2 and "sbatch not found" in proc.stderr
+
+
+def test_stdlib_corpus_dry_run_trains_a_bpe_and_names_its_tokenizer(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--corpus", "stdlib", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    prep, train = [line for line in proc.stdout.splitlines() if line.strip()][-2:]
+    assert "megatron_sailor.train.preprocess" in prep and "--train-bpe 1024" in prep and "site-packages" in prep
+    out = tmp_path / "out"
+    assert f"--tokenizer-type GPT2BPETokenizer --vocab-file {out}/stdlib-bpe/vocab.json" in train
+    assert "--vocab-size" not in train and "--eval-interval 10" in train and "--lr-decay-style cosine" in train
+
+
+def test_corpus_and_data_path_conflict(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    for ext in ("bin", "idx"):
+        Path(f"{data}.{ext}").write_bytes(b"")
+    proc = _run(tmp_path, "--corpus", "stdlib", "--data-path", str(data), "--dry-run")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: give --data-path or --corpus, not both"
