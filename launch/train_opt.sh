@@ -173,7 +173,14 @@ else
        --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS")
   if [[ $DRY_RUN == 1 ]]; then echo "${CMD[*]}"; exit 0; fi
   echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
-  "${CMD[@]}" 2> >(filter_warnings)
+  # a failing worker: its own "error: ..." line and exit 2, not torchrun's traceback (kept in the log file)
+  if ! "${CMD[@]}" 2> "$OUT/torchrun.stderr"; then
+    line=$(grep -m1 '^error: ' "$OUT/torchrun.stderr" || grep -v -e '^W[0-9]' -e '^\*\*\*' "$OUT/torchrun.stderr" | grep -m1 -E 'Error|error' || echo "error: torchrun failed")
+    echo "${line#error: }" | sed 's/^/error: /' >&2
+    echo "(torchrun's full output: $OUT/torchrun.stderr)" >&2
+    exit 2
+  fi
+  filter_warnings < "$OUT/torchrun.stderr"
 fi
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys

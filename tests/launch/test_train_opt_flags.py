@@ -109,3 +109,16 @@ def test_corpus_and_data_path_conflict(tmp_path: Path) -> None:
         Path(f"{data}.{ext}").write_bytes(b"")
     proc = _run(tmp_path, "--corpus", "stdlib", "--data-path", str(data), "--dry-run")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: give --data-path or --corpus, not both"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_failing_worker_ends_with_its_error_line_and_exit_2(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(SCRIPT), "--iters", "2", "--", "--sequence-parallel"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=280)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines[-2:] == ["error: not implemented by megatron-sailor: --sequence-parallel (the runtime has no "
+                          "sequence parallelism)", f"(torchrun's full output: {tmp_path}/out/torchrun.stderr)"]
+    assert "Traceback" not in proc.stderr
