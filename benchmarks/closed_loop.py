@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.ports import free_port  # noqa: E402
+
 MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads": 8, "ffn_hidden_size": 2048,
          "seq_length": 128, "vocab_size": 8192, "max_position_embeddings": 128}
 ZONE = "local"
@@ -55,24 +57,15 @@ def gpu_type_of(files: dict[str, Path]) -> str:
 
 
 def sim_context(model_path: Path, files: dict[str, Path], extra_profiles: list[Path] = (), gpus_per_node=None):
-    from planner.cli_common import load_network_file
-    from planner.hardware import GPUCatalog
-    from planner.model import load_model
-    from planner.network import NetworkModel
-    from planner.profiles import ProfileStore
-    from planner.simulator.settings import OURS, SimContext
-    catalog = GPUCatalog.load(files["catalog"])
-    model = load_model(str(model_path))
-    store = ProfileStore(model, catalog, allow_estimates=False)
-    for p in [files["profile"], *extra_profiles]:
-        store.load_file(p)
-    net = load_network_file(str(files["network"]), NetworkModel(catalog))
-    return SimContext(model, store, net, catalog, OURS, dict(gpus_per_node or {}))
+    from planner import api
+    source = api.DataSource(model=str(model_path), profiles=tuple(str(p) for p in [files["profile"], *extra_profiles]),
+                            gpu_catalog=str(files["catalog"]), network=str(files["network"]), allow_estimates=False)
+    return api.make_context(api.load_data(source), "megatron-sailor", gpus_per_node=dict(gpus_per_node or {}))
 
 
 def predict(plan_path: Path, ctx) -> float:  # noqa: ANN001
+    from planner.api import simulate
     from planner.plan import Plan
-    from planner.simulator import simulate
     return simulate(Plan.load(plan_path), ctx).iteration_time_s
 
 
@@ -114,16 +107,9 @@ def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup
     job.write_text(json.dumps({"model": str(model_path), "plans": [str(p) for p in plans], "iters": iters,
                                "warmup": warmup, "results": str(results), "reprofile": reprofile}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-           f"--master-port={_free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
+           f"--master-port={free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return json.loads(results.read_text())
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 STATS = {"median": statistics.median, "min": min}

@@ -77,14 +77,14 @@ MODEL_ARGS=(--num-layers 6 --hidden-size 64 --num-attention-heads 4 --ffn-hidden
             --max-position-embeddings 64 --vocab-size 128 --make-vocab-size-divisible-by 8)
 
 if [[ -n "$MODEL_NAME" ]]; then
-  python -c "from planner.model import get_model; get_model('$MODEL_NAME')" 2>/dev/null \
+  python -c "import sys; from planner.model import get_model; get_model(sys.argv[1])" "$MODEL_NAME" 2>/dev/null \
     || die "unknown model '$MODEL_NAME' (built-in: tiny, opt-350m, gpt-neo-2.7b, llama-3-8b)"
   MODEL_ARGS=(--model "$MODEL_NAME")
 fi
 
 if [[ -n "$PLAN_FILE" ]]; then
   PLAN=$PLAN_FILE
-  python -c "from planner.sailor_plan import load_any_plan; load_any_plan('$PLAN')" >/dev/null \
+  python -c "import sys; from planner.sailor_plan import load_any_plan; load_any_plan(sys.argv[1])" "$PLAN" >/dev/null \
     || die "cannot read the plan $PLAN (see the message above)"
 elif [[ -n "$MODEL_NAME" ]]; then
   PLAN=$OUT/plan.json
@@ -117,6 +117,7 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
   PLAN=$OUT/plan.json
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
+ "tie_embeddings": true,
  "microbatches_per_pipeline": [5, 3],
  "stages": [
   {"first_layer": 0, "num_layers": 2, "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "local-a"},
@@ -126,7 +127,7 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
 JSON
 fi
 [[ -n "$PLAN_FILE" && -z "$MODEL_NAME" ]] && MODEL_ARGS=()   # the plan's named built-in model (or dims after --)
-NPROC=$(python -c "from planner.sailor_plan import load_any_plan; print(load_any_plan('$PLAN')[0].world_size)")
+NPROC=$(python -c "import sys; from planner.sailor_plan import load_any_plan; print(load_any_plan(sys.argv[1])[0].world_size)" "$PLAN")
 
 TOKENIZER_ARGS=()
 if [[ -z "$DATA_PATH" && "$CORPUS" == stdlib ]]; then
@@ -173,14 +174,8 @@ else
        --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS")
   if [[ $DRY_RUN == 1 ]]; then echo "${CMD[*]}"; exit 0; fi
   echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
-  # a failing worker: its own "error: ..." line and exit 2, not torchrun's traceback (kept in the log file)
-  if ! "${CMD[@]}" 2> "$OUT/torchrun.stderr"; then
-    line=$(grep -m1 '^error: ' "$OUT/torchrun.stderr" || grep -v -e '^W[0-9]' -e '^\*\*\*' "$OUT/torchrun.stderr" | grep -m1 -E 'Error|error' || echo "error: torchrun failed")
-    echo "${line#error: }" | sed 's/^/error: /' >&2
-    echo "(torchrun's full output: $OUT/torchrun.stderr)" >&2
-    exit 2
-  fi
-  filter_warnings < "$OUT/torchrun.stderr"
+  # launch.runner: a worker's "error: ..." line comes last (not torchrun's ChildFailedError) and the status is 2
+  python -m launch.runner -- "${CMD[@]}" 2> >(filter_warnings)
 fi
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys

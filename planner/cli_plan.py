@@ -1,6 +1,7 @@
 """``sailor-plan``: choose GPUs, pipeline depth, layer split, TP, micro-batch size and DP for a model.
 
 Every returned plan is scored by :func:`planner.simulator.simulate` (the same cost model as ``sailor-sim``).
+The work is :func:`planner.api.plan`; this module parses flags, prints and writes files.
 """
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import argparse
 import json
 import sys
 
-from planner.baselines.spaces import PLANNERS, baseline_space
-from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner import api
+from planner.baselines.spaces import baseline_space
 from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
-from planner.errors import InputError
-from planner.search import Objective, build_plan, plan_search
-from planner.search.explain import diagnose_empty, unused_reasons
+from planner.errors import InputError, run_cli
+from planner.options import add_data_args, add_request_args, data_source, plan_request, to_jsonable
+from planner.options import objective as options_objective
+from planner.search import Objective
+from planner.search.explain import unused_reasons
+from planner.simulator import Estimate
 from planner.cli_sim import announce
 from planner.frontier import frontier_lines
-from planner.simulator import Estimate, simulate
 
 GB = 1e9
 
@@ -28,16 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpus", metavar="TYPE@ZONE=N[,...]", help="GPU pools, e.g. A100-40@us-central1-a=32")
     g.add_argument("--cluster", metavar="FILE", help="cluster YAML/JSON file (pools with gpus_per_node)")
     g.add_argument("--trace", metavar="CSV", help="Sailor availability trace: plan every row")
-    p.add_argument("--gbs", type=int, help="global batch size in sequences (default: the data folder's, else 1024)")
-    p.add_argument("--objective", default="throughput", choices=["throughput", "cost", "value"])
-    p.add_argument("--max-cost-per-iter", type=float, metavar="USD")
-    p.add_argument("--min-throughput", type=float, metavar="ITERS_PER_S")
-    p.add_argument("--max-gpus", type=int, metavar="N")
-    p.add_argument("--max-stages", type=int, metavar="S", help="largest pipeline depth to consider")
-    p.add_argument("--planner", default="ours", choices=sorted(PLANNERS),
-                   help="ours (default), grid (best homogeneous Megatron 3D grid) or sailor (Sailor's plan shape)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
+    add_request_args(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
     p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
@@ -75,28 +69,21 @@ def _progress(enabled: bool):
     return cb, state
 
 
-def plan_one(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, space) -> dict:
-    """Search one cluster; returns the report dict (plans built and simulated)."""
-    if cluster.nonempty().total_gpus == 0:
-        raise InputError(f"no GPUs: every pool of the cluster is empty ({cluster.describe() or 'no pools'})")
-    ctx.gpus_per_node.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
+def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
+    """:func:`planner.api.plan` for one cluster, with a progress line on a terminal; the report as the dict
+    :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
+    request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
     cb, state = _progress(sys.stderr.isatty() and not args.json)
-    res = plan_search(ctx, cluster, gbs, objective, space, top_k=max(1, args.top), progress=cb)
-    if state["bar"] is not None:
-        state["bar"].stop()
-    if not res.candidates:
-        raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
-    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
-    ests = [simulate(p, ctx) for p in plans]
-    if not ests[0].fits_in_memory:
-        raise InputError("internal: the chosen plan does not fit in memory per the simulator")
-    out = {"plan": plans[0], "estimate": ests[0], "search_time_s": res.search_time_s,
-           "candidates_evaluated": res.candidates_evaluated, "candidate": res.candidates[0],
-           "others": list(zip(plans[1:], ests[1:])), "stats": res.stats}
-    if not args.no_comparator and args.planner != "grid":
-        comp = plan_search(ctx, cluster, gbs, objective, baseline_space("grid", space.precision)).best
-        out["comparator"] = None if comp is None else simulate(
-            build_plan(comp, ctx.model.num_layers, gbs, ctx.model.name, space.precision), ctx)
+    try:
+        rep = api.plan(request, ctx, progress=cb)
+    finally:
+        if state["bar"] is not None:
+            state["bar"].stop()
+    out = {"plan": rep.plan, "estimate": rep.estimate, "search_time_s": rep.search_time_s,
+           "candidates_evaluated": rep.candidates_evaluated, "candidate": rep.candidate,
+           "others": list(rep.alternatives), "stats": rep.stats}
+    if rep.comparator_ran:
+        out["comparator"] = rep.comparator
     return out
 
 
@@ -158,7 +145,7 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
                   f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
                   f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
-                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s"
+                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s; MFU {est.mfu:.1%}"
                   + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
     for line in unused_reasons(cluster, cand, objective):
         console.print(f"  {line}", markup=False)
@@ -175,11 +162,11 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
 
 
-def _trace(args, ctx, clusters, gbs, objective, space) -> int:
+def _trace(args, ctx, clusters, gbs) -> int:
     steps = []
     for i, cl in enumerate(clusters):
         try:
-            rep = plan_one(args, ctx, cl, gbs, objective, space)
+            rep = plan_one(args, ctx, cl, gbs)
         except InputError as exc:
             steps.append({"step": i, "cluster": cl.describe(), "error": str(exc)})
             continue
@@ -228,19 +215,24 @@ def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
-    bundle = load_data(args, args.precision)
-    ctx = make_context(bundle, args.runtime)
-    gbs = args.gbs or bundle.default_gbs or 1024
-    if gbs < 1:
-        raise InputError(f"--gbs must be >= 1, got {gbs}")
-    objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
+    for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    from planner.plan import check_output_path
+    for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
+        if path:
+            check_output_path(path, flag)
+    bundle = api.load_data(data_source(args), args.precision)
+    ctx = api.make_context(bundle, args.runtime)
+    gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
+    objective = options_objective(args)
     space = baseline_space(args.planner, args.precision, args.max_stages)
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
-        return _trace(args, ctx, clusters, gbs, objective, space)
-    rep = plan_one(args, ctx, clusters[0], gbs, objective, space)
+        return _trace(args, ctx, clusters, gbs)
+    rep = plan_one(args, ctx, clusters[0], gbs)
     if args.frontier or args.frontier_json:
-        _frontier(args, ctx, clusters[0], gbs, objective, space)
+        _frontier(args, api.context_for(ctx, clusters[0]), clusters[0], gbs, objective, space)
     if args.output:
         rep["plan"].save(args.output)
     if args.json:

@@ -6,12 +6,15 @@ PLAN is our plan JSON or a Sailor ``plan_config`` JSON (auto-detected; Sailor pl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner import api
+from planner.errors import run_cli
+from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
-from planner.simulator import Estimate, simulate
+from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -45,6 +48,7 @@ def stage_tables(est: Estimate, title: str) -> tuple:
                           "replica; p2p: one transfer to the next stage; sync: gradient sync per iteration")
     _num_columns(times, ("stage", "layers", "compute s", "busy s", "p2p s", "sync s"))
     times.add_column("sync mode", overflow="ellipsis")
+    _num_columns(times, ("MFU",))
     mem = Table(title="memory per replica (pipe j = replica j of every stage)", box=box.SIMPLE_HEAD, pad_edge=False,
                 caption="peak: this replica's GPUs; cap: usable memory of its GPU type; free = cap - peak")
     _num_columns(mem, ("stage", "pipe"))
@@ -54,7 +58,7 @@ def stage_tables(est: Estimate, title: str) -> tuple:
     for st in est.stages:
         layers = f"{st.first_layer}-{st.first_layer + st.num_layers - 1}" if st.num_layers else "-"
         times.add_row(str(st.stage), layers, f"{st.compute_s:.4f}", f"{st.busy_s:.4f}", f"{st.p2p_s:.4f}",
-                      f"{st.sync_s:.4f}", st.sync_mode)
+                      f"{st.sync_s:.4f}", st.sync_mode, f"{st.mfu:.1%}")
         peaks = st.replica_peak_bytes or (st.peak_memory_bytes,) * st.replicas
         caps = st.replica_capacity_bytes or (st.memory_capacity_bytes,) * st.replicas
         for j, (g, tp, z) in enumerate(zip(st.gpu_types, st.tp_degrees, st.zones)):
@@ -84,17 +88,20 @@ def render_table(est: Estimate, plan_name: str) -> None:
         f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
         f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
         f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
-        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage}"
+        f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage} | "
+        f"MFU {est.mfu:.1%} of {est.peak_flops_per_s / 1e12:,.0f} peak TFLOP/s"
         + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     plan, info = load_any_plan(args.plan)
-    bundle = load_data(args, plan.precision, model_hint=plan.model)
-    ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
-                       info.gpus_per_node if info else None)
-    est = simulate(plan, ctx)
+    bundle = api.load_data(data_source(args), plan.precision, model_hint=plan.model)
+    ctx = api.make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
+                           info.gpus_per_node if info else None)
+    if info:   # Sailor plans: node size per replica
+        ctx = dataclasses.replace(ctx, replica_node_gpus=info.replica_node_gpus)
+    est = api.simulate(plan, ctx)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events
         from planner.simulator.timeline_plot import draw_timeline, require_matplotlib, write_timeline_json

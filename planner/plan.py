@@ -13,10 +13,13 @@ JSON form (``schema_version`` 1)::
 
     {"schema_version": 1, "model": "opt-350m", "num_layers": 24,
      "micro_batch_size": 8, "global_batch_size": 1024, "precision": "fp32", "optimizer": "adamw",
-     "recompute_activations": false, "distributed_optimizer": false,
+     "recompute_activations": false, "distributed_optimizer": false, "tie_embeddings": false,
      "microbatches_per_pipeline": null,
      "stages": [{"first_layer": 0, "num_layers": 11,
                  "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "us-central1-a"}, ...]}, ...]}
+
+``tie_embeddings`` (optional, default false): the LM head reuses the input word embedding; with several
+stages the first and last stage each hold a copy and sum its gradient (Megatron's embedding group).
 
 Unknown keys are rejected; every error names the field and the value.
 """
@@ -108,6 +111,7 @@ class Plan:
     optimizer: str = "adamw"
     recompute_activations: bool = False
     distributed_optimizer: bool = False
+    tie_embeddings: bool = False
     microbatches_per_pipeline: tuple[int, ...] | None = None
     model: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -123,7 +127,7 @@ class Plan:
             raise InputError(f"field 'precision' must be one of {sorted(PRECISION_BYTES)}, got {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
             raise InputError(f"field 'optimizer' must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
-        for flag in ("recompute_activations", "distributed_optimizer"):
+        for flag in ("recompute_activations", "distributed_optimizer", "tie_embeddings"):
             if not isinstance(getattr(self, flag), bool):
                 raise InputError(f"field '{flag}' must be true or false, got {getattr(self, flag)!r}")
         if not isinstance(self.stages, tuple) or not self.stages:
@@ -226,6 +230,7 @@ class Plan:
             "precision": self.precision, "optimizer": self.optimizer,
             "recompute_activations": self.recompute_activations,
             "distributed_optimizer": self.distributed_optimizer,
+            "tie_embeddings": self.tie_embeddings,
             "microbatches_per_pipeline": (list(self.microbatches_per_pipeline)
                                           if self.microbatches_per_pipeline is not None else None),
             "stages": [s.to_dict() for s in self.stages],
@@ -236,6 +241,9 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        from planner.schema.base import validate
+        from planner.schema.files import PlanFile
+        validate(PlanFile, data)
         check_keys(data, _PLAN_KEYS, {"schema_version", "num_layers", "stages", "micro_batch_size",
                                        "global_batch_size"}, "plan")
         stages_raw = data["stages"]
@@ -252,11 +260,8 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str, source: str | None = None) -> "Plan":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                             source=source) from None
+        from planner.schema.base import parse_json
+        data = parse_json(text, source)
         try:
             return cls.from_dict(data)
         except InputError as exc:
@@ -273,7 +278,7 @@ class Plan:
 
 _PLAN_KEYS = {"schema_version", "model", "num_layers", "micro_batch_size", "global_batch_size", "precision",
               "optimizer", "recompute_activations", "distributed_optimizer", "microbatches_per_pipeline",
-              "stages"}
+              "stages", "tie_embeddings"}
 
 
 def _stage_from_dict(data: Any, index: int) -> Stage:
@@ -314,8 +319,25 @@ def read_text(path: str | Path) -> str:
         raise InputError(f"cannot read ({exc})", source=str(path)) from None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never a half-written file)."""
+def check_output_path(path: str | Path, flag: str = "-o") -> Path:
+    """``path`` if a file can be written there: its folder exists and it is not itself a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{flag} {p}: is a folder, expected a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{flag} {p}: folder {parent} does not exist")
+    return p
+
+
+def atomic_write_text(path: Path, text: str, flag: str = "-o") -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never a half-written file, and no
+    temporary file left behind when the write fails)."""
+    check_output_path(path, flag)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{flag} {path}: cannot write ({type(exc).__name__}: {exc.strerror or exc})") from None

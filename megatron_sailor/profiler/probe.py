@@ -124,9 +124,10 @@ class _StageTiming:
     """Forward/backward timing and activation bytes of one probe at one micro-batch size."""
 
     def __init__(self, module: torch.nn.Module, role: StageRole, model: ModelSpec, mbs: int, seed: int,
-                 device: torch.device) -> None:
+                 device: torch.device, tp_group: Any | None = None) -> None:
         self.module, self.device, self.model, self.mbs = module, device, model, mbs
-        self.step = StageStep(module, role, model.seq_length, mbs, mbs * model.seq_length, device=device)
+        self.step = StageStep(module, role, model.seq_length, mbs, mbs * model.seq_length, device=device,
+                              tp_group=tp_group)
         self.batch = _batch(model, mbs, seed)
         self.has_input = not role.is_first
         self.is_last = role.is_last
@@ -206,7 +207,7 @@ def _profile_tp(model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, gro
         times, acts = {}, {}
         for name, module, role in (("emb", emb, StageRole(0, 2)), ("lay", lay, StageRole(1, 3)),
                                    ("head", head, StageRole(1, 2))):
-            st = _StageTiming(module, role, model, mbs, cfg.seed + mbs, device)
+            st = _StageTiming(module, role, model, mbs, cfg.seed + mbs, device, tp_group=groups.tp)
             times[name] = st.measure(timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
             acts[name] = st.activation_bytes()
         if update_s is None:

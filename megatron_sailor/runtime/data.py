@@ -67,6 +67,8 @@ class IndexedTokens:
 class MicroBatch:
     tokens: torch.Tensor        # [b, s]
     labels: torch.Tensor        # [b, s]
+    iteration: int = 0
+    first_sample: int = 0       # global index of row 0 (rows are consecutive samples); keys dropout masks
 
 
 def microbatch(source: TokenSource, iteration: int, global_batch_size: int, micro_batch_size: int,
@@ -74,7 +76,8 @@ def microbatch(source: TokenSource, iteration: int, global_batch_size: int, micr
     """Micro-batch ``index`` (0-based within the global batch) of ``iteration``."""
     first = iteration * global_batch_size + index * micro_batch_size
     rows = torch.stack([source.sample(first + k) for k in range(micro_batch_size)])
-    return MicroBatch(tokens=rows[:, :-1].contiguous(), labels=rows[:, 1:].contiguous())
+    return MicroBatch(tokens=rows[:, :-1].contiguous(), labels=rows[:, 1:].contiguous(), iteration=iteration,
+                      first_sample=first)
 
 
 def pipeline_microbatch_ids(counts: tuple[int, ...], pipeline: int) -> range:

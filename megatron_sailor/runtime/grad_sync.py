@@ -9,6 +9,11 @@ of a replicated parameter) and unpacked. Because every micro-batch loss is alrea
 count of the whole global batch, the sum is the gradient of the global-mean loss, whatever the
 per-pipeline micro-batch counts.
 
+Tied embeddings (several stages): the first stage's word embedding and the last stage's LM-head copy
+are left out of the stage sync and summed instead over Megatron's embedding group, per fine shard of
+``lcm(TP of the first and last stage)``: one rank per replica of both stages, so the sum is the whole
+gradient of the shared weight and both copies take the same step.
+
 Modes: ``flat`` all-reduces over the whole group; ``hierarchical`` reduces inside each zone to the zone's
 leader, all-reduces among zone leaders, then broadcasts inside each zone.
 """
@@ -21,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from megatron_sailor.runtime.groups import SYNC_FLAT, RankGroups, ShardSyncGroups
+from megatron_sailor.runtime.groups import SYNC_FLAT, RankGroups, ShardSyncGroups, embedding_shards_of
 from megatron_sailor.runtime.init_weights import is_sharded
 from planner.layout import RankLayout
 
@@ -39,21 +44,38 @@ class ShardPlan:
 
 
 class GradSync:
-    """Reduces the gradients of one rank's stage model across the replicas of its stage."""
+    """Reduces a set of gradients of one rank across replicas, over the given fine-shard groups.
 
-    def __init__(self, model: torch.nn.Module, layout: RankLayout, groups: RankGroups,
+    :meth:`for_stage`: every gradient of the stage except a tied embedding, over the stage's replicas.
+    :meth:`for_tied_embedding`: the tied word embedding / LM head copy, over the first and last stages.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], shard_groups: tuple[ShardSyncGroups, ...],
+                 held: tuple[int, ...], layout: RankLayout, groups: RankGroups,
                  emulation: Any | None = None) -> None:
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = params
         self.sharded = [p for p in self.params if is_sharded(p)]
         self.replicated = [p for p in self.params if not is_sharded(p)]
-        held = layout.fine_shards_of(groups.rank)
-        by_shard = {sg.shard: sg for sg in groups.grad_sync}
+        by_shard = {sg.shard: sg for sg in shard_groups}
         self.shards = tuple(ShardPlan(by_shard[f], piece=n, pieces=len(held), write_replicated=(n == 0))
                             for n, f in enumerate(held) if f in by_shard)
         self.mode = groups.sync_mode
         self.layout = layout
         self.rank = groups.rank
         self.emulation = emulation   # see megatron_sailor.runtime.emulation (demos only)
+
+    @classmethod
+    def for_stage(cls, model: torch.nn.Module, layout: RankLayout, groups: RankGroups,
+                  emulation: Any | None = None) -> "GradSync":
+        params = [p for p in model.parameters() if p.requires_grad and not getattr(p, "sailor_tied", False)]
+        return cls(params, groups.grad_sync, layout.fine_shards_of(groups.rank), layout, groups, emulation)
+
+    @classmethod
+    def for_tied_embedding(cls, model: torch.nn.Module, layout: RankLayout, groups: RankGroups,
+                           emulation: Any | None = None) -> "GradSync":
+        params = [p for p in model.parameters() if getattr(p, "sailor_tied", False)]
+        held = embedding_shards_of(layout, groups.rank) if params else ()
+        return cls(params, groups.embedding, held, layout, groups, emulation)
 
     def _pieces(self, shard: ShardPlan, of_grads: bool = True) -> list[torch.Tensor]:
         def src(p: torch.nn.Parameter) -> torch.Tensor:

@@ -7,8 +7,10 @@ returns the groups this rank belongs to as one frozen :class:`RankGroups` object
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import reduce
 from typing import Any
 
 import torch.distributed as dist
@@ -44,6 +46,7 @@ class RankGroups:
     world: Any                            # all ranks; loss / grad-norm reductions
     grad_sync: tuple[ShardSyncGroups, ...]
     sync_mode: str
+    embedding: tuple[ShardSyncGroups, ...] = ()   # tied embeddings: first + last stage, per fine shard
 
 
 def _new(ranks: tuple[int, ...], timeout: timedelta) -> Any:
@@ -57,9 +60,8 @@ def _zones_of(layout: RankLayout, members: tuple[int, ...]) -> dict[str, tuple[i
     return {z: tuple(rs) for z, rs in zones.items()}
 
 
-def _shard_groups(layout: RankLayout, rank: int, stage: int, shard: int, mode: str,
+def _shard_groups(layout: RankLayout, rank: int, members: tuple[int, ...], shard: int, mode: str,
                   timeout: timedelta) -> ShardSyncGroups:
-    members = layout.fine_shard_group(stage, shard)
     mine = rank in members
     if len(members) < 2:
         return ShardSyncGroups(shard, members, None, None, None, None)
@@ -79,7 +81,7 @@ def _shard_groups(layout: RankLayout, rank: int, stage: int, shard: int, mode: s
 
 
 def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHICAL,
-                  timeout: timedelta = timedelta(seconds=120)) -> RankGroups:
+                  timeout: timedelta = timedelta(seconds=120), tied_embeddings: bool = False) -> RankGroups:
     """Create every group of the plan (collectively) and return this rank's."""
     if sync_mode not in (SYNC_FLAT, SYNC_HIERARCHICAL):
         raise ValueError(f"grad sync mode must be '{SYNC_FLAT}' or '{SYNC_HIERARCHICAL}', got {sync_mode!r}")
@@ -101,9 +103,39 @@ def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHI
     grad_sync: list[ShardSyncGroups] = []
     for s in range(layout.num_stages):
         for f in range(layout.num_fine_shards(s)):
-            sg = _shard_groups(layout, rank, s, f, sync_mode, timeout)
+            sg = _shard_groups(layout, rank, layout.fine_shard_group(s, f), f, sync_mode, timeout)
             if rank in sg.members:
                 grad_sync.append(sg)
+    embedding: list[ShardSyncGroups] = []
+    if tied_embeddings and layout.num_stages > 1:
+        for f in range(embedding_fine_shards(layout)):
+            sg = _shard_groups(layout, rank, embedding_group(layout, f), f, sync_mode, timeout)
+            if rank in sg.members:
+                embedding.append(sg)
     logger.debug("rank %d: %d grad-sync shard groups (%s)", rank, len(grad_sync), sync_mode)
     return RankGroups(rank=rank, tp=tp_group, single=single, p2p=p2p, world=world,
-                      grad_sync=tuple(grad_sync), sync_mode=sync_mode)
+                      grad_sync=tuple(grad_sync), sync_mode=sync_mode, embedding=tuple(embedding))
+
+
+# ---- tied embeddings: Megatron's embedding group, across replicas of different TP --------------------
+def _embedding_ranks(layout: RankLayout) -> tuple[int, ...]:
+    return layout.stage_ranks(0) + layout.stage_ranks(layout.num_stages - 1)
+
+
+def embedding_fine_shards(layout: RankLayout) -> int:
+    """``lcm`` of the TP degrees of the first and the last stage."""
+    tps = {layout.info(r).tp for r in _embedding_ranks(layout)}
+    return reduce(lambda a, b: a * b // math.gcd(a, b), tps, 1)
+
+
+def embedding_shards_of(layout: RankLayout, rank: int) -> tuple[int, ...]:
+    """Fine shards (of :func:`embedding_fine_shards`) of the tied weight that ``rank`` holds."""
+    me = layout.info(rank)
+    per_rank = embedding_fine_shards(layout) // me.tp
+    return tuple(range(me.tp_rank * per_rank, (me.tp_rank + 1) * per_rank))
+
+
+def embedding_group(layout: RankLayout, shard: int) -> tuple[int, ...]:
+    """Ranks of the first and last stage (one per replica of each) holding fine shard ``shard`` of the
+    tied weight: summing over them adds every replica's contribution from both ends exactly once."""
+    return tuple(r for r in _embedding_ranks(layout) if shard in embedding_shards_of(layout, r))

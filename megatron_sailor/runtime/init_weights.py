@@ -2,7 +2,8 @@
 
 Every parameter gets a tensor generated from ``(seed, global parameter name)`` alone, in megatron's own
 TP=1 layout; a TP rank copies its slice along the parameter's ``partition_dim``. A 1-rank reference and
-any plan therefore start from identical full weights.
+any plan therefore start from identical full weights. With tied embeddings the last stage's copy of the
+LM head (``output_layer.weight``) starts from the word embedding's value (:func:`init_name`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import zlib
 import torch
 
 INIT_STD = 0.02
+WORD_EMBEDDING = "embedding.word_embeddings.weight"
+LM_HEAD = "output_layer.weight"
 _LAYER_RE = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
@@ -21,6 +24,12 @@ def global_name(local_name: str, first_layer: int) -> str:
     if not m:
         return local_name
     return f"layers.{first_layer + int(m.group(1))}.{local_name[m.end():]}"
+
+
+def init_name(local_name: str, first_layer: int, tied: bool) -> str:
+    """The global name whose value initialises a parameter (a tied head copy takes the word embedding's)."""
+    name = global_name(local_name, first_layer)
+    return WORD_EMBEDDING if tied and name == LM_HEAD else name
 
 
 def is_sharded(param: torch.nn.Parameter) -> bool:
@@ -50,9 +59,10 @@ def shard_of(full: torch.Tensor, param: torch.nn.Parameter, tp: int, tp_rank: in
 
 
 @torch.no_grad()
-def init_stage_weights(model: torch.nn.Module, first_layer: int, tp: int, tp_rank: int, seed: int) -> None:
+def init_stage_weights(model: torch.nn.Module, first_layer: int, tp: int, tp_rank: int, seed: int,
+                       tied: bool = False) -> None:
     """Overwrite every parameter of a stage with its deterministic, plan-independent value."""
     for name, param in model.named_parameters():
-        gname = global_name(name, first_layer)
+        gname = init_name(name, first_layer, tied)
         full = full_tensor(gname, full_shape(param, tp), seed)
         param.copy_(shard_of(full, param, tp, tp_rank))

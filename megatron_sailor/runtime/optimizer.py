@@ -45,7 +45,7 @@ def local_sq_norm(model: torch.nn.Module, me: RankInfo) -> float:
         return 0.0
     total = 0.0
     for p in model.parameters():
-        if p.grad is None:
+        if p.grad is None or getattr(p, "sailor_tied_copy", False):   # the first stage counts a tied weight
             continue
         if is_sharded(p) or me.tp_rank == 0:
             total += float(p.grad.double().pow(2).sum())

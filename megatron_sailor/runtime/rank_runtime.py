@@ -4,12 +4,14 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from megatron_sailor.runtime.capabilities import check_runtime_supports
 from megatron_sailor.runtime.data import MicroBatch, TokenSource, microbatch, pipeline_microbatch_ids
+from megatron_sailor.runtime.dropout import DropoutConfig, DropoutContext, install_dropout
 from megatron_sailor.runtime.grad_sync import GradSync
 from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
 from megatron_sailor.runtime.init_weights import init_stage_weights
@@ -32,10 +34,12 @@ class RunConfig:
     optimizer: OptimizerConfig = OptimizerConfig()
     emulation: Any | None = None     # megatron_sailor.runtime.emulation.Emulation (demos/tests only)
     timeout_s: float = 120.0         # collectives and point-to-point receives
+    hidden_dropout: float = 0.0      # Megatron's --hidden-dropout (the CLI defaults to Megatron's 0.1)
+    attention_dropout: float = 0.0   # Megatron's --attention-dropout
 
 
 def seed_megatron_rng(seed: int) -> None:
-    """Register the model-parallel RNG state megatron's attention forks (dropout is 0 anyway)."""
+    """Register the model-parallel RNG state megatron's attention forks (our dropout masks do not use it)."""
     from megatron.core.tensor_parallel import random as mrand
     tracker = mrand.get_cuda_rng_tracker()
     tracker.reset()
@@ -52,28 +56,11 @@ class _OffsetSource:
         return self.source.sample(index + self.offset)
 
 
-def warn_unsupported_plan_options(plan: Plan) -> list[str]:
-    """Say loudly which plan options this runtime does not implement (it then trains in fp32, AdamW, no
-    recompute, no distributed optimizer); returns the messages."""
-    msgs = []
-    if plan.precision != "fp32":
-        msgs.append(f"plan precision '{plan.precision}' is not implemented by the runtime: training in fp32 "
-                    "(the simulator's memory and time figures for this plan assume 16-bit)")
-    if plan.recompute_activations:
-        msgs.append("plan asks for activation recomputation, which the runtime does not implement: activations are kept")
-    if plan.distributed_optimizer:
-        msgs.append("plan asks for the distributed optimizer, which the runtime does not implement: "
-                    "every data-parallel rank keeps full optimizer states")
-    if plan.optimizer != "adamw":
-        msgs.append(f"plan optimizer '{plan.optimizer}' is not implemented by the runtime: using AdamW")
-    for m in msgs:
-        logger.warning(m)
-    return msgs
-
-
-def rank_groups(layout: RankLayout, rank: int, cfg: RunConfig) -> RankGroups:
-    """This rank's process groups for ``cfg`` (the one place the sync mode and timeout reach create_groups)."""
-    return create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s))
+def rank_groups(layout: RankLayout, rank: int, cfg: RunConfig, tied_embeddings: bool = False) -> RankGroups:
+    """This rank's process groups for ``cfg`` (the one place the sync mode and timeout reach create_groups);
+    ``tied_embeddings`` = the plan's ``tie_embeddings`` (adds the embedding groups)."""
+    return create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s),
+                         tied_embeddings=tied_embeddings)
 
 
 class RankRuntime:
@@ -86,13 +73,12 @@ class RankRuntime:
 
     def __init__(self, plan: Plan, model: ModelSpec, rank: int, data: TokenSource, cfg: RunConfig,
                  layout: RankLayout | None = None, groups: RankGroups | None = None) -> None:
+        check_runtime_supports(plan)
         self.plan, self.spec, self.data, self.cfg = plan, model, data, cfg
         self.layout = layout or build_layout(plan)
         self.me = self.layout.info(rank)
-        if rank == 0:
-            warn_unsupported_plan_options(plan)
         timeout = timedelta(seconds=cfg.timeout_s)
-        self.groups = groups or rank_groups(self.layout, rank, cfg)
+        self.groups = groups or rank_groups(self.layout, rank, cfg, tied_embeddings=plan.tie_embeddings)
         if self.groups.sync_mode != cfg.sync_mode:
             raise ValueError(f"groups were made for sync mode {self.groups.sync_mode!r}, cfg says {cfg.sync_mode!r}")
         seed_megatron_rng(cfg.seed)
@@ -100,17 +86,23 @@ class RankRuntime:
         role = StageRole(self.me.stage, plan.num_stages)
         self.stage = StageSpec(first_layer=stage.first_layer, num_layers=stage.num_layers,
                                pre_process=role.is_first, post_process=role.is_last,
-                               tp=self.me.tp, tp_rank=self.me.tp_rank)
-        self.model = build_stage_model(model, self.stage, self.groups)
-        init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed)
+                               tp=self.me.tp, tp_rank=self.me.tp_rank, tied=plan.tie_embeddings)
+        self.model = build_stage_model(model, self.stage, self.groups, cfg.hidden_dropout, cfg.attention_dropout)
+        self.dropout_ctx = DropoutContext()
+        install_dropout(self.model, DropoutConfig(cfg.hidden_dropout, cfg.attention_dropout, cfg.seed),
+                        self.dropout_ctx, stage.first_layer, self.me.tp_rank)
+        init_stage_weights(self.model, stage.first_layer, self.me.tp, self.me.tp_rank, cfg.seed,
+                           tied=plan.tie_embeddings)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
         self.model.to(self.device)
         self.optimizer = make_adamw(self.model, cfg.optimizer)
-        self.grad_sync = GradSync(self.model, self.layout, self.groups, cfg.emulation)
+        self.grad_sync = GradSync.for_stage(self.model, self.layout, self.groups, cfg.emulation)
+        self.tied_sync = GradSync.for_tied_embedding(self.model, self.layout, self.groups, cfg.emulation)
         global_tokens = plan.global_batch_size * model.seq_length
         self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
-                                 cfg.emulation, device=self.device)
+                                 cfg.emulation, device=self.device, dropout_ctx=self.dropout_ctx,
+                                 tp_group=self.groups.tp)
         shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
         self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
                                      timeout=timeout, device=self.device)
@@ -134,8 +126,8 @@ class RankRuntime:
 
         def get(n: int) -> MicroBatch:
             if n not in cache:
-                cache[n] = microbatch(data, iteration, self.plan.global_batch_size,
-                                      self.plan.micro_batch_size, ids[n])
+                mb = microbatch(data, iteration, self.plan.global_batch_size, self.plan.micro_batch_size, ids[n])
+                cache[n] = replace(mb, first_sample=mb.first_sample + self.sample_offset)
             return cache[n]
         return get
 
@@ -145,6 +137,7 @@ class RankRuntime:
         self.model.train()
         loss_share = run_1f1b(self.step_fn, self.p2p, self._batches(iteration), len(self.microbatch_ids))
         self.grad_sync.sync()
+        self.tied_sync.sync()
         grad_norm, loss = reduce_norm_and_loss(self.model, self.me, loss_share, self.groups.world)
         clip_and_step(self.model, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
         elapsed_s = time.perf_counter() - start_s

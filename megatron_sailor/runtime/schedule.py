@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from megatron_sailor.runtime.cross_entropy import vocab_parallel_cross_entropy
 from megatron_sailor.runtime.data import MicroBatch
 from megatron_sailor.runtime.p2p import StageP2P
 
@@ -41,8 +42,11 @@ class StageStep:
 
     def __init__(self, model: torch.nn.Module, role: StageRole, seq_length: int, micro_batch_size: int,
                  global_tokens: int, emulation: Any | None = None,
-                 device: torch.device = torch.device("cpu")) -> None:
+                 device: torch.device = torch.device("cpu"), dropout_ctx: Any | None = None,
+                 tp_group: Any | None = None) -> None:
         self.model = model
+        self.tp_group = tp_group         # the replica's TP group (vocab-parallel cross entropy)
+        self.dropout_ctx = dropout_ctx   # megatron_sailor.runtime.dropout.DropoutContext, keyed per micro-batch
         self.device = device
         self.emulation = emulation   # see megatron_sailor.runtime.emulation (demos only)
         self.role = role
@@ -54,15 +58,17 @@ class StageStep:
     def forward(self, input_tensor: torch.Tensor | None, batch: MicroBatch) -> tuple[torch.Tensor, float]:
         """Returns (output or scaled loss, this micro-batch's share of the global-mean loss)."""
         start_s = time.perf_counter()
+        if self.dropout_ctx is not None:
+            self.dropout_ctx.set(batch.iteration, batch.first_sample, batch.tokens.shape[0])
         if input_tensor is not None:
             input_tensor.requires_grad_(True)
             self.model.set_input_tensor(input_tensor)
         tokens = batch.tokens.to(self.device) if self.role.is_first else None
-        labels = batch.labels.to(self.device) if self.role.is_last else None
-        out = self.model(tokens, self.positions, self.mask, labels=labels)
+        out = self.model(tokens, self.positions, self.mask)   # last stage: logits [b, s, vocab / tp]
         share = 0.0
         if self.role.is_last:
-            out = out.float().sum() * self.loss_scale
+            labels = batch.labels.to(self.device)
+            out = vocab_parallel_cross_entropy(out, labels, self.tp_group).sum() * self.loss_scale
             share = float(out.detach())
         if self.emulation is not None:
             self.emulation.compute(time.perf_counter() - start_s)

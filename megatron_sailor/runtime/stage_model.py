@@ -30,6 +30,7 @@ class StageSpec:
     post_process: bool
     tp: int
     tp_rank: int
+    tied: bool = False          # LM head reuses the word embedding (a copy on the last stage when S > 1)
 
 
 def padded_vocab_size(model: ModelSpec) -> int:
@@ -60,7 +61,8 @@ def activation_function(name: str):  # noqa: ANN201
     return {"gelu": F.gelu, "relu": F.relu}[name]
 
 
-def _transformer_config(model: ModelSpec, num_layers: int, tp: int) -> object:
+def _transformer_config(model: ModelSpec, num_layers: int, tp: int, hidden_dropout: float = 0.0,
+                        attention_dropout: float = 0.0) -> object:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     def _init(tensor: torch.Tensor) -> torch.Tensor:  # weights are overwritten by init_weights
@@ -70,7 +72,7 @@ def _transformer_config(model: ModelSpec, num_layers: int, tp: int) -> object:
         num_layers=num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_heads,
         num_query_groups=model.kv_heads, ffn_hidden_size=model.ffn_hidden_size,
         tensor_model_parallel_size=tp, use_cpu_initialization=True, params_dtype=torch.float32,
-        hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=model.bias,
+        hidden_dropout=hidden_dropout, attention_dropout=attention_dropout, add_bias_linear=model.bias,
         gated_linear_unit=model.gated_mlp, activation_func=activation_function(model.activation),
         bias_activation_fusion=False, masked_softmax_fusion=False,
         persist_layer_norm=False, gradient_accumulation_fusion=False,
@@ -78,8 +80,15 @@ def _transformer_config(model: ModelSpec, num_layers: int, tp: int) -> object:
         init_method=_init, output_layer_init_method=_init)
 
 
-def build_stage_model(model: ModelSpec, stage: StageSpec, groups: object) -> torch.nn.Module:
-    """A megatron-core ``GPTModel`` for one stage; ``groups`` is a :class:`~megatron_sailor.runtime.groups.RankGroups`."""
+def build_stage_model(model: ModelSpec, stage: StageSpec, groups: object, hidden_dropout: float = 0.0,
+                      attention_dropout: float = 0.0) -> torch.nn.Module:
+    """A megatron-core ``GPTModel`` for one stage; ``groups`` is a :class:`~megatron_sailor.runtime.groups.RankGroups`.
+
+    Dropout probabilities go into the config; the runtime then swaps megatron's dropout modules for the
+    plan-independent ones (:func:`megatron_sailor.runtime.dropout.install_dropout`). With ``stage.tied``
+    and several stages, the stage's word embedding (first stage) or LM head copy (last stage) is marked
+    ``sailor_tied`` (its gradient is summed over the embedding group), the head copy also
+    ``sailor_tied_copy`` (counted once in the gradient norm)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from megatron.core import parallel_state
@@ -91,12 +100,16 @@ def build_stage_model(model: ModelSpec, stage: StageSpec, groups: object) -> tor
                                  pos_embd=g.single, dp=g.single, dp_cp=g.single, mp=g.tp)
     if parallel_state._GLOBAL_MEMORY_BUFFER is None:
         parallel_state._set_global_memory_buffer()
-    config = _transformer_config(model, stage.num_layers, stage.tp)
+    config = _transformer_config(model, stage.num_layers, stage.tp, hidden_dropout, attention_dropout)
     position = "learned_absolute" if model.learned_position_embeddings else "rope"
     gpt = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=padded_vocab_size(model),
                    max_sequence_length=model.max_position_embeddings, pre_process=stage.pre_process,
-                   post_process=stage.post_process, share_embeddings_and_output_weights=False,
+                   post_process=stage.post_process, share_embeddings_and_output_weights=stage.tied,
                    position_embedding_type=position, pg_collection=pgc)
+    if stage.tied and stage.pre_process != stage.post_process:   # first or last of several stages
+        weight = gpt.shared_embedding_or_output_weight()
+        weight.sailor_tied = True
+        weight.sailor_tied_copy = not stage.pre_process
     logger.debug("built stage layers [%d,%d) pre=%s post=%s tp=%d/%d", stage.first_layer,
                  stage.first_layer + stage.num_layers, stage.pre_process, stage.post_process,
                  stage.tp_rank, stage.tp)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.errors import InputError
 from planner.model import ModelSpec, get_model
 from planner.plan import Plan
 from planner.sailor_plan import load_any_plan
 
+from megatron_sailor.runtime.capabilities import check_runtime_supports
 from megatron_sailor.runtime.groups import SYNC_FLAT, SYNC_HIERARCHICAL
 from megatron_sailor.runtime.optimizer import OptimizerConfig
 from megatron_sailor.runtime.stage_model import check_model_fits_plan
@@ -46,6 +47,8 @@ class TrainConfig:
     control_file: str | None = None        # "stop" written here: checkpoint and exit 0 (sailor-elastic)
     events_file: str | None = None         # JSON lines with wall-clock start-up / load / save timings
     wait_file: str | None = None           # start up, then wait for this file before loading the checkpoint
+    hidden_dropout: float = 0.0            # Megatron's --hidden-dropout (plan-independent masks)
+    attention_dropout: float = 0.0         # Megatron's --attention-dropout
     # Megatron-LM habits (issue 16): schedule, evaluation, loggers
     lr_schedule: LRSchedule | None = None  # None: constant --lr
     eval_interval: int = 1000
@@ -99,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--elastic-events", default=None, help="append JSON lines with start-up/load/save timings")
     c.add_argument("--elastic-wait", default=None, help="after building the model, wait until this file exists "
                    "before loading (sailor-elastic starts the next job while the previous one checkpoints)")
+    r = p.add_argument_group("regularisation and embeddings (Megatron's names and defaults)")
+    r.add_argument("--hidden-dropout", type=float, default=0.1)
+    r.add_argument("--attention-dropout", type=float, default=0.1)
+    r.add_argument("--untie-embeddings-and-output-weights", action="store_true",
+                   help="separate LM head (a Sailor plan_config ties by default; our plan's tie_embeddings decides)")
     e = p.add_argument_group("emulation (one machine standing in for several zones; demos and tests)")
     e.add_argument("--emulate-cross-zone-latency-s", type=float, default=0.0,
                    help="extra seconds per message between ranks of different zones")
@@ -173,7 +181,7 @@ def model_from_args(args: argparse.Namespace, plan: Plan) -> ModelSpec:
     missing = [a for a, s in _MODEL_FIELDS.items() if s not in values and s != "num_kv_heads"]
     if missing:
         raise InputError("model dimensions missing: give --" + ", --".join(m.replace("_", "-") for m in missing))
-    values.update(name=values.get("name", "args"), tied_embeddings=False)
+    values.update(name=values.get("name", "args"), tied_embeddings=plan.tie_embeddings)
     if values["seq_length"] > values["max_position_embeddings"]:
         raise InputError(f"--seq-length {values['seq_length']} exceeds --max-position-embeddings "
                          f"{values['max_position_embeddings']}")
@@ -193,12 +201,33 @@ def check_against_plan(args: argparse.Namespace, plan: Plan) -> None:
         raise InputError(f"--tensor-model-parallel-size {tp} contradicts the plan (TP degrees {tps})")
 
 
+def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bool) -> Plan:
+    """Our plan format decides every option that changes time or memory (a contradicting flag is an error);
+    a Sailor plan_config carries none of them, so there the flags decide (Megatron's defaults)."""
+    if sailor_format:
+        return replace(plan, tie_embeddings=not args.untie_embeddings_and_output_weights)
+    if args.untie_embeddings_and_output_weights and plan.tie_embeddings:
+        raise InputError("--untie-embeddings-and-output-weights contradicts the plan (tie_embeddings true)",
+                         source=args.sailor_plan)
+    return plan
+
+
+def _check_dropout(args: argparse.Namespace) -> None:
+    for name in ("hidden_dropout", "attention_dropout"):
+        p = getattr(args, name)
+        if not 0.0 <= p < 1.0:
+            raise InputError(f"--{name.replace('_', '-')} must be in [0, 1), got {p}")
+
+
 def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
     """Parse and validate everything that can be checked before joining the process group."""
     args, unknown = build_parser().parse_known_args(argv)
     check_unknown(unknown)
     _apply_tokenizer(args)
-    plan, _ = load_any_plan(args.sailor_plan, model=args.model)
+    plan, sailor_info = load_any_plan(args.sailor_plan, model=args.model)
+    plan = resolve_plan_options(args, plan, sailor_info is not None)
+    check_runtime_supports(plan, source=args.sailor_plan)
+    _check_dropout(args)
     model = model_from_args(args, plan)
     check_against_plan(args, plan)
     check_model_fits_plan(model, plan)
@@ -230,7 +259,8 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        save_interval=args.save_interval, keep_last=args.keep_last,
                        async_save=args.async_save,
                        control_file=args.elastic_control, events_file=args.elastic_events,
-                       wait_file=args.elastic_wait, **extras)
+                       wait_file=args.elastic_wait, hidden_dropout=args.hidden_dropout,
+                       attention_dropout=args.attention_dropout, **extras)
 
 
 def _apply_tokenizer(args: argparse.Namespace) -> None:

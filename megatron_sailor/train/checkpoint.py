@@ -241,14 +241,15 @@ def write_meta(folder: Path, meta: dict[str, Any]) -> None:
 
 
 def check_save_dir(save_dir: str) -> None:
-    """Raise CheckpointError now (before training) if ``save_dir`` cannot hold checkpoints."""
+    """Raise InputError now (before training) if ``save_dir`` cannot hold checkpoints."""
+    from planner.errors import InputError
     root = Path(save_dir)
     for parent in (root, *root.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise CheckpointError(f"{save_dir}: --save is under {parent}, which is not a folder")
+                raise InputError(f"--save {save_dir}: {parent} is not a folder")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise CheckpointError(f"{save_dir}: --save folder {parent} is not writable")
+                raise InputError(f"--save {save_dir}: folder {parent} is not writable")
             return
 
 

@@ -61,8 +61,9 @@ def train(cfg, env) -> None:  # noqa: ANN001
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
     run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
-                        timeout_s=cfg.timeout_s)
-    groups = rank_groups(layout, rank, run_cfg)
+                        timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
+                        attention_dropout=cfg.attention_dropout)
+    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)
@@ -193,6 +194,9 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
     try:
         from megatron_sailor.train.arguments import parse_config
         cfg = parse_config(argv, env.world_size)
+        if cfg.save:                   # before the first iteration, not after training (issue 11)
+            from megatron_sailor.train.checkpoint import check_save_dir
+            check_save_dir(cfg.save)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
     if rank == 0:   # the first output otherwise waits for megatron-core's import and the rendezvous

@@ -29,6 +29,19 @@ from typing import Iterator
 from planner.errors import InputError
 from megatron_sailor.train.tokenizer import TOKENIZER_TYPES, Tokenizer, TokenizerArgs, build_tokenizer, train_bpe
 
+
+def require_runtime(tool: str) -> None:
+    """InputError naming the extra to install when torch / megatron-core are missing."""
+    import importlib.util
+    for module in ("torch", "megatron.core"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"{tool} needs the runtime extra ({module} is not installed): "
+                             "pip install 'megatron-sailor[runtime]'")
+
 _WORDS = ("the model trains on many small machines in several zones and every stage keeps its own "
           "layers while gradients travel between replicas of different sizes so the plan decides how "
           "to split work across pipelines and the loss goes down step by step").split()
@@ -205,6 +218,7 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        require_runtime("sailor-preprocess")
         run(_parser().parse_args(argv))
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,6 +9,12 @@
   per pipeline; we give it the best GPU choice (types, zones, D, S) our simulator can find in that shape,
   i.e. an upper bound on how well Sailor's plans score under our model. Pipelines stay homogeneous in
   (type, zone) as in our space, whereas Sailor may mix types across the stages of one pipeline.
+- ``sailor-space``: Sailor's declared plan space as issue 13 defines it (the L layers split evenly with the
+  extra layers on the last stages, the same replica count on every stage, one micro-batch size, free
+  micro-batch counts per pipeline) *intersected with* our pipelines, which keep one GPU type, TP and zone
+  from the first stage to the last. Sailor's planner may also change type and zone along a pipeline, so the
+  optimum of this space is a lower bound on the optimum of Sailor's space (it is not the bound the issue
+  asks for); it is exact over what it declares.
 """
 from __future__ import annotations
 
@@ -17,7 +23,9 @@ from planner.search.space import SearchSpace
 
 GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True)
 SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True)
-PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE}
+SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last")
+PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE,
+            "sailor-space": SAILOR_SPACE_HOMOGENEOUS}
 
 
 def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None) -> SearchSpace:

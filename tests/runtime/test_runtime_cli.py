@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, free_port, python, torchrun
+from tests.helpers.launch import REPO, free_port, python, tiny_model_args, torchrun
 
 PLANS = REPO / "tests" / "helpers" / "plans"
-MODEL_ARGS = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-              "--max-position-embeddings", "32", "--vocab-size", "128", "--make-vocab-size-divisible-by", "8"]
+MODEL_ARGS = tiny_model_args()
 
 
 def _pretrain_main():  # noqa: ANN202
@@ -106,12 +105,57 @@ def test_unreachable_rendezvous_fails_fast_with_one_line(tmp_path: Path) -> None
     assert len(lines) == 1 and lines[0].startswith("error: rank 1: cannot reach the rendezvous"), proc.stderr
 
 
-def test_unsupported_plan_options_are_announced():
-    from megatron_sailor.runtime.rank_runtime import warn_unsupported_plan_options
+def test_unsupported_plan_options_are_refused_not_warned():
+    from megatron_sailor.runtime.capabilities import check_runtime_supports, unsupported_options
+    from planner.errors import InputError
     from planner.plan import Plan, Replica, Stage
     base = dict(num_layers=2, stages=(Stage(0, 2, (Replica("cpu", 1, "z"),)),), micro_batch_size=1,
                 global_batch_size=1)
-    assert warn_unsupported_plan_options(Plan(**base)) == []
-    msgs = warn_unsupported_plan_options(Plan(**base, precision="bf16", recompute_activations=True,
-                                              distributed_optimizer=True, optimizer="sgd"))
-    assert len(msgs) == 4 and "training in fp32" in msgs[0]
+    assert unsupported_options(Plan(**base)) == []
+    check_runtime_supports(Plan(**base, tie_embeddings=True))
+    msgs = unsupported_options(Plan(**base, precision="bf16", recompute_activations=True,
+                                    distributed_optimizer=True, optimizer="sgd"))
+    assert len(msgs) == 4
+    with pytest.raises(InputError, match="precision 'bf16'"):
+        check_runtime_supports(Plan(**base, precision="bf16"))
+
+
+def _our_plan(tmp_path: Path, **fields) -> Path:
+    plan = {"schema_version": 1, "num_layers": 4, "micro_batch_size": 2, "global_batch_size": 4,
+            "stages": [{"first_layer": 0, "num_layers": 4, "replicas": [{"gpu_type": "A", "tp": 1, "zone": "z"}]}],
+            **fields}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+PLAN_BAD_INPUTS = {
+    "untie_contradicts_plan": ({"tie_embeddings": True}, ["--untie-embeddings-and-output-weights"],
+                               "--untie-embeddings-and-output-weights contradicts the plan"),
+    "precision_not_implemented": ({"precision": "bf16"}, [], "precision 'bf16' is not implemented"),
+    "recompute_not_implemented": ({"recompute_activations": True}, [], "recompute_activations true"),
+    "dropout_out_of_range": ({}, ["--hidden-dropout", "1.5"], "--hidden-dropout must be in [0, 1)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_BAD_INPUTS))
+def test_plan_option_errors_are_one_line(case: str, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    fields, extra, expected = PLAN_BAD_INPUTS[case]
+    argv = ["--sailor-plan", str(_our_plan(tmp_path, **fields)), "--train-iters", "2", "--mock-data",
+            *MODEL_ARGS, *extra]
+    code, err = _run_in_process(monkeypatch, capsys, argv, world_size=1)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], err
+
+
+def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
+    from megatron_sailor.train.arguments import parse_config
+    base = ["--train-iters", "1", "--mock-data", "--lr", "1e-3", *MODEL_ARGS]
+    ours = parse_config(["--sailor-plan", str(_our_plan(tmp_path, tie_embeddings=True)), *base], 1)
+    assert ours.plan.tie_embeddings and ours.model.tied_embeddings
+    assert ours.hidden_dropout == ours.attention_dropout == 0.1          # Megatron's defaults
+    sailor = str(PLANS / "sailor_1rank.json")
+    assert parse_config(["--sailor-plan", sailor, *base], 1).plan.tie_embeddings          # Megatron ties
+    untied = parse_config(["--sailor-plan", sailor, *base, "--untie-embeddings-and-output-weights"], 1)
+    assert not untied.plan.tie_embeddings and not untied.model.tied_embeddings

@@ -1,0 +1,38 @@
+"""What the runtime can execute: a plan option it cannot honour is refused before any process group exists.
+
+The plan is what runs (issue 12): there is no fallback that trains something else with a warning.
+:func:`check_runtime_supports` raises one-line :class:`~planner.errors.InputError`s; the training CLI calls
+it while validating its arguments and :class:`~megatron_sailor.runtime.rank_runtime.RankRuntime` calls it
+again before it creates anything.
+"""
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.plan import Plan
+
+SUPPORTED_PRECISIONS = ("fp32",)
+SUPPORTED_OPTIMIZERS = ("adamw",)
+
+
+def unsupported_options(plan: Plan) -> list[str]:
+    """One message per plan option this runtime cannot execute (empty: the plan runs as written)."""
+    msgs = []
+    if plan.precision not in SUPPORTED_PRECISIONS:
+        msgs.append(f"precision '{plan.precision}' is not implemented by the runtime yet "
+                    f"(supported: {', '.join(SUPPORTED_PRECISIONS)})")
+    if plan.recompute_activations:
+        msgs.append("recompute_activations true is not implemented by the runtime yet")
+    if plan.distributed_optimizer:
+        msgs.append("distributed_optimizer true is not implemented by the runtime yet")
+    if plan.optimizer not in SUPPORTED_OPTIMIZERS:
+        msgs.append(f"optimizer '{plan.optimizer}' is not implemented by the runtime "
+                    f"(supported: {', '.join(SUPPORTED_OPTIMIZERS)})")
+    return msgs
+
+
+def check_runtime_supports(plan: Plan, source: str | None = None) -> None:
+    """Raise :class:`InputError` naming the first plan option the runtime cannot honour."""
+    msgs = unsupported_options(plan)
+    if msgs:
+        raise InputError(f"plan field {msgs[0]}: refusing to train something else than the plan",
+                         source=source)
