@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import closed_loop as cl  # noqa: E402
+from planner.ports import free_port  # noqa: E402
 
 
 def emulated_files(out: Path, files: dict[str, Path], slowdown: float) -> tuple[str, str, Path]:
@@ -85,8 +86,8 @@ def model_args() -> list[str]:
 
 def launch(plan: Path, nodes: Path, metrics: Path, iters: int) -> None:
     cmd = [sys.executable, "-m", "launch", str(plan), "--nodes-file", str(nodes), "--master-port",
-           str(cl._free_port()), "--torchrun", f"{sys.executable} -m torch.distributed.run", "--",
-           *model_args(), "--train-iters", str(iters), "--mock-data", "--metrics-file", str(metrics),
+           str(free_port()), "--torchrun", f"{sys.executable} -m torch.distributed.run", "--",
+           *model_args(), "--train-iters", str(iters), "--mock-data", "--lr", "1e-3", "--metrics-file", str(metrics),
            "--log-interval", "1", "--distributed-timeout-s", "600"]
     if metrics.exists():
         metrics.unlink()

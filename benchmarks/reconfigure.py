@@ -1,17 +1,21 @@
 """Reconfiguration time of sailor-elastic on this machine: tiny GPT on CPU ranks, availability 4 -> 2 -> 4 ...
 
-    python benchmarks/reconfigure.py [--cycles 1] [--iters-per-phase 10] [--work-dir runs/reconfigure] [--resume]
+    python benchmarks/reconfigure.py [--mode warm|torchrun|both] [--cycles 2] [--iters-per-phase 6]
+                                     [--work-dir runs/reconfigure] [--resume]
 
 Each run uses a fresh folder ``WORK/run_NNN`` (the next free number), so a second run never resumes the
 first one's final checkpoint; ``--resume`` reuses the newest ``run_NNN`` instead (it then finishes at once
 if that run had reached its last iteration).
 
 Runs ``sailor-elastic --planner cpu-demo`` on an iteration-unit trace (4 ranks, then 2, then 4, ...; the job
-pauses at each change point, so the change time is exact) and prints, per reconfiguration, the steps the
-controller's report measures (wall clock): plan, checkpoint (save in the old job), stop (stop request ->
-old job's torchrun exited), start (new torchrun launched -> process group ready: interpreter + imports +
-rendezvous), model build, load (verify + read + reshard), first iteration (load -> end of the first new
-iteration), total (change observed -> end of the first new iteration). Ends with one summary line.
+pauses at each change point, so the change time is exact), once per mode: ``torchrun`` (a fresh torchrun
+and interpreters per job) and ``warm`` (``--warm-standby``: ranks forked from an interpreter that has
+imported torch and megatron-core). Per reconfiguration it prints the steps of the controller's report (wall
+clock, launch/elastic/timings.py): plan, checkpoint (save in the old job), stop (stop request -> old job
+exited), start (new job launched -> process group ready), model build, wait for the old job (new job ready
+-> old job's checkpoint committed), load, first iteration (load -> end of the first new iteration), total
+(change observed -> end of the first new iteration), downtime. The 1-min load average is sampled every 2 s
+during each run. Ends with one summary line: the median total per direction and mode.
 """
 from __future__ import annotations
 
@@ -21,17 +25,21 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("plan_s", "checkpoint_s", "stop_s", "start_s", "model_build_s", "load_s", "first_iteration_s", "total_s")
+STEPS = ("plan_s", "checkpoint_s", "stop_s", "start_s", "model_build_s", "wait_for_old_job_s", "load_s",
+         "first_iteration_s", "total_s", "downtime_s")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cycles", type=int, default=1, help="4 -> 2 -> 4 cycles (2 reconfigurations each)")
-    p.add_argument("--iters-per-phase", type=int, default=10)
+    p.add_argument("--cycles", type=int, default=2, help="4 -> 2 -> 4 cycles (2 reconfigurations each)")
+    p.add_argument("--iters-per-phase", type=int, default=6)
+    p.add_argument("--mode", choices=("warm", "torchrun", "both"), default="both",
+                   help="warm: sailor-elastic --warm-standby (forked ranks); torchrun: a fresh torchrun per job")
     p.add_argument("--work-dir", default=str(REPO / "runs" / "reconfigure"),
                    help="parent folder; each run gets a fresh run_NNN below it")
     p.add_argument("--resume", action="store_true", help="reuse the newest run_NNN (resume its checkpoints)")
@@ -42,36 +50,60 @@ def main() -> int:
         return save_bench(Path(args.work_dir))
     work = run_folder(Path(args.work_dir), args.resume)
     print(f"work folder {work}{' (resumed)' if args.resume else ''}")
-    n_phases = 2 * args.cycles + 1
-    trace = [{"Time": k * args.iters_per_phase, "GPUs": 4 if k % 2 == 0 else 2} for k in range(n_phases)]
-    (work / "trace.json").write_text(json.dumps(trace))
-    cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(work / "trace.json"),
-           "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * args.iters_per_phase),
-           "--work-dir", str(work / "elastic"), "--", "--mock-data", "--save-interval", "5"]
+    modes = ("torchrun", "warm") if args.mode == "both" else (args.mode,)
+    summary = []
+    for mode in modes:
+        rows, info = run_mode(work, mode, args.cycles, args.iters_per_phase)
+        if rows is None:
+            return 1
+        print(f"\n{mode}: " + info)
+        print(f"{'change':>8} " + " ".join(f"{s[:-2]:>12}" for s in STEPS))
+        for r in rows:
+            print(f"{r['gpus'][0]:>3} -> {r['gpus'][1]:<2} " + " ".join(f"{r.get(s, float('nan')):>12.2f}" for s in STEPS))
+        for a, b in ((4, 2), (2, 4)):
+            totals = [r["total_s"] for r in rows if r["gpus"] == [a, b] and "total_s" in r]
+            if totals:
+                summary.append(f"{mode} {a}->{b} median {statistics.median(totals):.2f} s (n={len(totals)})")
+    if not summary:
+        print("no reconfiguration measured (a resumed finished run ends at once)")
+        return 0
+    print("\nreconfiguration change -> first new iteration: " + "; ".join(summary))
+    return 0
+
+
+def run_mode(work: Path, mode: str, cycles: int, iters: int) -> tuple[list[dict] | None, str]:
+    """One sailor-elastic replay of 4 -> 2 -> 4 ... ranks; its availability reconfigurations and a note."""
+    sub = work / mode
+    sub.mkdir(exist_ok=True)
+    n_phases = 2 * cycles + 1
+    trace = [{"Time": k * iters, "GPUs": 4 if k % 2 == 0 else 2} for k in range(n_phases)]
+    (sub / "trace.json").write_text(json.dumps(trace))
+    cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(sub / "trace.json"),
+           "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * iters),
+           "--work-dir", str(sub / "elastic"), *(["--warm-standby"] if mode == "warm" else []),
+           "--", "--mock-data", "--lr", "1e-3", "--save-interval", "5"]
+    loads: list[float] = []
+    done = threading.Event()
+
+    def sample_load() -> None:
+        while not done.wait(2.0):
+            loads.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample_load, daemon=True)
+    sampler.start()
     start = time.time()
     proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
     wall = time.time() - start
+    done.set()
     if proc.returncode != 0:
         print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n")
-        return 1
-    report = json.loads((work / "elastic" / "report.json").read_text())
+        return None, ""
+    report = json.loads((sub / "elastic" / "report.json").read_text())
     rows = [r for r in report["reconfigurations"] if r["reason"] == "availability"]
-    print(f"{'change':>8} " + " ".join(f"{s[:-2]:>15}" for s in STEPS))
-    for r in rows:
-        print(f"{r['gpus'][0]:>3} -> {r['gpus'][1]:<2} " + " ".join(f"{r.get(s, float('nan')):>15.2f}" for s in STEPS))
-    load = os.getloadavg()[0]
-    totals = [r["total_s"] for r in rows if "total_s" in r]
-    starts = [r["start_s"] for r in rows if "start_s" in r]
-    if not totals:
-        print(f"no reconfiguration measured ({report['iterations_done']} iterations done; a resumed finished "
-              f"run ends at once)")
-        return 0
-    print(f"(wall {wall:.1f} s for {report['iterations_done']} iterations; 1-min load average {load:.1f} on "
-          f"{os.cpu_count()} cores)")
-    print(f"reconfiguration change -> first new iteration: median {statistics.median(totals):.2f} s, max "
-          f"{max(totals):.2f} s over {len(totals)} reconfigurations; process start-up median "
-          f"{statistics.median(starts):.2f} s")
-    return 0
+    loads = loads or [os.getloadavg()[0]]
+    info = (f"wall {wall:.1f} s for {report['iterations_done']} iterations; 1-min load average "
+            f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}) on {os.cpu_count()} cores")
+    return rows, info
 
 
 def run_folder(parent: Path, resume: bool) -> Path:
@@ -100,7 +132,7 @@ def save_bench(work: Path) -> int:
         ev.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29641",
                "examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), *model, "--train-iters", "7",
-               "--mock-data", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
+               "--mock-data", "--lr", "1e-3", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
                "--elastic-events", str(ev), *(["--async-save"] if mode == "async" else [])]
         start = time.time()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,

@@ -183,10 +183,8 @@ def main() -> int:
     if "WORLD_SIZE" in os.environ:
         worker()
         return 0
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from planner.ports import free_port
+    port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="FATAL")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-addr",
            "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)]

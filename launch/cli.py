@@ -16,14 +16,14 @@ from planner.sailor_plan import load_any_plan
 from launch.assign import Assignment, assign
 from launch.inventory import load_inventory
 from launch.runner import check_hosts, run_commands
-from launch.torchrun_cmds import DEFAULT_PORT, DEFAULT_SCRIPT, LaunchConfig, NodeCommand, build_commands
+from launch.torchrun_cmds import DEFAULT_ENTRY, DEFAULT_PORT, LaunchConfig, NodeCommand, build_commands
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``python -m launch`` and ``python -m launch.slurm``."""
     parser.add_argument("plan", help="plan JSON (ours or a Sailor plan_config)")
     parser.add_argument("--nodes-file", required=True, help="node inventory (YAML or JSON)")
-    parser.add_argument("--script", default=DEFAULT_SCRIPT, help=f"training script (default {DEFAULT_SCRIPT})")
+    parser.add_argument("--script", default=None, help=f"training script (default: torchrun {DEFAULT_ENTRY})")
     parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help="c10d rendezvous port")
     parser.add_argument("--run-id", default="sailor", help="c10d rendezvous id")
     parser.add_argument("--omp-threads", type=int, default=None,
@@ -63,7 +63,8 @@ def describe(assignment: Assignment) -> list[str]:
     for na in assignment.nodes:
         n = na.node
         slots = " ".join(f"r{s.rank}=s{s.stage}/d{s.replica}/t{s.tp_rank}" for s in na.slots)
-        lines.append(f"# node {na.node_rank} {n.name} ({n.host}, {n.gpu_type}, {n.zone}, "
+        q = shlex.quote      # names are validated by launch.inventory; quoted all the same
+        lines.append(f"# node {na.node_rank} {q(n.name)} ({q(n.host)}, {q(n.gpu_type)}, {q(n.zone)}, "
                      f"{na.nproc}/{n.gpus_per_node} GPUs): {slots}")
     return lines
 
@@ -71,7 +72,8 @@ def describe(assignment: Assignment) -> list[str]:
 def dry_run_text(assignment: Assignment, commands: Sequence[NodeCommand]) -> str:
     lines = ["#!/usr/bin/env bash", "# run each command on the host named above it", *describe(assignment)]
     for cmd in commands:
-        lines += [f"# --- node {cmd.node_rank}: {cmd.node_name} on {cmd.host}", cmd.shell()]
+        lines += [f"# --- node {cmd.node_rank}: {shlex.quote(cmd.node_name)} on {shlex.quote(cmd.host)}",
+                  cmd.shell()]
     return "\n".join(lines) + "\n"
 
 

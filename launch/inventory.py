@@ -11,26 +11,53 @@
         cpus_per_node: 48            # optional: OMP_NUM_THREADS = cpus_per_node // processes on the node
         emulate: {slowdown: 2.0, link_delay_s: 0.005}   # optional: emulated GPU type (demos, tests)
 
-A bare top-level list of nodes is accepted too. Names must be unique. Several nodes may share one host
+A bare top-level list of nodes is accepted too. Names must be unique. Every string ends up in generated
+shell (ssh, srun, comments), so ``host`` must be a DNS name (labels of letters, digits and inner ``-``,
+joined by dots, 253 characters at most) or an IP address, and ``name``, ``gpu_type`` and ``zone`` may use
+only letters, digits and ``. _ : + -`` (100 characters at most, starting with a letter or digit). Several nodes may share one host
 address only when it is a loopback address (``localhost``, ``127.x.y.z``, ``::1``): that emulates a
 multi-node cluster on one machine. Unknown keys are rejected; errors name the file, field and value.
 """
 from __future__ import annotations
 
-import json
+import ipaddress
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from planner.errors import InputError, check_keys
+from planner.errors import InputError, check_keys, quote
 from planner.plan import read_text
 
 _NODE_KEYS = {"host", "name", "gpu_type", "zone", "gpus_per_node", "cpus_per_node", "emulate"}
 _NODE_REQUIRED = {"host", "gpu_type", "zone", "gpus_per_node"}
 _EMULATE_KEYS = {"slowdown", "link_delay_s"}
+
+
+_DNS_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}$")
+
+
+def is_valid_host(host: str) -> bool:
+    """A DNS host name (RFC 1123 labels) or an IPv4 / IPv6 address; nothing a shell would interpret."""
+    if not isinstance(host, str) or not 0 < len(host) <= 253:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    return all(_DNS_LABEL.match(label) for label in host.removesuffix(".").split("."))
+
+
+def check_name(value: object, field_name: str) -> str:
+    """``value`` if it is a safe identifier (letters, digits, ``. _ : + -``), else InputError."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise InputError(f"field '{field_name}' must be 1-100 letters, digits or '._:+-' (starting with a letter "
+                         f"or digit), got {quote(value)}")
+    return value
 
 
 def is_loopback(host: str) -> bool:
@@ -39,7 +66,7 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Emulation:
+class NodeEmulation:
     """Emulate a slower GPU on this node: compute takes ``slowdown`` x longer, each p2p/collective message
     gets ``link_delay_s`` extra seconds. The runtime reads them from ``SAILOR_EMULATE_*`` env vars."""
 
@@ -69,20 +96,20 @@ class Node:
     gpus_per_node: int
     name: str = ""
     cpus_per_node: int | None = None
-    emulate: Emulation | None = None
+    emulate: NodeEmulation | None = None
 
     def __post_init__(self) -> None:
-        for key in ("host", "gpu_type", "zone"):
-            value = getattr(self, key)
-            if not isinstance(value, str) or not value.strip() or value != value.strip():
-                raise InputError(f"field '{key}' must be a non-empty string without spaces, got {value!r}")
+        if not is_valid_host(self.host):
+            raise InputError(f"field 'host' must be a DNS host name (letters, digits, inner '-', dots) or an IP "
+                             f"address, got {quote(self.host)}")
+        check_name(self.gpu_type, "gpu_type")
+        check_name(self.zone, "zone")
         _require_positive_int(self.gpus_per_node, "gpus_per_node")
         if self.cpus_per_node is not None:
             _require_positive_int(self.cpus_per_node, "cpus_per_node")
         if not self.name:
             object.__setattr__(self, "name", self.host)
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise InputError(f"field 'name' must be a non-empty string, got {self.name!r}")
+        check_name(self.name, "name")
 
     @property
     def pool(self) -> tuple[str, str]:
@@ -138,7 +165,7 @@ def node_from_dict(data: Any, index: int) -> Node:
         raise InputError(f"{where}: {exc}") from None
 
 
-def _emulation_from_dict(data: Any) -> Emulation | None:
+def _emulation_from_dict(data: Any) -> NodeEmulation | None:
     if data is None:
         return None
     if not isinstance(data, Mapping):
@@ -146,32 +173,29 @@ def _emulation_from_dict(data: Any) -> Emulation | None:
     unknown = sorted(set(data) - _EMULATE_KEYS)
     if unknown:
         raise InputError(f"field 'emulate' has unknown key(s) {unknown}; allowed: {sorted(_EMULATE_KEYS)}")
-    return Emulation(**dict(data))
+    return NodeEmulation(**dict(data))
 
 
 def inventory_from_data(data: Any) -> Inventory:
     """Build an :class:`Inventory` from parsed YAML/JSON (``{"nodes": [...]}`` or a bare list)."""
+    from planner.schema.base import validate
+    from planner.schema.files import InventoryFile
     if isinstance(data, Mapping):
-        unknown = sorted(set(data) - {"nodes"})
+        unknown = sorted(map(str, set(data) - {"nodes"}))
         if unknown:
-            raise InputError(f"inventory has unknown top-level key(s) {unknown}; allowed: ['nodes']")
+            raise InputError(f"inventory has unknown top-level key(s) {quote(unknown)}; allowed: ['nodes']")
         data = data.get("nodes")
     if not isinstance(data, list) or not data:
-        raise InputError(f"inventory must list nodes (a non-empty list under 'nodes'), got {data!r}")
+        raise InputError(f"inventory must list nodes (a non-empty list under 'nodes'), got {quote(data)}")
+    validate(InventoryFile, {"nodes": data})
     return Inventory(nodes=tuple(node_from_dict(d, i) for i, d in enumerate(data)))
 
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read a YAML (``.yaml``/``.yml``) or JSON inventory file; errors name the file."""
+    from planner.schema.base import parse_json, parse_yaml
     text = read_text(path)
-    try:
-        if str(path).endswith(".json"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"cannot parse inventory ({reason})", source=str(path)) from None
+    data = parse_json(text, str(path)) if str(path).endswith(".json") else parse_yaml(text, str(path))
     try:
         return inventory_from_data(data)
     except InputError as exc:

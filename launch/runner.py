@@ -2,6 +2,12 @@
 
 Before anything starts, every host must resolve (``socket.getaddrinfo``); otherwise :class:`InputError`
 names the node and nothing is launched. If one node's torchrun fails, the others are terminated.
+
+Every command's stderr passes through :class:`StderrRelay`: lines are forwarded as they come, except that a
+``Traceback`` block is held back; if a worker printed an ``error: ...`` line (our one-line contract, exit
+status 2) and its torchrun failed, the held-back torchrun traceback (ChildFailedError) is dropped, the
+worker's line is printed last and the status is 2. ``python -m launch.runner -- CMD ...`` applies the same
+to one local command (used by launch/train_opt.sh).
 """
 from __future__ import annotations
 
@@ -10,8 +16,10 @@ import os
 import shlex
 import socket
 import subprocess
+import sys
+import threading
 import time
-from typing import Callable, Sequence
+from typing import IO, Callable, Sequence
 
 from planner.errors import InputError
 from launch.inventory import is_loopback
@@ -44,7 +52,41 @@ def process_argv(cmd: NodeCommand, workdir: str,
     if force_local or is_local_host(cmd.host):
         return list(cmd.argv), {**os.environ, **dict(cmd.env)}
     remote = f"cd {shlex.quote(workdir)} && {cmd.shell()}"
-    return ["ssh", "-o", "BatchMode=yes", cmd.host, remote], None
+    return ["ssh", "-o", "BatchMode=yes", "--", cmd.host, remote], None
+
+
+class StderrRelay:
+    """Forward a child's stderr line by line, holding back traceback blocks; remember worker error lines."""
+
+    def __init__(self, stream: IO[str], out: IO[str] | None = None) -> None:
+        self.out = out or sys.stderr
+        self.error_line: str | None = None
+        self.held: list[str] = []
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            text = line.rstrip("\n")
+            tail = text.split("]:", 1)[-1].strip() if text.startswith("[") else text.strip()
+            if tail.startswith("error: "):
+                self.error_line = tail
+            if self.held or text.startswith("Traceback (most recent call last)"):
+                self.held.append(line)
+                continue
+            self.out.write(line)
+            self.out.flush()
+
+    def finish(self, code: int) -> int:
+        """Join the reader; return the status to report (2 when a worker's error line explains a failure)."""
+        self.thread.join(timeout=10.0)
+        if code != 0 and self.error_line is not None:
+            self.out.write(self.error_line + "\n")
+            self.out.flush()
+            return 2
+        self.out.writelines(self.held)
+        self.out.flush()
+        return code
 
 
 def _terminate(procs: Sequence[subprocess.Popen]) -> None:
@@ -66,19 +108,48 @@ def run_commands(commands: Sequence[NodeCommand], workdir: str | None = None, po
     ``force_local``: run every command on this machine (no ssh)."""
     workdir = workdir or os.getcwd()
     procs: list[subprocess.Popen] = []
+    relays: list[StderrRelay] = []
+    code = 0
     try:
         for cmd in commands:
             argv, env = process_argv(cmd, workdir, force_local)
             logger.info("node %d (%s on %s): %s", cmd.node_rank, cmd.node_name, cmd.host, cmd.shell())
-            procs.append(subprocess.Popen(argv, env=env, cwd=workdir))
+            procs.append(subprocess.Popen(argv, env=env, cwd=workdir, stderr=subprocess.PIPE, text=True,
+                                          errors="replace"))
+            relays.append(StderrRelay(procs[-1].stderr))
         while True:
             codes = [p.poll() for p in procs]
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
                 logger.error("a node exited with status %d; stopping the others", failed[0])
-                return failed[0]
+                code = failed[0]
+                break
             if all(c == 0 for c in codes):
-                return 0
+                break
             time.sleep(poll_s)
     finally:
         _terminate(procs)
+    results = [r.finish(p.returncode or 0) for r, p in zip(relays, procs)]
+    return 2 if code and 2 in results else code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m launch.runner -- CMD ...``: run CMD here with the stderr contract above."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("error: python -m launch.runner -- CMD ...: no command given", file=sys.stderr)
+        return 2
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, errors="replace")
+    relay = StderrRelay(proc.stderr)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        code = proc.wait()
+    return relay.finish(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

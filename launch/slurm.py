@@ -5,16 +5,20 @@ Writes a SLURM batch script. Default: a heterogeneous job with one component per
 ``--gres=gpu:N``. ``--single-allocation``: one allocation of all hosts (``--exclusive``), no per-pool gres.
 Either way the script starts one ``srun`` + torchrun per node (the same commands as ``python -m launch``)
 in the background and exits with the first non-zero status. Inventory hosts must be SLURM node names.
+Every option is checked before anything is written (``--job-name``: letters, digits, ``. _ + -``;
+``--partition`` / ``--account``: letters, digits, ``. _ -``; ``--time``: SLURM's ``[D-]H[:M[:S]]`` forms or
+``UNLIMITED``; ``--workdir``: no control characters) and every interpolation is quoted with ``shlex.quote``.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 from launch.assign import Assignment, NodeAssignment
 from launch.cli import add_common_args, build_from_args, describe, split_script_args
 from launch.inventory import is_loopback
@@ -31,6 +35,20 @@ class SlurmOptions:
     workdir: str | None = None
     hetjob: bool = True
 
+    def __post_init__(self) -> None:
+        for flag, value, pattern in (("--job-name", self.job_name, _JOB_NAME), ("--partition", self.partition, _PART),
+                                     ("--account", self.account, _PART), ("--time", self.time_limit, _TIME),
+                                     ("output", self.output, _OUTPUT), ("--workdir", self.workdir, _PATH)):
+            if value is not None and (not isinstance(value, str) or not pattern.match(value)):
+                raise InputError(f"{flag} {quote(value)} is not allowed in a SLURM script "
+                                 f"(must match {pattern.pattern})")
+
+
+_JOB_NAME = re.compile(r"^[A-Za-z0-9._+-]{1,128}$")
+_PART = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_TIME = re.compile(r"^(?:(?:\d{1,5}-)?\d{1,5}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE|unlimited|infinite)$")
+_OUTPUT = re.compile(r"^[A-Za-z0-9._%/-]{1,255}$")
+_PATH = re.compile(r"^[^\x00-\x1f\x7f]{1,4096}$")
 
 def pools(assignment: Assignment) -> tuple[tuple[NodeAssignment, ...], ...]:
     """Used nodes grouped by (GPU type, zone, GPUs per node), in order of first node rank."""
@@ -42,23 +60,24 @@ def pools(assignment: Assignment) -> tuple[tuple[NodeAssignment, ...], ...]:
 
 
 def _job_directives(opts: SlurmOptions) -> list[str]:
-    lines = [f"#SBATCH --job-name={opts.job_name}", f"#SBATCH --output={opts.output}"]
+    q = shlex.quote
+    lines = [f"#SBATCH --job-name={q(opts.job_name)}", f"#SBATCH --output={q(opts.output)}"]
     if opts.time_limit:
-        lines.append(f"#SBATCH --time={opts.time_limit}")
+        lines.append(f"#SBATCH --time={q(opts.time_limit)}")
     if opts.account:
-        lines.append(f"#SBATCH --account={opts.account}")
+        lines.append(f"#SBATCH --account={q(opts.account)}")
     return lines
 
 
 def _component(nodes: Sequence[NodeAssignment], opts: SlurmOptions, gres: bool) -> list[str]:
-    hosts = ",".join(na.node.host for na in nodes)
+    hosts = shlex.quote(",".join(na.node.host for na in nodes))
     lines = [f"#SBATCH --nodes={len(nodes)}", f"#SBATCH --nodelist={hosts}", "#SBATCH --ntasks-per-node=1"]
     if gres:
-        lines.append(f"#SBATCH --gres=gpu:{nodes[0].node.gpus_per_node}")
+        lines.append(f"#SBATCH --gres=gpu:{int(nodes[0].node.gpus_per_node)}")
     else:
         lines.append("#SBATCH --exclusive")
     if opts.partition:
-        lines.append(f"#SBATCH --partition={opts.partition}")
+        lines.append(f"#SBATCH --partition={shlex.quote(opts.partition)}")
     return lines
 
 
@@ -94,7 +113,7 @@ def render_sbatch(assignment: Assignment, commands: Sequence[NodeCommand], opts:
         body.append(f"cd {shlex.quote(opts.workdir)}")
     body.append("pids=()")
     for cmd in commands:
-        body += [f"# node {cmd.node_rank}: {cmd.node_name}", srun_line(cmd, group_of.get(cmd.node_name)),
+        body += [f"# node {cmd.node_rank}: {shlex.quote(cmd.node_name)}", srun_line(cmd, group_of.get(cmd.node_name)),
                  'pids+=("$!")']
     body += ["status=0", 'for pid in "${pids[@]}"; do', '  wait "$pid" || status=$?', "done",
              'exit "$status"']
@@ -113,9 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="one allocation with --nodelist instead of a heterogeneous job")
     own_argv, script_args = split_script_args(argv)
     args = parser.parse_args(own_argv)
-    opts = SlurmOptions(job_name=args.job_name, partition=args.partition, account=args.account,
-                        time_limit=args.time_limit, workdir=args.workdir, hetjob=not args.single_allocation)
     try:
+        opts = SlurmOptions(job_name=args.job_name, partition=args.partition, account=args.account,
+                            time_limit=args.time_limit, workdir=args.workdir, hetjob=not args.single_allocation)
         assignment, commands = build_from_args(args, script_args)
         text = render_sbatch(assignment, commands, opts)
     except InputError as exc:

@@ -11,9 +11,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from launch.assign import Assignment, NodeAssignment
-from planner.rank_env import NODE_NAME_ENV, RANK_MAP_ENV, WORLD_SIZE_ENV, format_rank_map
+from planner.rank_env import NODE_NAME_ENV, RANK_MAP_ENV, TRAIN_MODULE, WORLD_SIZE_ENV, format_rank_map, train_entry
 
-DEFAULT_SCRIPT = "examples/gpt/pretrain_gpt.py"
+DEFAULT_ENTRY = f"--module {TRAIN_MODULE}"     # what runs when no --script is given (planner.rank_env)
 DEFAULT_PORT = 29500
 
 
@@ -22,7 +22,7 @@ class LaunchConfig:
     """What every node's command shares."""
 
     plan_path: str
-    script: str = DEFAULT_SCRIPT
+    script: str | None = None                  # None: the training module (planner.rank_env.TRAIN_MODULE)
     script_args: tuple[str, ...] = ()
     master_port: int = DEFAULT_PORT
     run_id: str = "sailor"
@@ -85,7 +85,7 @@ def node_argv(na: NodeAssignment, nnodes: int, endpoint: str, config: LaunchConf
             f"--nnodes={nnodes}", f"--nproc-per-node={na.nproc}", f"--node-rank={na.node_rank}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={config.run_id}",
             f"--max-restarts={config.max_restarts}",
-            config.script, "--sailor-plan", config.plan_path, *config.script_args)
+            *train_entry(config.script), "--sailor-plan", config.plan_path, *config.script_args)
 
 
 def rendezvous_endpoint(assignment: Assignment, config: LaunchConfig) -> str:

@@ -1,6 +1,7 @@
 """``sailor-plan``: choose GPUs, pipeline depth, layer split, TP, micro-batch size and DP for a model.
 
 Every returned plan is scored by :func:`planner.simulator.simulate` (the same cost model as ``sailor-sim``).
+The work is :func:`planner.api.plan`; this module parses flags, prints and writes files.
 """
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import argparse
 import json
 import sys
 
-from planner.baselines.spaces import PLANNERS, baseline_space
-from planner.cli_common import add_data_args, load_data, make_context, run_cli, to_jsonable
+from planner import api
+from planner.baselines.spaces import baseline_space
 from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
-from planner.errors import InputError
-from planner.search import Objective, build_plan, plan_search
-from planner.search.explain import diagnose_empty, unused_reasons
-from planner.simulator import Estimate, simulate
+from planner.errors import InputError, run_cli
+from planner.options import add_data_args, add_request_args, data_source, plan_request, to_jsonable
+from planner.options import objective as options_objective
+from planner.search import Objective
+from planner.search.explain import unused_reasons
+from planner.simulator import Estimate
+from planner.cli_sim import announce
+from planner.frontier import frontier_lines
 
 GB = 1e9
 
@@ -26,16 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpus", metavar="TYPE@ZONE=N[,...]", help="GPU pools, e.g. A100-40@us-central1-a=32")
     g.add_argument("--cluster", metavar="FILE", help="cluster YAML/JSON file (pools with gpus_per_node)")
     g.add_argument("--trace", metavar="CSV", help="Sailor availability trace: plan every row")
-    p.add_argument("--gbs", type=int, help="global batch size in sequences (default: the data folder's, else 1024)")
-    p.add_argument("--objective", default="throughput", choices=["throughput", "cost", "value"])
-    p.add_argument("--max-cost-per-iter", type=float, metavar="USD")
-    p.add_argument("--min-throughput", type=float, metavar="ITERS_PER_S")
-    p.add_argument("--max-gpus", type=int, metavar="N")
-    p.add_argument("--max-stages", type=int, metavar="S", help="largest pipeline depth to consider")
-    p.add_argument("--planner", default="ours", choices=sorted(PLANNERS),
-                   help="ours (default), grid (best homogeneous Megatron 3D grid) or sailor (Sailor's plan shape)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
+    add_request_args(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
     p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
@@ -55,39 +51,39 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
 
 
 def _progress(enabled: bool):
-    state = {"shown": False}
+    """A search progress callback: a transient rich progress bar on stderr once the search has run 1 s."""
+    state: dict = {"shown": False, "bar": None, "task": None}
 
     def cb(done: int, total: int, elapsed_s: float) -> None:
-        if enabled and elapsed_s > 1.0:
+        if not enabled or elapsed_s <= 1.0:
+            return
+        if state["bar"] is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            state["bar"] = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
+                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task("search", total=total)
             state["shown"] = True
-            sys.stderr.write(f"\rsearching: {done}/{total} tasks, {elapsed_s:.1f} s")
-            sys.stderr.flush()
+        state["bar"].update(state["task"], completed=done, total=total)
     return cb, state
 
 
-def plan_one(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, space) -> dict:
-    """Search one cluster; returns the report dict (plans built and simulated)."""
-    if cluster.nonempty().total_gpus == 0:
-        raise InputError(f"no GPUs: every pool of the cluster is empty ({cluster.describe() or 'no pools'})")
-    ctx.gpus_per_node.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
+def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
+    """:func:`planner.api.plan` for one cluster, with a progress line on a terminal; the report as the dict
+    :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
+    request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
     cb, state = _progress(sys.stderr.isatty() and not args.json)
-    res = plan_search(ctx, cluster, gbs, objective, space, top_k=max(1, args.top), progress=cb)
-    if state["shown"]:
-        sys.stderr.write("\n")
-    if not res.candidates:
-        raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
-    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision,
-                        tie_embeddings=ctx.model.tied_embeddings) for c in res.candidates]
-    ests = [simulate(p, ctx) for p in plans]
-    if not ests[0].fits_in_memory:
-        raise InputError("internal: the chosen plan does not fit in memory per the simulator")
-    out = {"plan": plans[0], "estimate": ests[0], "search_time_s": res.search_time_s,
-           "candidates_evaluated": res.candidates_evaluated, "candidate": res.candidates[0],
-           "others": list(zip(plans[1:], ests[1:])), "stats": res.stats}
-    if not args.no_comparator and args.planner != "grid":
-        comp = plan_search(ctx, cluster, gbs, objective, baseline_space("grid", space.precision)).best
-        out["comparator"] = None if comp is None else simulate(
-            build_plan(comp, ctx.model.num_layers, gbs, ctx.model.name, space.precision), ctx)
+    try:
+        rep = api.plan(request, ctx, progress=cb)
+    finally:
+        if state["bar"] is not None:
+            state["bar"].stop()
+    out = {"plan": rep.plan, "estimate": rep.estimate, "search_time_s": rep.search_time_s,
+           "candidates_evaluated": rep.candidates_evaluated, "candidate": rep.candidate,
+           "others": list(rep.alternatives), "stats": rep.stats}
+    if rep.comparator_ran:
+        out["comparator"] = rep.comparator
     return out
 
 
@@ -107,54 +103,70 @@ def report_json(rep: dict) -> dict:
     return out
 
 
+def _top_table(rep: dict):  # noqa: ANN202
+    """The K best plans (--top K), the chosen one first."""
+    from rich import box
+    from rich.table import Table
+    rows = [(rep["plan"], rep["estimate"]), *rep.get("others", [])]
+    t = Table(title=f"top {len(rows)} plans", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("#", "stages", "mbs", "pipelines", "GPUs", "it/s", "$/iter", "peak GB"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("GPU mix", overflow="fold")
+    for k, (plan, est) in enumerate(rows, 1):
+        mix: dict[str, int] = {}
+        for _, _, r in plan.replicas():
+            mix[r.gpu_type] = mix.get(r.gpu_type, 0) + r.tp
+        t.add_row(str(k), str(plan.num_stages), str(plan.micro_batch_size), str(len(plan.stages[0].replicas)),
+                  str(est.num_gpus), f"{est.throughput_iters_per_s:.4f}", f"{est.cost_per_iteration_usd:.4f}",
+                  f"{est.peak_memory_bytes / GB:.2f}", " + ".join(f"{n} {g}" for g, n in sorted(mix.items())))
+    return t
+
+
 def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     from rich.console import Console
-    from rich.table import Table
-    console = Console(width=max(Console().width, 140))
+    from planner.cli_sim import ESTIMATE_NOTE, stage_tables
+    console = Console()
     est, cand = rep["estimate"], rep["candidate"]
-    t = Table(title=f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
-                    f"{sum(p.pipelines for p in cand.pools)} pipelines")
-    for col in ("stage", "layers", "replicas (count x gpu x tp @ zone)", "busy s/mb", "sync s", "peak GB",
-                "capacity GB", "headroom GB"):
-        t.add_column(col, justify="left" if col.startswith("replicas") else "right")
-    reps = ", ".join(f"{p.pipelines}x {p.gpu_type} x{p.tp} @{p.zone}" for p in cand.pools)
-    for st in est.stages:
-        t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}", reps, f"{st.busy_s:.4f}",
-                  f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
-                  f"{st.memory_capacity_bytes / GB:.2f}",
-                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}")
-    console.print(t)
+    title = (f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
+             f"{sum(p.pipelines for p in cand.pools)} pipelines")
+    for table in stage_tables(est, title):
+        console.print(table)
     parts, j = [], 0
     for pu in cand.pools:
         counts = cand.microbatches[j:j + pu.pipelines]
         j += pu.pipelines
         rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
         parts.append(f"{pu.gpu_type}@{pu.zone}: {rng}")
-    console.print("micro-batches per pipeline: " + ", ".join(parts))
+    console.print("micro-batches per pipeline: " + ", ".join(parts), markup=False)
+    if rep.get("others"):
+        console.print(_top_table(rep))
+    if est.estimated_profiles:
+        console.print(ESTIMATE_NOTE, markup=False)
     console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
                   f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
                   f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
-                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s"
-                  + (" [some profiles are analytic ESTIMATES]" if est.estimated_profiles else ""))
+                  f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s; MFU {est.mfu:.1%}"
+                  + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
     for line in unused_reasons(cluster, cand, objective):
-        console.print(f"  {line}")
+        console.print(f"  {line}", markup=False)
     comp = rep.get("comparator")
     if comp is not None:
         gain = est.throughput_iters_per_s / comp.throughput_iters_per_s - 1
-        console.print(f"comparator (best homogeneous Megatron grid, same simulator): "
+        console.print(f"comparator (best homogeneous Megatron grid meeting the objective, same simulator): "
                       f"{comp.throughput_iters_per_s:.4f} it/s, ${comp.cost_per_iteration_usd:.4f}/iter "
                       f"on {comp.num_gpus} GPUs -> ours {gain:+.1%} it/s, "
-                      f"{est.cost_per_iteration_usd / comp.cost_per_iteration_usd - 1:+.1%} $/iter")
+                      f"{est.cost_per_iteration_usd / comp.cost_per_iteration_usd - 1:+.1%} $/iter", markup=False)
     elif "comparator" in rep:
-        console.print("comparator (grid): no homogeneous grid plan is feasible")
+        console.print("comparator (grid): no homogeneous grid plan meets the objective and its constraints "
+                      "(a frontier picture still shows the best grid plan without the constraints)", markup=False)
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
 
 
-def _trace(args, ctx, clusters, gbs, objective, space) -> int:
+def _trace(args, ctx, clusters, gbs) -> int:
     steps = []
     for i, cl in enumerate(clusters):
         try:
-            rep = plan_one(args, ctx, cl, gbs, objective, space)
+            rep = plan_one(args, ctx, cl, gbs)
         except InputError as exc:
             steps.append({"step": i, "cluster": cl.describe(), "error": str(exc)})
             continue
@@ -176,7 +188,7 @@ def _trace(args, ctx, clusters, gbs, objective, space) -> int:
         t.add_row(str(s["step"]), s["cluster"], str(len(s["plan"]["stages"])), str(s["plan"]["micro_batch_size"]),
                   str(e["num_gpus"]), f"{e['throughput_iters_per_s']:.4f}", f"{e['cost_per_iteration_usd']:.4f}",
                   "-" if not c else f"{c['throughput_iters_per_s']:.4f}", f"{s['search_time_s']:.2f}")
-    Console(width=160).print(t)
+    Console().print(t)
     return 0
 
 
@@ -190,28 +202,37 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
     if args.frontier_json:
         from pathlib import Path
         atomic_write_text(Path(args.frontier_json), json.dumps(fr.to_dict()) + "\n")
+        announce(f"wrote the frontier as JSON: {args.frontier_json}", args.json)
     if args.frontier:
         from planner.frontier_plot import draw_frontier
         draw_frontier(fr, args.frontier, f"{ctx.model.name} on {cluster.describe()}")
+        announce(f"wrote the frontier picture: {args.frontier}", args.json)
+    for line in frontier_lines(fr):
+        announce(line, args.json)
 
 
 def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
-    bundle = load_data(args, args.precision)
-    ctx = make_context(bundle, args.runtime)
-    gbs = args.gbs or bundle.default_gbs or 1024
-    if gbs < 1:
-        raise InputError(f"--gbs must be >= 1, got {gbs}")
-    objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
-    space = baseline_space(args.planner, args.precision, args.max_stages)
+    for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    from planner.plan import check_output_path
+    for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
+        if path:
+            check_output_path(path, flag)
+    bundle = api.load_data(data_source(args), args.precision)
+    ctx = api.make_context(bundle, args.runtime)
+    gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
+    objective = options_objective(args)
+    space = baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute)
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
-        return _trace(args, ctx, clusters, gbs, objective, space)
-    rep = plan_one(args, ctx, clusters[0], gbs, objective, space)
+        return _trace(args, ctx, clusters, gbs)
+    rep = plan_one(args, ctx, clusters[0], gbs)
     if args.frontier or args.frontier_json:
-        _frontier(args, ctx, clusters[0], gbs, objective, space)
+        _frontier(args, api.context_for(ctx, clusters[0]), clusters[0], gbs, objective, space)
     if args.output:
         rep["plan"].save(args.output)
     if args.json:
@@ -219,8 +240,8 @@ def main_args(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         render(rep, clusters[0], objective)
-        if args.output:
-            print(f"plan written to {args.output}")
+    if args.output:
+        announce(f"plan written to {args.output}", args.json)
     return 0
 
 

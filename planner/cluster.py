@@ -13,14 +13,15 @@ Accepted forms:
 from __future__ import annotations
 
 import csv
-import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.plan import read_text, region_of
+from planner.schema.base import MAX_GPUS
 
 
 @dataclass(frozen=True)
@@ -91,43 +92,40 @@ def parse_gpus(text: str, catalog: GPUCatalog) -> ClusterSpec:
     for item in filter(None, (x.strip() for x in text.split(","))):
         head, eq, num = item.partition("=")
         gpu_type, _, zone = head.partition("@")
-        try:
-            count = int(num)
-        except ValueError:
-            count = -1
+        count = int(num.strip()) if re.fullmatch(r"\s*[0-9]{1,30}\s*", num) else -1
         if not eq or not gpu_type or count < 0:
-            raise InputError(f"--gpus: cannot parse '{item}': expected TYPE@ZONE=N, e.g. A100-40@us-central1-a=32")
+            raise InputError(f"--gpus: cannot parse {quote(item)}: expected TYPE@ZONE=N, e.g. A100-40@us-central1-a=32")
+        if count > MAX_GPUS:
+            raise InputError(f"--gpus: {quote(item)} asks for {count} GPUs; at most {MAX_GPUS} per pool")
         catalog.get(gpu_type)
         pools.append(_pool(gpu_type, zone or "local", count, None, catalog))
     if not pools:
         raise InputError("--gpus: no GPUs given")
+    if sum(p.count for p in pools) > MAX_GPUS:
+        raise InputError(f"--gpus: {sum(p.count for p in pools)} GPUs in all; at most {MAX_GPUS}")
     return ClusterSpec(tuple(pools))
 
 
 def cluster_from_dict(data: Any, catalog: GPUCatalog) -> ClusterSpec:
+    from planner.schema.base import validate
+    from planner.schema.files import ClusterFile
+    if isinstance(data, Mapping) and isinstance(data.get("pools"), list):
+        validate(ClusterFile, data)
     if not isinstance(data, Mapping) or not isinstance(data.get("pools"), list):
         raise InputError("a cluster file needs a list 'pools' of {gpu_type, zone, count[, gpus_per_node]}")
     pools = []
     for i, p in enumerate(data["pools"]):
         if not isinstance(p, Mapping) or set(p) - {"gpu_type", "zone", "count", "gpus_per_node"} or \
                 not {"gpu_type", "zone", "count"} <= set(p):
-            raise InputError(f"pools[{i}] must have gpu_type, zone, count and optionally gpus_per_node, got {p!r}")
+            raise InputError(f"pools[{i}] must have gpu_type, zone, count and optionally gpus_per_node, got {quote(p)}")
         catalog.get(p["gpu_type"])
         pools.append(_pool(p["gpu_type"], str(p["zone"]), p["count"], p.get("gpus_per_node"), catalog))
     return ClusterSpec(tuple(pools))
 
 
 def load_cluster(path: str | Path, catalog: GPUCatalog) -> ClusterSpec:
-    text = read_text(path)
-    try:
-        if str(path).endswith((".yaml", ".yml")):
-            import yaml
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError / JSONDecodeError
-        raise InputError(f"cannot parse cluster file ({exc.__class__.__name__}: {str(exc).splitlines()[0]})",
-                         source=str(path)) from None
+    from planner.schema.base import parse_by_suffix
+    data = parse_by_suffix(read_text(path), str(path))
     try:
         return cluster_from_dict(data, catalog)
     except InputError as exc:
@@ -146,10 +144,12 @@ def load_trace_csv(path: str | Path, catalog: GPUCatalog) -> list[ClusterSpec]:
         pools = []
         for c in cols:
             gpu_type, _, zone = c.partition("_")
-            try:
-                count = int(float(row[c]))
-            except (TypeError, ValueError):
-                raise InputError(f"row {n}, column '{c}': not a number: {row[c]!r}", source=str(path)) from None
+            cell = (row[c] or "").strip() if isinstance(row[c], str) else row[c]
+            if not isinstance(cell, str) or not re.fullmatch(r"[0-9]{1,7}(\.0*)?", cell) or \
+                    int(float(cell)) > MAX_GPUS:
+                raise InputError(f"row {n}, column {quote(c)}: must be a whole number of GPUs in [0, {MAX_GPUS}], "
+                                 f"got {quote(cell)}", source=str(path)) from None
+            count = int(float(cell))
             try:
                 pools.append(_pool(gpu_type, zone, count, None, catalog))
             except InputError as exc:

@@ -1,13 +1,16 @@
 """One exception type for every user-facing input problem.
 
 CLIs catch :class:`InputError` and print ``error: <message>`` on one line with exit status 2, so every
-message must name the file (when there is one), the field and the offending value.
+message must name the file (when there is one), the field and the offending value; :func:`run_cli` is that
+one wrapper, shared by every command-line entry (planner, profiler).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import logging
+import sys
+from typing import Any, Callable, Mapping
 
-QUOTE_CHARS = 200          # longest value quoted in any error message
+QUOTE_CHARS = 120          # longest value quoted in any error message (keeps a line under 300)
 MESSAGE_CHARS = 1000       # backstop: longest error message at all
 
 
@@ -55,3 +58,27 @@ def check_keys(data: Any, allowed: set[str], required: set[str], where: str) -> 
     missing = sorted(required - set(data))
     if missing:
         raise InputError(f"{where} is missing required key(s) {missing}")
+
+
+class InternalError(RuntimeError):
+    """A planner bug detected at run time (e.g. the search's evaluator disagrees with the simulator).
+
+    CLIs print ``internal error: <message>`` on one line and exit with status 3."""
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run ``main``; turn :class:`InputError` into one ``error:`` line and exit status 2."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return main(argv)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except InternalError as exc:
+        print(f"internal error: {exc}", file=sys.stderr)
+        return 3
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

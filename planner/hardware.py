@@ -9,12 +9,12 @@ where it gives them). Users extend or override them with a JSON file::
 """
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 
 GIB = 1024 ** 3
 
@@ -42,10 +42,11 @@ class GPUType:
             if f.name in ("name", "supports_bf16"):
                 continue
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0 or (
                     value == 0 and f.name != "usd_per_hour"):
                 raise InputError(f"GPU type '{self.name}': field '{f.name}' must be a positive number, "
-                                 f"got {value!r}")
+                                 f"got {quote(value)}")
 
     def flops_for(self, precision: str) -> float:
         return self.peak_fp32_flops if precision == "fp32" else self.peak_flops
@@ -125,10 +126,14 @@ class GPUCatalog:
         if path is None:
             return cat
         from planner.plan import read_text
-        try:
-            data = json.loads(read_text(path))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", source=str(path)) from None
+        from planner.schema.base import parse_json, validate
+        from planner.schema.files import CatalogFile
+        data = parse_json(read_text(path), str(path))
         if not isinstance(data, dict):
             raise InputError("a GPU catalog must be a JSON object {name: {...}}", source=str(path))
+        for name, spec in data.items():
+            try:
+                validate(CatalogFile, {name: spec})
+            except InputError as exc:
+                raise InputError(f"GPU type {quote(name)}: {str(exc).partition(': ')[2]}", source=str(path)) from None
         return cat.with_entries(data, source=str(path))

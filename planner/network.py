@@ -1,16 +1,22 @@
 """Network model: time to move a message between two GPUs, and egress prices between zones.
 
 A :class:`Link` is ``latency_s + bytes / bandwidth(bytes)``. The bandwidth is either constant or a Sailor-style
-fit ``GB/s = a*u^2 + b*u + c`` with ``u = log2(bytes / 1e6)``; the fit is clamped to
-``[min_bw_bytes_per_s, max_bw_bytes_per_s]`` so it is never negative and never above the measured peak, and
-below the size where the fit peaks-from-the-left the bandwidth is not allowed to *rise* for smaller
-messages (the fit's behaviour at tiny sizes is extrapolation). Time is therefore positive and
-non-decreasing in the message size.
+fit ``GB/s = a*u^2 + b*u + c`` with ``u = log2(bytes / 1e6)`` (1 GB = 1e9 B), capped at the stored peak
+``max_bw_bytes_per_s`` (the highest bandwidth measured, B/s) and held at its vertex beyond the vertex of a
+concave fit. A fit that is negative, zero or non-finite at a size the simulator asks for is refused
+(:class:`InputError` naming the link and the size), never clamped silently. See docs/SIMULATOR.md,
+"Network fits".
 
-Link classes, from fast to slow: intra-node (from the GPU catalog), inter-node in one zone, across zones of
-one region, across regions. Defaults are conservative public-cloud figures; a network file overrides them
-per link class and per (zone, gpu type) pair. Sailor's ``multizone_bandwidths_het.json`` is imported by
-:mod:`planner.sailor_data`.
+Link classes: intra-node (Sailor's per-type fit by node size, else the GPU catalog), inter-node in one zone
+(same or different GPU types), across zones of one region, across regions. Two kinds of link:
+
+- *per GPU pair* (``shared=False``; class links from defaults or a network file, e.g. one NIC per GPU):
+  concurrent transfers between two nodes each get the full bandwidth;
+- *per node pair* (``shared=True``; Sailor's fits, keyed by both nodes' sizes): one NIC per node, so k
+  concurrent transfers between the two nodes share it (each sees 1/k).
+
+With fitted (zone, type, node size) entries loaded, a pair the file lacks is an error naming the missing
+(zone, type, node size) endpoints; the reverse direction is used when only it is present.
 """
 from __future__ import annotations
 
@@ -26,35 +32,66 @@ from planner.plan import region_of
 
 @dataclass(frozen=True)
 class Link:
-    """A point-to-point link between one pair of GPUs."""
+    """A link between two GPUs: per GPU pair, or per node pair (``shared``: concurrent transfers share it)."""
 
     max_bw_bytes_per_s: float
     latency_s: float = 0.0
     fit_gb_per_s: tuple[float, float, float] | None = None  # a, b, c of the log2-size quadratic
     min_bw_bytes_per_s: float | None = None
+    shared: bool = False          # True: the bandwidth of a node pair, shared by concurrent transfers
+    label: str = ""               # names the link in errors, e.g. "us-central1-a/A100-40/4 -> ..."
 
     def __post_init__(self) -> None:
-        if not self.max_bw_bytes_per_s > 0 or self.latency_s < 0:
-            raise InputError(f"link bandwidth must be > 0 and latency >= 0, got "
-                             f"{self.max_bw_bytes_per_s!r} B/s, {self.latency_s!r} s")
+        if not (math.isfinite(self.max_bw_bytes_per_s) and self.max_bw_bytes_per_s > 0) or \
+                not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise InputError(f"link {self.label or ''} bandwidth must be > 0 and latency >= 0, got "
+                             f"{self.max_bw_bytes_per_s!r} B/s, {self.latency_s!r} s".replace("link  ", "link "))
+        if self.fit_gb_per_s is not None and (len(self.fit_gb_per_s) != 3 or
+                                              not all(math.isfinite(x) for x in self.fit_gb_per_s)):
+            raise InputError(f"link {self.label}: fit coefficients must be 3 finite numbers, "
+                             f"got {self.fit_gb_per_s!r}")
 
-    def bandwidth_bytes_per_s(self, nbytes: float) -> float:
-        """The fitted bandwidth at this size, clamped; a concave fit is held at its peak beyond the vertex."""
-        hi = self.max_bw_bytes_per_s
-        lo = self.min_bw_bytes_per_s if self.min_bw_bytes_per_s is not None else hi * 0.01
+    def fit_value_gb_per_s(self, nbytes: float) -> float:
+        """The raw fit at this size (held at the vertex of a concave fit), before the peak cap."""
         if self.fit_gb_per_s is None:
-            return hi
+            return self.max_bw_bytes_per_s / 1e9
         a, b, c = self.fit_gb_per_s
         u = math.log2(max(nbytes, 1.0) / 1e6)
         if a < 0:
             u = min(u, -b / (2 * a))
-        return min(hi, max(lo, (a * u * u + b * u + c) * 1e9))
+        return a * u * u + b * u + c
+
+    def check_size(self, nbytes: float) -> None:
+        """Refuse a fit that is not a positive finite bandwidth at a size the model uses, or a size below the
+        fit's valid range (where its time would fall as the message grows)."""
+        v = self.fit_value_gb_per_s(nbytes)
+        name = self.label or str(self.fit_gb_per_s)
+        if not (math.isfinite(v) and v > 0):
+            raise InputError(f"network fit {name}: bandwidth {v!r} GB/s at a {nbytes:.0f}-byte message (must be "
+                             f"> 0); the fit is not valid at the sizes this plan sends")
+        if self.fit_gb_per_s is not None:
+            start = _valid_from(self.fit_gb_per_s, self.max_bw_bytes_per_s, self.min_bw_bytes_per_s)
+            if nbytes < 2.0 ** (start / 4):
+                raise InputError(f"network fit {name}: a {nbytes:.0f}-byte message is below the fit's valid range "
+                                 f"(>= {2.0 ** (start / 4):.0f} bytes; smaller sizes would transfer faster "
+                                 f"than larger ones)")
+
+    def bandwidth_bytes_per_s(self, nbytes: float) -> float:
+        """The fitted bandwidth at this size, capped at the peak (a 1%-of-peak floor guards tiny sizes)."""
+        hi = self.max_bw_bytes_per_s
+        lo = self.min_bw_bytes_per_s if self.min_bw_bytes_per_s is not None else hi * 0.01
+        if self.fit_gb_per_s is None:
+            return hi
+        return min(hi, max(lo, self.fit_value_gb_per_s(nbytes) * 1e9))
 
     def _raw_transfer_s(self, nbytes: float) -> float:
         return nbytes / self.bandwidth_bytes_per_s(nbytes)
 
     def time_s(self, nbytes: float) -> float:
-        """``latency + bytes / bandwidth``, made non-decreasing in ``nbytes`` (running max over sizes)."""
+        """``latency + bytes / bandwidth``, made non-decreasing in ``nbytes`` (running max over sizes).
+
+        Total at every size (the search's vectorised mirror relies on that); :meth:`checked_time_s` is the
+        one the simulator uses at the sizes a plan sends."""
         if nbytes <= 0:
             return 0.0
         raw = self._raw_transfer_s(nbytes)
@@ -64,17 +101,27 @@ class Link:
         i = min(len(grid) - 1, max(0, int(math.floor(math.log2(max(nbytes, 1.0)) * 4))))
         return self.latency_s + max(raw, grid[i])
 
+    def checked_time_s(self, nbytes: float) -> float:
+        """:meth:`time_s`, refusing a fit that is not positive and finite at ``nbytes``."""
+        if nbytes > 0:
+            self.check_size(nbytes)
+        return self.time_s(nbytes)
+
     def scaled(self, factor: float) -> "Link":
         """The same link with ``factor`` x the bandwidth (e.g. 1/k when k transfers share it)."""
         fit = None if self.fit_gb_per_s is None else tuple(x * factor for x in self.fit_gb_per_s)
         lo = None if self.min_bw_bytes_per_s is None else self.min_bw_bytes_per_s * factor
-        return Link(self.max_bw_bytes_per_s * factor, self.latency_s, fit, lo)  # type: ignore[arg-type]
+        return Link(self.max_bw_bytes_per_s * factor, self.latency_s, fit, lo,  # type: ignore[arg-type]
+                    self.shared, self.label)
 
 
 @dataclass(frozen=True)
 class Endpoint:
+    """One side of a link: GPU type, zone and the GPUs per node of its node (0: the catalog's node size)."""
+
     gpu_type: str
     zone: str
+    node_gpus: int = 0
 
 
 # Defaults per link class (per GPU pair): bandwidth B/s, latency s.
@@ -84,6 +131,8 @@ DEFAULT_CLASS_LINKS: dict[str, Link] = {
     "cross_region": Link(1.25e9, 20e-3),
 }
 
+PairKey = tuple[str, str, int, str, str, int]   # (src zone, src gpu, src node size, dst zone, dst gpu, dst size)
+
 
 @dataclass
 class NetworkModel:
@@ -91,11 +140,14 @@ class NetworkModel:
 
     catalog: GPUCatalog
     class_links: dict[str, Link] = field(default_factory=lambda: dict(DEFAULT_CLASS_LINKS))
-    # (src_zone, src_gpu, dst_zone, dst_gpu) -> aggregate-link table {concurrent pairs: Link}
-    pair_links: dict[tuple[str, str, str, str], dict[int, Link]] = field(default_factory=dict)
+    # fitted node-pair links (Sailor's multizone file), keyed by both endpoints' (zone, type, node size)
+    pair_links: dict[PairKey, Link] = field(default_factory=dict)
     egress_usd_per_gb: dict[tuple[str, str], float] = field(default_factory=dict)
     default_egress_usd_per_gb: tuple[float, float] = (0.01, 0.02)  # (same region, other region)
     name: str = "default"
+    # fitted intra-node links (Sailor's intra_node file): (gpu type, GPUs in the group) -> Link
+    intra_links: dict[tuple[str, int], Link] = field(default_factory=dict)
+    source: str | None = None     # the file the fitted pair links came from (named in errors)
 
     def link_class(self, a: Endpoint, b: Endpoint, same_node: bool = False) -> str:
         if same_node:
@@ -106,21 +158,38 @@ class NetworkModel:
             return "cross_zone"
         return "cross_region"
 
+    def node_gpus(self, e: Endpoint) -> int:
+        return e.node_gpus or self.catalog.get(e.gpu_type).gpus_per_node
+
+    def intra_link(self, gpu_type: str, group_gpus: int) -> Link:
+        """The link inside one node for a group of ``group_gpus`` GPUs (Sailor's fit if loaded)."""
+        fitted = self.intra_links.get((gpu_type, max(2, group_gpus)))
+        if fitted is not None:
+            return fitted
+        g = self.catalog.get(gpu_type)
+        return Link(g.intra_node_bw_bytes_per_s, g.intra_node_latency_s)
+
+    def fitted_pair(self, a: Endpoint, b: Endpoint) -> Link:
+        """Sailor's node-pair link a -> b (the reverse entry if only it exists); names a missing pair."""
+        na, nb = self.node_gpus(a), self.node_gpus(b)
+        link = self.pair_links.get((a.zone, a.gpu_type, na, b.zone, b.gpu_type, nb))
+        if link is None:
+            link = self.pair_links.get((b.zone, b.gpu_type, nb, a.zone, a.gpu_type, na))
+        if link is None:
+            raise InputError(f"network '{self.name}' has no link between (zone {a.zone}, {a.gpu_type}, "
+                             f"{na} GPUs/node) and (zone {b.zone}, {b.gpu_type}, {nb} GPUs/node)",
+                             source=self.source)
+        return link
+
     def link(self, a: Endpoint, b: Endpoint, *, same_node: bool = False, concurrent: int = 1) -> Link:
-        """The link one of ``concurrent`` simultaneous GPU pairs sees between two nodes."""
+        """The link one of ``concurrent`` simultaneous transfers sees between the two endpoints' nodes."""
         if same_node:
-            g = self.catalog.get(a.gpu_type)
-            return Link(g.intra_node_bw_bytes_per_s, g.intra_node_latency_s)
-        table = self.pair_links.get((a.zone, a.gpu_type, b.zone, b.gpu_type))
-        if table is None:
-            table = self.pair_links.get((b.zone, b.gpu_type, a.zone, a.gpu_type))
-        if table:
-            # Sailor's tables give the aggregate bandwidth of k concurrent pairs between two nodes.
-            keys = sorted(table)
-            k = min((x for x in keys if x >= concurrent), default=keys[-1])
-            return table[k].scaled(1.0 / max(1, concurrent))
-        base = self.class_links[self.link_class(a, b)]
-        return base
+            return self.intra_link(a.gpu_type, self.node_gpus(a))
+        if self.pair_links:
+            base = self.fitted_pair(a, b)
+        else:
+            base = self.class_links[self.link_class(a, b)]
+        return base.scaled(1.0 / concurrent) if base.shared and concurrent > 1 else base
 
     def egress_usd_per_byte(self, src_zone: str, dst_zone: str) -> float:
         if src_zone == dst_zone:
@@ -138,15 +207,38 @@ class NetworkModel:
         links = dict(self.class_links)
         links.update(overrides)
         return NetworkModel(self.catalog, links, dict(self.pair_links), dict(self.egress_usd_per_gb),
-                            self.default_egress_usd_per_gb, self.name)
+                            self.default_egress_usd_per_gb, self.name, dict(self.intra_links), self.source)
+
+
+_GRID = 161   # sizes 2**(i/4) bytes, i = 0..160 (1 B to 1 TB)
+
+
+@lru_cache(maxsize=1024)
+def _valid_from(fit: tuple[float, float, float], hi: float, lo: float | None) -> int:
+    """Grid index from which a fit is valid: inside the last run of sizes where it is positive, the size of
+    least transfer time (below it the fitted time would *fall* as messages grow: the fit's extrapolation)."""
+    link = Link(hi, 0.0, fit, lo)
+    j = _GRID - 1
+    while j >= 0 and link.fit_value_gb_per_s(2.0 ** (j / 4)) > 0:
+        j -= 1
+    run = range(j + 1, _GRID)
+    if not run:
+        return _GRID
+    return min(run, key=lambda i: link._raw_transfer_s(2.0 ** (i / 4)))
 
 
 @lru_cache(maxsize=256)
 def _envelope(fit: tuple[float, float, float], hi: float, lo: float | None) -> tuple[float, ...]:
-    """Running max of the raw transfer time on a grid of sizes 2**(i/4) bytes, i = 0..160 (1 B to 1 TB)."""
+    """Transfer time on the size grid; from the fit's valid start on, its running max (never faster for
+    more bytes). Below the valid start the raw (floored) time, with nothing carried into the valid range."""
     link = Link(hi, 0.0, fit, lo)
+    start = _valid_from(fit, hi, lo)
     out, best = [], 0.0
-    for i in range(161):
-        best = max(best, link._raw_transfer_s(2.0 ** (i / 4)))
+    for i in range(_GRID):
+        raw = link._raw_transfer_s(2.0 ** (i / 4))
+        if i < start:
+            out.append(raw)
+            continue
+        best = max(best, raw)
         out.append(best)
     return tuple(out)

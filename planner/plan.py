@@ -276,6 +276,9 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        from planner.schema.base import validate
+        from planner.schema.files import PlanFile
+        validate(PlanFile, data)
         check_keys(data, _PLAN_KEYS, {"schema_version", "num_layers", "stages", "micro_batch_size",
                                        "global_batch_size"}, "plan")
         stages_raw = data["stages"]
@@ -292,11 +295,8 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str, source: str | None = None) -> "Plan":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                             source=source) from None
+        from planner.schema.base import parse_json
+        data = parse_json(text, source)
         try:
             return cls.from_dict(data)
         except InputError as exc:
@@ -354,8 +354,25 @@ def read_text(path: str | Path) -> str:
         raise InputError(f"cannot read ({exc})", source=str(path)) from None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never a half-written file)."""
+def check_output_path(path: str | Path, flag: str = "-o") -> Path:
+    """``path`` if a file can be written there: its folder exists and it is not itself a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{flag} {p}: is a folder, expected a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{flag} {p}: folder {parent} does not exist")
+    return p
+
+
+def atomic_write_text(path: Path, text: str, flag: str = "-o") -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never a half-written file, and no
+    temporary file left behind when the write fails)."""
+    check_output_path(path, flag)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{flag} {path}: cannot write ({type(exc).__name__}: {exc.strerror or exc})") from None

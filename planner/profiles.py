@@ -214,12 +214,13 @@ def _entry_to_costs(e: Any, gpu_type: str, i: int, source: str) -> LayerCosts:
 
 def parse_profile_file(path: str | Path, model: ModelSpec | None = None) -> list[LayerCosts]:
     """Read one profile file in our format. Errors name the file and the field."""
+    from planner.schema.base import parse_json, validate
+    from planner.schema.files import ProfileFile
     src = str(path)
+    data = parse_json(read_text(path), src)
     try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno})", source=src) from None
-    try:
+        if isinstance(data, Mapping) and data.get("format") == PROFILE_FORMAT:
+            validate(ProfileFile, data)
         if not isinstance(data, Mapping) or data.get("format") != PROFILE_FORMAT:
             raise InputError(f"field 'format' must be '{PROFILE_FORMAT}', got "
                              f"{data.get('format') if isinstance(data, Mapping) else data!r}")

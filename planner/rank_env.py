@@ -1,4 +1,8 @@
-"""The rank-map environment codec: how the launcher tells each worker its plan rank (torch-free contract).
+"""The launch contract (torch-free): how the launcher starts each worker and tells it its plan rank.
+
+Entry: every launcher (``python -m launch``, ``launch.slurm``, ``sailor-elastic``) starts the training job as
+``torchrun ... --module megatron_sailor.train --sailor-plan PLAN ARGS`` (:data:`TRAIN_MODULE`,
+:func:`train_entry`); ``examples/gpt/pretrain_gpt.py`` is the same job as a script, for people.
 
 torchrun does not give us the plan's rank order (:mod:`planner.layout`): with the c10d rendezvous the
 node (group) ranks follow the sorted node descriptors, not ``--node-rank``, and a node's workers get a
@@ -14,6 +18,12 @@ from typing import Mapping
 RANK_MAP_ENV = "SAILOR_RANK_MAP"
 NODE_NAME_ENV = "SAILOR_NODE_NAME"
 WORLD_SIZE_ENV = "SAILOR_WORLD_SIZE"
+TRAIN_MODULE = "megatron_sailor.train"
+
+
+def train_entry(script: str | None = None) -> tuple[str, ...]:
+    """torchrun's words that name the worker program: ``--module megatron_sailor.train``, or ``script``."""
+    return ("--module", TRAIN_MODULE) if script is None else (script,)
 
 
 def format_rank_map(plan_ranks: tuple[int, ...]) -> str:

@@ -7,17 +7,20 @@ Files read (relative to the folder):
   layer id per (mbs, tp). ``update_s`` is one optimizer step of the profiled model (embedding + 2 layers +
   head), so we convert it to seconds per parameter of that model;
 - ``sailor/Planner/simulations/configs/training_config_*.json``: shape of the model, global batch;
-- ``sailor/providers/multizone_bandwidths_het.json``: bandwidth fits per zone pair, GPU types and
-  concurrent pairs; ``sailor/providers/gcp/communication_cost.json``: egress $/GB.
+- ``sailor/providers/multizone_bandwidths_het.json``: bandwidth fits per node pair, keyed by both nodes'
+  (zone, GPU type, GPUs per node) (docs/SIMULATOR.md, "Network fits");
+  ``sailor/providers/intra_node_bandwidths.json``: per GPU type and GPUs in the group, inside one node;
+  ``sailor/providers/gcp/communication_cost.json``: egress $/GB.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, get_model, with_overrides
 from planner.network import Link, NetworkModel
@@ -28,10 +31,8 @@ SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": Non
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno})", source=str(path)) from None
+    from planner.schema.base import parse_json
+    return parse_json(read_text(path), str(path))
 
 
 @dataclass
@@ -120,17 +121,63 @@ def _layer_costs(gpu: str, mbs: int, tp: int, table: dict, info: dict | None, n_
                       source=src, **kw)
 
 
+def _fit_entry(v: Any, where: str, src: str) -> tuple[tuple[float, float, float], float]:
+    """``[[a, b, c], peak_bytes_per_s]`` -> (fit, peak); anything else is refused, naming the entry."""
+    try:
+        (a, b, c), peak = v
+        fit = (float(a), float(b), float(c))
+        peak = float(peak)
+    except (TypeError, ValueError):
+        raise InputError(f"{where} must be [[a, b, c], peak_bytes_per_s], got {v!r}", source=src) from None
+    if not all(math.isfinite(x) for x in fit) or not (math.isfinite(peak) and peak > 0):
+        raise InputError(f"{where} must hold finite numbers and a peak > 0, got {v!r}", source=src)
+    return fit, peak
+
+
+def _size(key: str, where: str, src: str) -> int:
+    try:
+        n = int(key)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"{where}: GPUs per node must be a positive integer, got {key!r}", source=src)
+    return n
+
+
+def _pair_links(data: dict, src: str) -> dict:
+    """``{sz: {sg: {sn: {dz: {dg: {dn: [[a,b,c], peak]}}}}}}`` -> {(sz, sg, sn, dz, dg, dn): Link}.
+
+    ``sn`` / ``dn`` are the GPUs per node of the sending / receiving node; the fit is that node pair's
+    bandwidth (one NIC per node: shared by every transfer between the two nodes)."""
+    out = {}
+    for sz, by_gpu in data.items():
+        for sg, by_n in by_gpu.items():
+            for sn, by_dz in by_n.items():
+                for dz, by_dg in by_dz.items():
+                    for dg, table in by_dg.items():
+                        for dn, v in table.items():
+                            where = f"{sz}.{sg}.{sn}.{dz}.{dg}.{dn}"
+                            fit, peak = _fit_entry(v, where, src)
+                            key = (sz, sg, _size(sn, where, src), dz, dg, _size(dn, where, src))
+                            label = f"{sz}/{sg}/{key[2]} -> {dz}/{dg}/{key[5]} ({Path(src).name})"
+                            out[key] = Link(peak, 0.0, fit, shared=True, label=label)
+    return out
+
+
 def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
     net = NetworkModel(catalog, name="sailor")
     bw_path = root / "providers" / "multizone_bandwidths_het.json"
     if bw_path.is_file():
-        for sz, by_gpu in _json(bw_path).items():
-            for sg, by_n in by_gpu.items():
-                for _, by_dz in by_n.items():
-                    for dz, by_dg in by_dz.items():
-                        for dg, table in by_dg.items():
-                            links = {int(k): Link(float(v[1]), 0.0, tuple(v[0])) for k, v in table.items()}
-                            net.pair_links[(sz, sg, dz, dg)] = links
+        net.pair_links.update(_pair_links(_json(bw_path), str(bw_path)))
+        net.source = str(bw_path)
+    intra_path = root / "providers" / "intra_node_bandwidths.json"
+    if intra_path.is_file():
+        for gpu, by_n in _json(intra_path).items():
+            for n, v in by_n.items():
+                where = f"{gpu}.{n}"
+                fit, peak = _fit_entry(v, where, str(intra_path))
+                net.intra_links[(gpu, _size(n, where, str(intra_path)))] = Link(
+                    peak, 0.0, fit, label=f"{gpu} inside a node, {n} GPUs ({intra_path.name})")
     cost_path = root / "providers" / "gcp" / "communication_cost.json"
     if cost_path.is_file():
         for sz, row in _json(cost_path).items():
@@ -139,8 +186,28 @@ def _network(root: Path, catalog: GPUCatalog) -> NetworkModel:
     return net
 
 
+CALIBRATED = "calibrated"
+
+
 def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None = None,
-                     precision: str = "fp32") -> SailorData:
+                     precision: str = "fp32", smooth_window: float | None | str = CALIBRATED) -> SailorData:
+    """Everything for ``model_name``; a file of the wrong shape is one InputError naming the folder.
+    ``smooth_window``: profile smoothing across micro-batch sizes (None: off; default: the window chosen by the
+    calibration, ``planner/data/calibration_sailor_deepspeed.json``)."""
+    if smooth_window == CALIBRATED:
+        from planner.simulator.settings import calibration
+        smooth_window = calibration()["profile_smoothing_window"]
+    try:
+        return _load_sailor_data(folder, model_name, catalog, precision, smooth_window)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"malformed Sailor data ({type(exc).__name__}: {quote(str(exc), 120)})",
+                         source=str(folder)) from None
+
+
+def _load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | None,
+                      precision: str, smooth_window: float | None) -> SailorData:
     root = _root(folder)
     catalog = catalog or GPUCatalog()
     sname = next((k for k in SAILOR_MODELS if k.lower() == model_name.lower()), None)
@@ -163,7 +230,8 @@ def load_sailor_data(folder: str | Path, model_name: str, catalog: GPUCatalog | 
         for mbs, by_tp in by_mbs.items():
             for tp, table in by_tp.items():
                 store.add(_layer_costs(gpu, int(mbs), int(tp), table, llm.get(tp), spec.num_layers, src))
-    store.smooth_across_mbs()
+    if smooth_window is not None:
+        store.smooth_across_mbs(float(smooth_window))
     gpn_path = root / "Planner" / "simulations" / "configs" / "basic_cluster_config.json"
     gpn = {k: v["gpus_per_node"] for k, v in _json(gpn_path).items() if isinstance(v, dict)} \
         if gpn_path.is_file() else {}

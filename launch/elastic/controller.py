@@ -1,21 +1,24 @@
-"""sailor-elastic: re-plan on availability changes, checkpoint + stop the job, relaunch it on the new plan.
+"""sailor-elastic: re-plan on node-inventory changes, checkpoint + stop the job, relaunch it on the new plan.
 
-One job = one ``torchrun`` (c10d rendezvous, ``--max-restarts``): torchrun's elastic agent restarts every
-worker from the last checkpoint when a rank dies (the workers always pass ``--load``); only if it gives up
-does the controller re-plan on what the availability source reports and relaunch (``max_failures``).
-On an availability change the controller plans (:mod:`launch.elastic.plans`), applies the switch
-rule, writes ``stop`` to the job's control file (the job checkpoints at the next iteration boundary and
-exits 0) and starts the new plan. Every step's timing comes from the jobs' event files
-(:mod:`megatron_sailor.train.elastic_hooks`) and the controller's clock; all times are wall-clock on one machine.
+The controller polls a node source (:mod:`launch.elastic.nodes`: a rewritten inventory file, a command, a
+trace mapped onto an inventory, or this machine alone), plans on the GPUs of the nodes present
+(:mod:`launch.elastic.plans`), places the plan on those nodes (:func:`launch.assign.assign`), refuses
+unreachable hosts, applies the switch rule and relaunches through the launcher (:mod:`launch.elastic.jobs`:
+one torchrun per node; or a SLURM job, :mod:`launch.elastic.slurm_jobs`). On a switch the new job starts at
+once and waits (``--elastic-wait go_K``) while the old one checkpoints at its next iteration boundary and
+exits 0 (``stop`` in its control file); then ``go_K`` lets the new job load that checkpoint.
+
+No feasible plan on the new nodes: the current job keeps running if its nodes are all still there, else it
+is stopped with a checkpoint and the controller waits for nodes. A job that fails (torchrun gave up) is
+relaunched on the nodes then present, up to ``max_failures`` failed jobs in all. The controller's own state
+(jobs, failures, measured cost) is written atomically to ``WORK/state.json``; a controller restarted on the
+same work folder stops what the dead one left running (with a checkpoint) and resumes from there.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -24,9 +27,17 @@ from typing import Any
 
 from planner.errors import InputError
 
+from launch.assign import Assignment, assign
+from launch.elastic import state as state_file
+from launch.elastic.jobs import JobSpec, LocalBackend, job_commands
 from launch.elastic.joblog import committed_iteration, last_error_line
-from launch.elastic.plans import PlanChoice, decide, plan_fits
-from launch.elastic.sources import Availability, total
+from launch.elastic.nodes import Nodes, availability_of, describe_nodes
+from launch.elastic.plans import PlanChoice, decide
+from launch.elastic.sources import total
+from launch.elastic.timings import Job, Reconfiguration, log_restarts, reconfiguration_timings, write_report
+from launch.inventory import Inventory
+from launch.runner import check_hosts
+from launch.torchrun_cmds import NodeCommand
 
 logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -37,8 +48,8 @@ class ControllerConfig:
     work_dir: Path
     train_iters: int
     train_args: tuple[str, ...]            # passed to the training script (model, data, --save-interval, ...)
-    script: str = str(REPO / "examples" / "gpt" / "pretrain_gpt.py")
-    max_restarts: int = 3                  # torchrun's, per job
+    script: str | None = None              # None: the training module (planner.rank_env.train_entry)
+    max_restarts: int = 3                  # torchrun's, per single-node job
     max_failures: int = 4                  # the controller gives up at this many failed jobs
     horizon_s: float = 3600.0
     initial_cost_s: float = 15.0           # until a reconfiguration has been measured
@@ -46,52 +57,31 @@ class ControllerConfig:
     hold_on_trace: bool = False            # iteration-unit traces: pause the job at each change point
     trace_points: tuple[int, ...] = ()     # iteration change points (with hold_on_trace)
     omp_threads: int = 1
-    job_timeout_s: float = 3600.0
     job_env: tuple[tuple[str, str], ...] = ()   # extra environment for the jobs
+    torchrun: tuple[str, ...] = (sys.executable, "-m", "torch.distributed.run")
+    stop_timeout_s: float = 120.0          # restarted controller: wait this long for a left-over job's checkpoint
 
 
-@dataclass
-class Job:
-    index: int
-    choice: PlanChoice
-    proc: subprocess.Popen
-    launched_unix_s: float
-    events_path: Path
-    reason: str
-    rec: "Reconfiguration"
-    control: Path = Path()
-    go: Path = Path()
-    stop_requested_unix_s: float | None = None
-    exit_unix_s: float | None = None
-    go_unix_s: float | None = None
-
-    def events(self) -> list[dict[str, Any]]:
-        if not self.events_path.is_file():
-            return []
-        return [json.loads(line) for line in self.events_path.read_text().splitlines() if line.strip()]
+def _plan_summary(plan: Any) -> str:
+    stages = " | ".join(f"L{s.num_layers}:TP" + ",".join(str(r.tp) for r in s.replicas) for s in plan.stages)
+    return f"[{stages}] mbs {plan.micro_batch_size} gbs {plan.global_batch_size}"
 
 
-@dataclass
-class Reconfiguration:
-    reason: str
-    change_unix_s: float
-    available: int
-    plan_s: float
-    decision: str
-    old_gpus: int | None
-    new_gpus: int
-    resume_hint: int = 0          # iterations done when it happened (next hold point for trace replays)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def job_fits(assignment: Assignment | None, nodes: Nodes) -> bool:
+    """Are all nodes the job runs on still present (same host, at least the GPUs it uses)?"""
+    if assignment is None:
+        return False
+    present = {n.name: n for n in nodes}
+    return all(na.node.name in present and present[na.node.name].host == na.node.host
+               and present[na.node.name].gpus_per_node >= na.nproc for na in assignment.nodes)
 
 
 class Controller:
-    def __init__(self, cfg: ControllerConfig, source: Any, planner: Any) -> None:
+    def __init__(self, cfg: ControllerConfig, source: Any, planner: Any, backend: Any = None,
+                 resolver: Any = None) -> None:
         self.cfg, self.source, self.planner = cfg, source, planner
+        self.backend = backend or LocalBackend()
+        self.resolver = resolver                 # host check (default getaddrinfo); tests inject one
         self.work = cfg.work_dir.resolve()
         self.ckpt_dir = self.work / "checkpoints"
         self.metrics = self.work / "metrics.jsonl"
@@ -99,20 +89,24 @@ class Controller:
         self.reconfigs: list[Reconfiguration] = []
         self.cost_s = cfg.initial_cost_s
         self.failures = 0
+        self.next_index = 0
         self.start_unix_s = time.time()
+        self.job: Job | None = None
+        self.successor: Job | None = None
+        self.parked = False                      # job stopped for lack of nodes; waiting for a feasible plan
+        self.last_nodes: Nodes = ()
 
-    # ------------------------------------------------------------------ progress and the job
+    # ------------------------------------------------------------------ progress
     def iterations_done(self) -> int:
-        """Iterations done: the newest metrics line, or the newest committed checkpoint (a job resumed at its
-        target iteration trains nothing and writes no metrics)."""
+        """The newest metrics line, or the newest committed checkpoint (a job resumed at its target iteration
+        trains nothing and writes no metrics)."""
         done = committed_iteration(self.ckpt_dir) or 0
         if not self.metrics.is_file():
             return done
-        lines = [ln for ln in self.metrics.read_text().splitlines() if ln.strip()]
-        for ln in lines[-3:]:
+        for ln in self.metrics.read_text().splitlines()[-3:]:
             try:
                 done = max(done, int(json.loads(ln)["iteration"]) + 1)
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 continue
         return done
 
@@ -125,37 +119,43 @@ class Controller:
         tmp.write_text(text + "\n")
         os.replace(tmp, job.control)
 
-    def launch(self, choice: PlanChoice, rec: "Reconfiguration", wait_for_go: bool = False) -> Job:
-        """Start a torchrun job; with ``wait_for_go`` its ranks start up but load the checkpoint only once
-        :meth:`go` is called (the previous job has committed its last checkpoint and exited)."""
-        k = len(self.jobs)
+    # ------------------------------------------------------------------ planning and launching
+    def plan_on(self, nodes: Nodes) -> tuple[PlanChoice, Assignment]:
+        """Check that every host resolves, plan on ``nodes``' GPUs, place the plan; InputError says why not."""
+        if not nodes:
+            raise InputError("no nodes present")
+        check_hosts([NodeCommand(n.name, n.host, i, (), ()) for i, n in enumerate(nodes)], self.resolver)
+        choice = self.planner.plan(availability_of(nodes))
+        return choice, assign(choice.plan, Inventory(nodes))
+
+    def launch(self, choice: PlanChoice, rec: Reconfiguration, wait_for_go: bool = False,
+               assignment: Assignment | None = None) -> Job:
+        """Start job K on ``assignment``; with ``wait_for_go`` its ranks start up but load the checkpoint only
+        once :meth:`go` is called (the previous job has committed its last checkpoint and exited)."""
+        k = self.next_index
+        self.next_index += 1
         plan_path = self.work / f"plan_{k}.json"
         plan_path.write_text(json.dumps(choice.plan.to_dict(), indent=1))
         events, control, go = self.work / f"events_{k}.jsonl", self.work / f"control_{k}", self.work / f"go_{k}"
-        n = choice.plan.world_size
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={n}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id=sailor-elastic-{k}",
-               f"--max-restarts={self.cfg.max_restarts}", self.cfg.script, "--sailor-plan", str(plan_path),
-               "--train-iters", str(self.cfg.train_iters), "--save", str(self.ckpt_dir), "--load", str(self.ckpt_dir),
-               "--elastic-control", str(control), "--elastic-events", str(events),
-               "--metrics-file", str(self.metrics), *(["--elastic-wait", str(go)] if wait_for_go else []),
-               *self.cfg.train_args]
-        # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: a restarted worker group must not share the rendezvous store
-        # with the dead one (stale gloo addresses -> "connectFullMesh failed"; pytorch/pytorch#135712)
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.cfg.omp_threads), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                   **dict(self.cfg.job_env))
-        job = Job(k, choice, None, 0.0, events, rec.reason, rec, control=control, go=go)  # type: ignore[arg-type]
+        script_args = ("--train-iters", str(self.cfg.train_iters), "--save", str(self.ckpt_dir), "--load",
+                       str(self.ckpt_dir), "--elastic-control", str(control), "--elastic-events", str(events),
+                       "--metrics-file", str(self.metrics), *(["--elastic-wait", str(go)] if wait_for_go else []),
+                       *self.cfg.train_args)
+        env = (("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))),
+               ("SAILOR_ELASTIC_JOB", str(k)), *self.cfg.job_env)
+        spec = JobSpec(k, str(plan_path), self.cfg.script, script_args, self.cfg.torchrun, self.cfg.max_restarts,
+                       self.cfg.omp_threads, env)
+        commands = job_commands(assignment, spec)
+        job = Job(k, choice, None, 0.0, events, rec.reason, rec, control=control, go=go, assignment=assignment,
+                  nodes=tuple(na.node.name for na in assignment.nodes))
         hold = self._next_hold(rec.resume_hint) if self.cfg.hold_on_trace else None
         self._write_control(job, f"hold {hold}" if hold is not None else "run")
-        log = open(self.work / f"job_{k}.log", "w")
         job.launched_unix_s = time.time()
-        job.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        job.proc = self.backend.start(commands, assignment, self.work, k, REPO, after=self.job)
         self.jobs.append(job)
-        logger.info("job %d: %s, %d rank(s), plan %s%s, log %s", k, rec.reason, n, _plan_summary(choice.plan),
-                    " (starting up while the previous job stops)" if wait_for_go else "",
-                    self.work / f"job_{k}.log")
+        logger.info("job %d: %s, %d rank(s) on %s, plan %s%s, log %s", k, rec.reason, choice.plan.world_size,
+                    ", ".join(f"{na.node.name}:{na.nproc}" for na in assignment.nodes), _plan_summary(choice.plan),
+                    " (starting up while the previous job stops)" if wait_for_go else "", self.work / f"job_{k}.log")
         return job
 
     def go(self, job: Job) -> None:
@@ -168,49 +168,66 @@ class Controller:
             self._write_control(job, "stop")
 
     def terminate(self, job: Job) -> None:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGTERM)
-            try:
-                job.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.proc.pid, signal.SIGKILL)
-                job.proc.wait()
+        job.proc.terminate()
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
-        self.work.mkdir(parents=True, exist_ok=True)
-        for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
-            stale.unlink(missing_ok=True)
+        previous = state_file.load(self.work)
+        if previous is not None:
+            self._take_over(previous)
         done = committed_iteration(self.ckpt_dir)
         if done is not None and done >= self.cfg.train_iters:
             logger.info("training finished: the newest checkpoint in %s is at iteration %d of %d; nothing to run",
                         self.ckpt_dir, done, self.cfg.train_iters)
+            self.save_state(finished=True)
             self.write_report()
             return 0
-        av = self.source.poll(0.0, 0)
-        logger.info("availability source: %s; now %d GPU(s) %s", self.source.describe(), total(av), av)
-        choice = self.planner.plan(av)
-        rec = Reconfiguration("start", time.time(), total(av), choice.plan_s, "initial plan", None,
-                              choice.plan.world_size)
+        nodes = self.source.poll(0.0, done or 0)
+        logger.info("node source: %s; now %s (%d GPU(s))", self.source.describe(), describe_nodes(nodes),
+                    total(availability_of(nodes)))
+        choice, assignment = self.plan_on(nodes)         # InputError: exit 2, nothing written or started
+        self.work.mkdir(parents=True, exist_ok=True)
+        if previous is None:
+            for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
+                stale.unlink(missing_ok=True)
+        reason = "resume" if previous is not None else "start"
+        rec = Reconfiguration(reason, time.time(), total(availability_of(nodes)), choice.plan_s, "initial plan",
+                              None, choice.plan.world_size, resume_hint=done or 0)
         self.reconfigs.append(rec)
-        self.job: Job | None = self.launch(choice, rec)
-        self.successor: Job | None = None
-        self.last_av = av
+        self.last_nodes = nodes
+        self.job = self.launch(choice, rec, assignment=assignment)
+        self.save_state()
         try:
             while True:
                 time.sleep(self.cfg.poll_s)
                 status = self._step()
+                self._save_if_changed()
                 if status is not None:
                     return status
         finally:
             for j in (self.job, self.successor):
                 if j is not None and j.proc.poll() is None:
                     self.terminate(j)
+            self.save_state(finished=True)
             self.write_report()
+            if hasattr(self.backend, "close"):
+                self.backend.close()
+
+    def _take_over(self, previous: dict[str, Any]) -> None:
+        """A controller died with jobs running: stop them (checkpoint first) and continue its numbering."""
+        self.failures = int(previous.get("failures", 0))
+        self.next_index = int(previous.get("next_index", 0))
+        self.cost_s = float(previous.get("cost_s", self.cost_s))
+        self.start_unix_s = float(previous.get("start_unix_s", self.start_unix_s))   # seconds traces go on
+        logger.info("resuming from %s: %d job(s) started before, %d failure(s)", self.work / "state.json",
+                    self.next_index, self.failures)
+        state_file.stop_left_over(self.work, previous, self.cfg.stop_timeout_s)
 
     def _step(self) -> int | None:
-        """One poll: hand over to a starting successor, notice exits, react to availability changes."""
+        """One poll: hand over to a starting successor, notice exits, react to node changes."""
         job, done = self.job, self.iterations_done()
+        if job is None:
+            return self._unpark(done)
         rc = job.proc.poll()
         if self.successor is not None:
             return self._handover(job, rc)
@@ -220,18 +237,22 @@ class Controller:
             if rc == 0 and done >= self.cfg.train_iters:
                 logger.info("training finished: %d iterations", done)
                 return 0
+            if rc == 0 and job.stop_requested_unix_s is not None and not self.parked:
+                return self._relaunch_stopped(job, done)
+            if rc == 0 and self.parked:
+                logger.info("job %d stopped with a checkpoint at iteration %d; waiting for nodes", job.index, done)
+                self.job = None
+                return self._unpark(done)
             self.job = self._after_failure(job, rc, done)
             return 1 if self.job is None else None
-        if time.time() - job.launched_unix_s > self.cfg.job_timeout_s:
-            return None
         try:
-            av = self.source.poll(time.time() - self.start_unix_s, done)
-        except (InputError, OSError, subprocess.SubprocessError) as exc:   # e.g. a file caught mid-rewrite
-            logger.warning("availability source failed (%s); keeping %s", exc, self.last_av)
+            nodes = self.source.poll(time.time() - self.start_unix_s, done)
+        except (InputError, OSError, ValueError) as exc:    # e.g. a file caught mid-rewrite
+            logger.warning("node source failed (%s); keeping %s", exc, describe_nodes(self.last_nodes))
             return None
-        if av != self.last_av:
-            self.last_av = av
-            self._on_change(job, av, done)
+        if nodes != self.last_nodes:
+            self.last_nodes = nodes
+            self._on_change(job, nodes, done)
         elif self.cfg.hold_on_trace:
             self._maybe_release_hold(job, done)
         return None
@@ -246,6 +267,7 @@ class Controller:
                            new.index, new_rc, self._job_error(new), self.failures, self.cfg.max_failures,
                            ": giving up" if give_up else f"; job {job.index} keeps running",
                            self.work / f"job_{new.index}.log")
+            self.terminate(new)                  # the nodes of it that are still up
             self.successor = None
             return 1 if give_up else None
         if rc == 0 and self.iterations_done() >= self.cfg.train_iters:
@@ -261,8 +283,8 @@ class Controller:
         job.exit_unix_s = time.time()
         self._log_restarts(job)
         if rc != 0:
-            logger.warning("job %d exited with status %d while stopping; job %d loads the newest valid "
-                           "checkpoint", job.index, rc, new.index)
+            logger.warning("job %d exited with status %d while stopping (%s); job %d loads the newest valid "
+                           "checkpoint", job.index, rc, self._job_error(job), new.index)
         self.go(new)
         self.job, self.successor = new, None
         return None
@@ -273,13 +295,18 @@ class Controller:
             nxt = self._next_hold(done)
             self._write_control(job, f"hold {nxt}" if nxt is not None else "run")
 
-    def _on_change(self, job: Job, av: Availability, done: int) -> Any:
+    def _on_change(self, job: Job, nodes: Nodes, done: int) -> None:
         change = time.time()
         self._update_cost()
-        logger.info("availability changed at iteration %d: %d GPU(s) %s; re-planning with %s", done, total(av), av,
-                    self.planner.name)
-        new = self.planner.plan(av)
-        fits = plan_fits(job.choice.plan, av)
+        av = availability_of(nodes)
+        logger.info("nodes changed at iteration %d: %s (%d GPU(s)); re-planning with %s", done,
+                    describe_nodes(nodes), total(av), self.planner.name)
+        fits = job_fits(job.assignment, nodes)
+        try:
+            new, assignment = self.plan_on(nodes)
+        except InputError as exc:
+            self._no_plan(job, nodes, done, change, fits, exc)
+            return
         d = decide(job.choice, new, fits, self.cfg.horizon_s, self.cost_s)
         logger.info("plan: %s in %.3f s -> %s (%s)", _plan_summary(new.plan), new.plan_s,
                     "SWITCH" if d.switch else "stay", d.reason)
@@ -292,13 +319,57 @@ class Controller:
             return
         # start the new job at once (start-up overlaps the stop); a forced switch stops the old job now,
         # an optional one keeps it training until the new job is ready to load (see _handover)
-        self.successor = self.launch(new, rec, wait_for_go=True)
-        if d.forced:
+        self.successor = self.launch(new, rec, wait_for_go=True, assignment=assignment)
+        if d.forced or not self.backend.overlap:
             self.request_stop(job)
 
+    def _no_plan(self, job: Job, nodes: Nodes, done: int, change: float, fits: bool, exc: InputError) -> None:
+        """No feasible plan on ``nodes``: keep the job if it still fits, else stop it with a checkpoint."""
+        what = f"job {job.index} keeps running" if fits else f"job {job.index} lost nodes: stopping it with a checkpoint"
+        logger.warning("nodes changed at iteration %d: no feasible plan on %s (%s); %s", done,
+                       describe_nodes(nodes), exc, what)
+        self.reconfigs.append(Reconfiguration("availability", change, total(availability_of(nodes)), 0.0,
+                                              f"no feasible plan: {exc}", job.choice.plan.world_size,
+                                              job.choice.plan.world_size if fits else 0, resume_hint=done))
+        if fits:
+            if self.cfg.hold_on_trace:
+                self._maybe_release_hold(job, done)
+        else:
+            self.parked = True
+            self.request_stop(job)
+
+    def _unpark(self, done: int, allow_iteration_trace: bool = False) -> int | None:
+        """No job (stopped for lack of nodes): launch as soon as a plan is feasible."""
+        if self.cfg.hold_on_trace and not allow_iteration_trace:
+            logger.error("giving up: no feasible plan at iteration %d and an iteration-unit trace cannot advance "
+                         "without a job", done)
+            return 1
+        nodes = self.source.poll(time.time() - self.start_unix_s, done)
+        if nodes == self.last_nodes:
+            return None
+        self.last_nodes = nodes
+        try:
+            choice, assignment = self.plan_on(nodes)
+        except InputError as exc:
+            logger.warning("nodes changed: still no feasible plan on %s (%s)", describe_nodes(nodes), exc)
+            return None
+        rec = Reconfiguration("availability", time.time(), total(availability_of(nodes)), choice.plan_s,
+                              "nodes back", 0, choice.plan.world_size, resume_hint=done)
+        self.reconfigs.append(rec)
+        self.parked = False
+        self.job = self.launch(choice, rec, assignment=assignment)
+        return None
+
+    def _relaunch_stopped(self, job: Job, done: int) -> int | None:
+        """The job stopped (checkpoint) for a switch whose new job then failed: relaunch on the nodes present."""
+        logger.info("job %d stopped with a checkpoint at iteration %d but its successor failed; relaunching on "
+                    "the nodes present", job.index, done)
+        self.job = None
+        self.last_nodes = ()                     # makes _unpark plan on whatever the source reports now
+        return self._unpark(done, allow_iteration_trace=True)
+
     def _job_error(self, job: Job) -> str:
-        line = last_error_line(sorted(self.work.glob(f"job_{job.index}.*log")))
-        return line or "(the job printed nothing)"
+        return last_error_line(sorted(self.work.glob(f"job_{job.index}.*log"))) or "(the job printed nothing)"
 
     def _after_failure(self, job: Job, rc: int, done: int) -> Job | None:
         self.failures += 1
@@ -306,61 +377,40 @@ class Controller:
         logger.warning("job %d exited with status %d at iteration %d: %s (failure %d of %d%s); log %s",
                        job.index, rc, done, self._job_error(job), self.failures, self.cfg.max_failures,
                        ": giving up" if give_up else "", self.work / f"job_{job.index}.log")
-        av = self.source.poll(time.time() - self.start_unix_s, done)
-        self.last_av = av
-        if give_up or total(av) == 0:
-            if not give_up:
-                logger.error("giving up: no GPU available after job %d failed", job.index)
+        if give_up:
             return None
-        choice = self.planner.plan(av)
-        rec = Reconfiguration("failure", time.time(), total(av), choice.plan_s, f"job exited with status {rc}",
-                              job.choice.plan.world_size, choice.plan.world_size, resume_hint=done)
+        try:
+            nodes = self.source.poll(time.time() - self.start_unix_s, done)
+            self.last_nodes = nodes
+            choice, assignment = self.plan_on(nodes)
+        except (InputError, OSError) as exc:
+            logger.error("giving up: cannot relaunch after job %d failed (%s)", job.index, exc)
+            return None
+        rec = Reconfiguration("failure", time.time(), total(availability_of(nodes)), choice.plan_s,
+                              f"job exited with status {rc}", job.choice.plan.world_size, choice.plan.world_size,
+                              resume_hint=done)
         self.reconfigs.append(rec)
-        return self.launch(choice, rec)
+        return self.launch(choice, rec, assignment=assignment)
 
-    # ------------------------------------------------------------------ timings
+    # ------------------------------------------------------------------ state, timings, report
+    def _save_if_changed(self) -> None:
+        key = (getattr(self.job, "index", None), getattr(self.successor, "index", None), self.failures,
+               getattr(self.job, "stop_requested_unix_s", None))
+        if key != getattr(self, "_saved_key", None):
+            self._saved_key = key
+            self.save_state()
+
+    def save_state(self, finished: bool = False) -> None:
+        live = [state_file.job_record(j, took_over=j is self.job) for j in (self.job, self.successor) if j is not None]
+        state_file.save(self.work, {"next_index": self.next_index, "failures": self.failures, "cost_s": self.cost_s,
+                                    "start_unix_s": self.start_unix_s,
+                                    "finished": finished, "live_jobs": [] if finished else live})
+
     def _log_restarts(self, job: Job) -> None:
-        """Log the worker-group restarts torchrun made inside ``job`` (a rank died; resumed from a checkpoint)."""
-        ev = job.events()
-        attempts = sorted({e["attempt"] for e in ev})
-        for a in attempts[1:]:
-            mine = {e["event"]: e for e in ev if e["attempt"] == a}
-            if "first_iteration" in mine and "process_start" in mine:
-                logger.info("job %d: torchrun restart %d resumed at iteration %s; process start -> first "
-                            "iteration %.2f s", job.index, a, mine.get("loaded", {}).get("iteration", 0),
-                            mine["first_iteration"]["t_unix_s"] - mine["process_start"]["t_unix_s"])
+        log_restarts(job)
 
     def reconfiguration_timings(self) -> list[dict[str, Any]]:
-        """Per relaunch: plan, checkpoint, stop, start, model build, load, first iteration, total (seconds)."""
-        out = []
-        for new in self.jobs[1:]:
-            rec, old = new.rec, self.jobs[new.index - 1]
-            t: dict[str, float] = {"plan_s": rec.plan_s}
-            oe = {e["event"]: e for e in old.events()}
-            ne = {e["event"]: e for e in new.events() if e["attempt"] == 0}
-            if "saved" in oe and rec.reason == "availability":
-                t["checkpoint_s"] = oe["saved"]["save_s"]
-            if old.stop_requested_unix_s and old.exit_unix_s:
-                t["stop_s"] = old.exit_unix_s - old.stop_requested_unix_s
-            if "dist_ready" in ne:
-                t["start_s"] = ne["dist_ready"]["t_unix_s"] - new.launched_unix_s
-            if "model_ready" in ne and "dist_ready" in ne:
-                t["model_build_s"] = ne["model_ready"]["t_unix_s"] - ne["dist_ready"]["t_unix_s"]
-            if "loaded" in ne:
-                t["load_s"] = ne["loaded"]["load_s"]
-            if new.go_unix_s and "waiting" in ne:
-                t["wait_for_old_job_s"] = max(0.0, new.go_unix_s - ne["waiting"]["t_unix_s"])
-            if "first_iteration" in ne:
-                base = ne.get("loaded", ne.get("model_ready"))
-                t["first_iteration_s"] = ne["first_iteration"]["t_unix_s"] - base["t_unix_s"]
-                t["total_s"] = ne["first_iteration"]["t_unix_s"] - rec.change_unix_s
-                old_steps = [e["t_unix_s"] for e in old.events() if e["event"] == "step"]
-                if old_steps:       # no training progress between the old job's last and the new one's first
-                    t["downtime_s"] = ne["first_iteration"]["t_unix_s"] - max(old_steps[-1], rec.change_unix_s)
-            out.append({"reason": rec.reason, "gpus": [rec.old_gpus, rec.new_gpus], "decision": rec.decision,
-                        "resumed_iteration": ne.get("loaded", {}).get("iteration", 0),
-                        **{k: round(v, 3) for k, v in t.items()}})
-        return out
+        return reconfiguration_timings(self.jobs)
 
     def _update_cost(self) -> None:
         """The switch rule's cost = the last measured change -> first new iteration (when known)."""
@@ -370,18 +420,4 @@ class Controller:
             self.cost_s = measured[-1]
 
     def write_report(self) -> None:
-        timings = self.reconfiguration_timings()
-        for t in timings:
-            logger.info("reconfiguration %s %s: %s", t["reason"], t["gpus"],
-                        ", ".join(f"{k} {v:.2f}" for k, v in t.items() if k.endswith("_s")))
-        report = {"reconfigurations": timings, "jobs": [{"index": j.index, "reason": j.reason,
-                  "ranks": j.choice.plan.world_size, "exit_status": j.proc.poll()} for j in self.jobs],
-                  "decisions": [{"reason": r.reason, "available": r.available, "decision": r.decision,
-                                 "plan_s": round(r.plan_s, 4)} for r in self.reconfigs],
-                  "iterations_done": self.iterations_done()}
-        (self.work / "report.json").write_text(json.dumps(report, indent=1))
-
-
-def _plan_summary(plan: Any) -> str:
-    stages = " | ".join(f"L{s.num_layers}:TP" + ",".join(str(r.tp) for r in s.replicas) for s in plan.stages)
-    return f"[{stages}] mbs {plan.micro_batch_size} gbs {plan.global_batch_size}"
+        write_report(self.work, self.jobs, self.reconfigs, self.failures, self.iterations_done())

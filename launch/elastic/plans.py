@@ -1,8 +1,8 @@
 """Plans for sailor-elastic: the planner for real clusters, a deterministic builder for CPU demos, and the
 switch rule (hysteresis).
 
-``SailorPlanner`` runs the planner's library entry points (``planner.cli_plan``: data, context, search,
-simulate) in-process on the current availability; its estimate of the iteration time feeds the switch rule.
+``SailorPlanner`` runs the planner's library API (``planner.api``: data, context, search, simulate)
+in-process on the current availability; its estimate of the iteration time feeds the switch rule.
 ``CpuDemoPlanner`` exists because the planner is right that a tiny model on CPU "GPUs" is fastest on one
 device (its estimates make every extra rank pure overhead), which makes a poor elasticity demo: it builds
 a fixed multi-rank plan per rank count (4 ranks: 3 stages, layers [1, L-2, 1], TP 2 | 1 | 1; 3 ranks:
@@ -67,8 +67,9 @@ class CpuDemoPlanner:
 
     def plan(self, av: Availability) -> PlanChoice:
         start = time.perf_counter()
-        n = total(av)
-        gpu_type, _, zone = (max(av, key=av.get) if av else "cpu@local").partition("@")
+        pool = max(sorted(av), key=av.get) if av else "cpu@local"      # demo plans use one pool: the largest
+        n = av.get(pool, 0)
+        gpu_type, _, zone = pool.partition("@")
         plan = Plan.from_dict(demo_plan_dict(n, self.num_layers, self.gbs, self.model_name, gpu_type, zone or "local"))
         return PlanChoice(plan, 1.0 / plan.world_size, time.perf_counter() - start)
 
@@ -79,26 +80,25 @@ class SailorPlanner:
     name = "sailor-plan"
 
     def __init__(self, planner_args: list[str], gbs: int) -> None:
+        """``planner_args``: sailor-plan's data and request flags (``--model``, ``--sailor-data``,
+        ``--objective``...); parsed once, here."""
+        from planner.options import request_parser
         self.planner_args, self.gbs = planner_args, gbs
+        self.args = request_parser("sailor-elastic --planner-args").parse_args(planner_args)
 
     def plan(self, av: Availability) -> PlanChoice:
-        from planner import cli_plan
-        from planner.baselines.spaces import baseline_space
-        from planner.cli_common import load_data, make_context
-        from planner.search import Objective
+        from planner import api
+        from planner.cluster import parse_gpus
+        from planner.options import data_source, plan_request
         start = time.perf_counter()
         gpus = ",".join(f"{k}={v}" for k, v in sorted(av.items()) if v > 0)
         if not gpus:
             raise InputError("no GPUs available")
-        args = cli_plan.build_parser().parse_args(
-            [*self.planner_args, "--gpus", gpus, "--gbs", str(self.gbs), "--no-comparator"])
-        bundle = load_data(args, args.precision)
-        ctx = make_context(bundle, args.runtime)
-        objective = Objective(args.objective, args.max_cost_per_iter, args.min_throughput, args.max_gpus)
-        space = baseline_space(args.planner, args.precision, args.max_stages)
-        cluster = cli_plan._clusters(args, bundle.catalog)[0]
-        rep = cli_plan.plan_one(args, ctx, cluster, self.gbs, objective, space)
-        return PlanChoice(rep["plan"], float(rep["estimate"].iteration_time_s), time.perf_counter() - start)
+        bundle = api.load_data(data_source(self.args), self.args.precision)
+        ctx = api.make_context(bundle, self.args.runtime)
+        request = plan_request(self.args, parse_gpus(gpus, bundle.catalog), self.gbs, comparator=False)
+        rep = api.plan(request, ctx)
+        return PlanChoice(rep.plan, float(rep.estimate.iteration_time_s), time.perf_counter() - start)
 
 
 def plan_fits(plan: Plan, av: Availability) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from planner.errors import InputError
 from planner.model import ModelSpec, load_model, with_overrides
+from planner.ports import free_port
 
 _OVERRIDES = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_heads",
               "ffn_hidden_size": "ffn_hidden_size", "seq_length": "seq_length",
@@ -119,13 +120,6 @@ def torchrun_command(nproc: int, port: int) -> list[str]:
             f"--master-port={port}", "-m", "megatron_sailor.profiler.cli"]
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _relaunch(argv: list[str], nproc: int) -> int:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -133,11 +127,11 @@ def _relaunch(argv: list[str], nproc: int) -> int:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ARGV_ENV] = json.dumps(argv)
-    return subprocess.call(torchrun_command(nproc, _free_port()), env=env)
+    return subprocess.call(torchrun_command(nproc, free_port()), env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from planner.cli_common import run_cli
+    from planner.errors import run_cli
     return run_cli(_main, argv)
 
 
@@ -146,6 +140,8 @@ def _main(argv: list[str] | None) -> int:
         argv = json.loads(os.environ[ARGV_ENV]) if ARGV_ENV in os.environ else sys.argv[1:]
     argv = list(argv)
     args = build_parser().parse_args(argv)
+    from megatron_sailor.train.preprocess import require_runtime
+    require_runtime("sailor-profile")
     under_torchrun = "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else default_nproc(args)
     model = validate(args, world)

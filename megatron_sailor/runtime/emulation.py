@@ -1,7 +1,7 @@
 """Emulation layer (demos and tests only): slower GPUs and slow or distant links on one machine.
 
-Nothing in the runtime imports this module; ``examples/gpt/pretrain_gpt.py`` builds an :class:`Emulation`
-from ``SAILOR_EMULATE_SLOWDOWN`` / ``SAILOR_EMULATE_LINK_DELAY_S`` (exported by ``python -m launch`` for
+Nothing in the runtime imports this module; the training job (``megatron_sailor.train.loop``) builds an
+:class:`Emulation` from ``SAILOR_EMULATE_SLOWDOWN`` / ``SAILOR_EMULATE_LINK_DELAY_S`` (exported by ``python -m launch`` for
 nodes declared with ``emulate:``, see docs/LAUNCH.md) and the ``--emulate-cross-zone-*`` flags, and
 passes it in. The runtime calls two hooks: ``compute(elapsed_s)`` after each forward/backward (sleeps
 ``(slowdown - 1) x elapsed_s``) and ``message(nbytes, cross_zone)`` before each send or collective (sleeps

@@ -144,7 +144,7 @@ def choose_checkpoint(load_dir: str, model: Any) -> tuple[Path, CheckpointMeta] 
             raise
         except CheckpointError as exc:
             logger.warning("refusing checkpoint: %s", exc)
-            refused.append(str(exc))
+            refused.append(str(exc).replace(f"{root}{os.sep}", ""))
     raise CheckpointError(f"no usable checkpoint in {root}: " + "; ".join(refused[:3])
                           + (f"; and {len(refused) - 3} more" if len(refused) > 3 else ""))
 

@@ -10,9 +10,13 @@ and (tests only) fault injection.
 * Stop request: rank 0 reads ``--elastic-control`` after every iteration; the word ``stop`` in it makes
   every rank (one MAX all-reduce of a flag) save a checkpoint and exit 0; ``hold N`` pauses the job after
   iteration N until the controller decides (deterministic trace replays).
-* Faults (``SAILOR_FAULT_INJECT``, tests only): ``attempt=A,rank=R,iteration=I,when=step|save`` separated
-  by ``;``. On torchrun restart attempt A (TORCHELASTIC_RESTART_COUNT), rank R SIGKILLs itself during
-  iteration I (``step``) or after writing its first checkpoint file of iteration I (``save``).
+* Faults (``SAILOR_FAULT_INJECT``, tests only): ``attempt=A,rank=R,iteration=I,when=step|save|start``
+  with optional ``job=K`` (only in sailor-elastic's job K: ``SAILOR_ELASTIC_JOB``) and
+  ``action=kill|kill-node|sleep:S``, separated by ``;``. On torchrun restart attempt A
+  (TORCHELASTIC_RESTART_COUNT), rank R acts during iteration I (``step``), after writing its first checkpoint
+  file of iteration I (``save``), or once the model is built, before loading (``start``; I is ignored).
+  ``kill`` SIGKILLs the rank; ``kill-node`` SIGKILLs its torchrun agent and every worker of that agent (the
+  node dies); ``sleep:S`` pauses the rank S seconds (a slow checkpoint).
 """
 from __future__ import annotations
 
@@ -122,21 +126,52 @@ def parse_faults(spec: str) -> list[dict[str, Any]]:
     faults = []
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         kv = dict(item.split("=", 1) for item in part.split(","))
-        faults.append({"attempt": int(kv["attempt"]), "rank": int(kv["rank"]), "iteration": int(kv["iteration"]),
-                       "when": kv.get("when", "step")})
+        faults.append({"attempt": int(kv["attempt"]), "rank": int(kv["rank"]),
+                       "iteration": int(kv.get("iteration", "-1")), "when": kv.get("when", "step"),
+                       "job": int(kv["job"]) if "job" in kv else None, "action": kv.get("action", "kill")})
     return faults
 
 
+def _kill_node() -> None:
+    """SIGKILL this worker's torchrun agent and all of the agent's workers (Linux /proc), then itself."""
+    agent = os.getppid()
+    workers: list[int] = []
+    for task in Path(f"/proc/{agent}/task").glob("*/children"):
+        workers += [int(x) for x in task.read_text().split()]
+    os.kill(agent, signal.SIGKILL)
+    for pid in workers:
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class FaultInjector:
-    """Tests only: SIGKILL this process at a chosen point (see the module docstring)."""
+    """Tests only: kill or pause this process at a chosen point (see the module docstring)."""
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        job = os.environ.get("SAILOR_ELASTIC_JOB")
         spec = os.environ.get("SAILOR_FAULT_INJECT", "")
-        self.faults = [f for f in parse_faults(spec) if f["attempt"] == attempt and f["rank"] == rank]
+        self.faults = [f for f in parse_faults(spec) if f["attempt"] == attempt and f["rank"] == rank
+                       and (f["job"] is None or str(f["job"]) == job)]
+        for f in self.faults:
+            if f["when"] == "start":
+                self._act(f)
+
+    @staticmethod
+    def _act(f: dict[str, Any]) -> None:
+        if f["action"] == "kill-node":
+            _kill_node()
+        elif f["action"].startswith("sleep:"):
+            time.sleep(float(f["action"][6:]))
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def __call__(self, when: str, iteration: int) -> None:
         for f in self.faults:
             if f["when"] == when and f["iteration"] == iteration:
-                os.kill(os.getpid(), signal.SIGKILL)
+                self._act(f)

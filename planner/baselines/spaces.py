@@ -9,19 +9,32 @@
   per pipeline; we give it the best GPU choice (types, zones, D, S) our simulator can find in that shape,
   i.e. an upper bound on how well Sailor's plans score under our model. Pipelines stay homogeneous in
   (type, zone) as in our space, whereas Sailor may mix types across the stages of one pipeline.
+- ``sailor-space``: Sailor's declared plan space as issue 13 defines it (the L layers split evenly with the
+  extra layers on the last stages, the same replica count on every stage, one micro-batch size, free
+  micro-batch counts per pipeline) *intersected with* our pipelines, which keep one GPU type, TP and zone
+  from the first stage to the last. Sailor's planner may also change type and zone along a pipeline, so the
+  optimum of this space is a lower bound on the optimum of Sailor's space (it is not the bound the issue
+  asks for); it is exact over what it declares.
 """
 from __future__ import annotations
 
 from planner.errors import InputError
 from planner.search.space import SearchSpace
 
-GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True)
-SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True)
-PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE}
+GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True,
+                         recompute=(False,))
+SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True,
+                                 recompute=(False,))
+SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last", recompute=(False,))
+PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE,
+            "sailor-space": SAILOR_SPACE_HOMOGENEOUS}
 
 
-def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None) -> SearchSpace:
+def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None,
+                   recompute: bool = True) -> SearchSpace:
+    """The named space; ``recompute=False`` keeps activation recomputation out of it."""
     from dataclasses import replace
     if name not in PLANNERS:
         raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
-    return replace(PLANNERS[name], precision=precision, max_stages=max_stages)
+    space = replace(PLANNERS[name], precision=precision, max_stages=max_stages)
+    return space if recompute else replace(space, recompute=(False,))

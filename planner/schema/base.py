@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import InputError, quote
 
@@ -26,9 +26,24 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """Base of every input schema: unknown keys, coercion and non-finite floats are refused."""
+    """Base of every input schema: unknown keys and non-finite floats are refused; scalar fields use the
+    strict types below (no "4" for 4, no true for 1, no 4.9 for an integer); lists may stand for tuples."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+Int = Annotated[int, Field(strict=True)]
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_GPUS)]           # GPUs in a pool (may be 0)
+PosCount = Annotated[int, Field(strict=True, ge=1, le=MAX_GPUS)]        # GPUs per node, TP, replicas
+Layers = Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
+Batch = Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]      # ints accepted, finite
+NonNeg = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
+Bool = Annotated[bool, Field(strict=True)]
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=MAX_NAME_CHARS,
+                            pattern=r"^[^\x00-\x1f\x7f]+$")]                # no control characters
+Text = Annotated[str, Field(strict=True, max_length=10_000)]
 
 
 def _depth(obj: Any, limit: int) -> int:
@@ -156,6 +171,9 @@ _RULES = {
     "less_than": lambda c: f"must be < {c.get('lt')}",
     "int_type": lambda c: "must be an integer",
     "int_from_float": lambda c: "must be an integer",
+    "int_parsing": lambda c: "must be an integer",
+    "float_parsing": lambda c: "must be a number",
+    "bool_parsing": lambda c: "must be true or false",
     "float_type": lambda c: "must be a number",
     "finite_number": lambda c: "must be a finite number",
     "string_type": lambda c: "must be a string",
@@ -167,9 +185,11 @@ _RULES = {
     "model_attributes_type": lambda c: "must be an object",
     "string_too_short": lambda c: "must be a non-empty string",
     "string_too_long": lambda c: f"must be at most {c.get('max_length')} characters",
-    "too_short": lambda c: f"must list at least {c.get('min_length')} item(s)",
+    "too_short": lambda c: "must be a non-empty list" if c.get("min_length") == 1
+    else f"must list at least {c.get('min_length')} items",
     "too_long": lambda c: f"must list at most {c.get('max_length')} item(s)",
-    "string_pattern_mismatch": lambda c: f"must match {c.get('pattern')}",
+    "string_pattern_mismatch": lambda c: "must be text without control characters"
+    if "x00" in str(c.get("pattern")) else f"must match {c.get('pattern')}",
     "none_required": lambda c: "must be null",
 }
 
@@ -178,6 +198,9 @@ def _describe(err: dict[str, Any]) -> str:
     loc, kind, ctx = tuple(err.get("loc", ())), err.get("type", ""), err.get("ctx") or {}
     # pydantic appends the union member / function name to loc; drop non-field parts
     loc = tuple(p for p in loc if isinstance(p, int) or not str(p).startswith(("function-", "constrained-")))
+    key_error = bool(loc) and loc[-1] == "[key]"
+    if key_error:
+        loc = loc[:-1]
     parent, leaf = _where(loc[:-1]), (loc[-1] if loc else "")
     at = f"{parent}: " if parent else ""
     if kind == "extra_forbidden":
@@ -192,7 +215,7 @@ def _describe(err: dict[str, Any]) -> str:
         rule = _RULES[kind](ctx)
     else:
         rule = f"is invalid ({quote(str(err.get('msg', kind)))})"
-    name = f"field '{leaf}'" if isinstance(leaf, str) else f"item [{leaf}]"
+    name = f"key {quote(leaf)}" if key_error else (f"field '{leaf}'" if isinstance(leaf, str) else f"item [{leaf}]")
     return f"{at}{name} {rule}, got {quote(err.get('input'))}"
 
 

@@ -27,7 +27,7 @@ Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr, None]
 
 class FileInfo(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    bytes: int = Field(ge=0, le=MAX_FILE_BYTES)
+    bytes: int = Field(strict=True, ge=0, le=MAX_FILE_BYTES)
     params: list[StrictStr] = Field(default_factory=list, max_length=100_000)
 
 
@@ -41,8 +41,8 @@ class OptimizerInfo(Strict):
 
 class CheckpointMeta(Strict):
     format: Literal["megatron-sailor-checkpoint/2"]
-    iteration: int = Field(ge=0, le=10 ** 12)
-    consumed_samples: int = Field(ge=0, le=10 ** 15)
+    iteration: int = Field(strict=True, ge=0, le=10 ** 12)
+    consumed_samples: int = Field(strict=True, ge=0, le=10 ** 15)
     model: dict[str, Scalar]
     files: dict[str, FileInfo]
     meta_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -78,6 +78,6 @@ def check_meta(data: Any, source: str) -> CheckpointMeta:
     meta = validate(CheckpointMeta, data, source)
     for name in meta.files:
         if not FILE_NAME_RE.match(name):
-            raise InputError(f"field 'files' names {quote(name)}: only embedding.pt, head.pt, rng.pt and "
-                             "layer_NNNNN.pt inside the checkpoint folder are allowed", source=source)
+            raise InputError(f"field 'files' names {quote(name, 60)}: only the writer's own file names",
+                             source=source)
     return meta

@@ -10,8 +10,14 @@ from planner.plan import Plan, Replica, Stage
 from planner.search.space import Candidate
 
 
-def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | None, precision: str = "fp32",
-               optimizer: str = "adamw", tie_embeddings: bool = False) -> Plan:
+def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | None, precision: str | None = None,
+               optimizer: str | None = None, tie_embeddings: bool = False) -> Plan:
+    """The plan of ``cand``; precision and optimizer come from the candidate (the search space it was scored
+    in). Passing a different ``precision`` / ``optimizer`` is a caller bug and raises ValueError."""
+    for name, given in (("precision", precision), ("optimizer", optimizer)):
+        if given is not None and given != getattr(cand, name):
+            raise ValueError(f"build_plan: {name} {given!r} differs from the {getattr(cand, name)!r} the "
+                             "candidate was scored with")
     replicas = tuple(Replica(gpu_type=p.gpu_type, tp=p.tp, zone=p.zone)
                      for p in cand.pools for _ in range(p.pipelines))
     stages, first = [], 0
@@ -21,5 +27,6 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     counts = cand.microbatches
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
-                precision=precision, optimizer=optimizer, tie_embeddings=tie_embeddings,
+                precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
+                tie_embeddings=tie_embeddings,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)

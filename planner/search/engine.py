@@ -15,12 +15,14 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.grid import PoolModel, level_periods, pool_model, score_batch
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
-from planner.search.rows import pareto_min, product_rows, type_options as zone_options
+from planner.search.pools import PoolModel, level_periods, pool_model, score_batch
+from planner.search.rows import pareto_min, product_rows, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
-from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, task_bound, type_options
+from planner.search.verify import check_candidates
+from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, mbs_tp_options, task_bound
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,13 @@ class _TopK:
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
-                space: SearchSpace = SearchSpace(), top_k: int = 1, progress: Progress | None = None
-                ) -> SearchResult:
-    """Best ``top_k`` candidates of the declared space under ``objective`` (empty list: nothing feasible)."""
+                space: SearchSpace = SearchSpace(), top_k: int = 1, progress: Progress | None = None,
+                verify: bool = True) -> SearchResult:
+    """Best ``top_k`` candidates of the declared space under ``objective`` (empty list: nothing feasible).
+
+    ``verify`` (default): every returned candidate's plan is simulated and its iteration time, cost and GPU
+    count must equal the evaluator's within relative 1e-9 (:func:`planner.search.verify.check_candidates`,
+    raising :class:`planner.errors.InternalError` otherwise)."""
     t0 = time.perf_counter()
     cluster = cluster.nonempty()
     if cluster.total_gpus == 0:
@@ -59,7 +65,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     stats = SearchStats()
     cache = LinkCache(ctx)
     tables = Tables(ctx, space)
-    options = {g: type_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
+    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
     options = {g: o for g, o in options.items() if o}
     zones = cluster.zones()
@@ -72,7 +78,10 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
                None if progress is None else (lambda i, n: progress(i, n, time.perf_counter() - t0)))
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
-    return SearchResult(best.sorted(), stats, time.perf_counter() - t0)
+    found = best.sorted()
+    if verify:
+        check_candidates(ctx, found, gbs)
+    return SearchResult(found, stats, time.perf_counter() - t0)
 
 
 def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
@@ -90,7 +99,7 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
         task = tasks[i]
         if not refined:
             b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs, objective,
-                           cache, sync_out=sync_tables.setdefault(i, {}))
+                           cache, sync_out=sync_tables.setdefault(i, {}), recompute=task.recompute)
             heapq.heappush(heap, (max(b, bound), 1, i))
             continue
         _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
@@ -105,7 +114,7 @@ def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):
     per_type, cols = [], []
     for g, tp in task.tps:
         caps = caps_for(cluster, g, tp, task.num_stages)
-        per_type.append(zone_options(tuple(c for _, c in caps), max_total))
+        per_type.append(zone_splits(tuple(c for _, c in caps), max_total))
         cols += [(z, g) for z, _ in caps]
     order = sorted(range(len(cols)), key=lambda i: cols[i])
     for chunk in product_rows(per_type, max_total):
@@ -118,7 +127,7 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tas
     every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
     the summed stage gradients (egress)."""
     crit = []
-    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for a, (g, tp) in zip(arrs, task.tps):
         comp = a.compute_s[idx]
         s_num = comp.shape[1]
@@ -126,12 +135,7 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tas
             grp = Group(z, g, tp)
             p2p = cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1).time_s(mb_bytes) \
                 if s_num > 1 else 0.0
-            busy = comp
-            if ctx.settings.p2p_blocking and s_num > 1:
-                nb = np.full(s_num, 2.0)
-                nb[0] = nb[-1] = 1.0
-                busy = comp + nb * 2 * p2p
-            crit.append(level_periods(comp, busy.max(axis=1), p2p))
+            crit.append(level_periods(comp, p2p, ctx.settings.p2p_blocking))
         crit.append(a.update_s[idx].max(axis=1)[:, None])
     params = np.max([a.params[idx] for a in arrs], axis=0)
     full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
@@ -143,9 +147,8 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
               objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
               sync_lb: np.ndarray | None = None) -> None:
     n_mb = gbs // task.mbs
-    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages) for g, tp in task.tps]
-    fits = np.logical_and.reduce([a.fits for a in arrs])
-    idx = np.nonzero(fits)[0]
+    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
@@ -172,9 +175,9 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
 def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
                  n_mb: int, space: SearchSpace) -> dict[tuple[str, str], PoolModel]:
     by_col = {}
-    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, 4 if space.precision == "fp32" else 2)
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for g, tp in task.tps:
-        arr = tables.arrays(g, tp, task.mbs, task.num_stages)
+        arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
             by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
                                         n_mb)
@@ -227,7 +230,7 @@ def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Obj
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,
                key: float, n_mb: int, space: SearchSpace) -> Candidate:
     g0, tp0 = task.tps[0]
-    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages).counts[k])
+    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages, task.recompute).counts[k])
     used = [(p, int(d)) for p, d in zip(pools, row) if d > 0]
     if space.uniform_microbatches:
         counts = [[n_mb // int(row.sum())] * d for _, d in used]
@@ -237,4 +240,5 @@ def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: 
         key=float(key), num_stages=task.num_stages, mbs=task.mbs, layers_per_stage=layers,
         pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
         microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
-        cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]))
+        cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]), precision=space.precision,
+        optimizer=space.optimizer, recompute=task.recompute)

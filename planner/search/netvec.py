@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 
@@ -133,7 +134,7 @@ class _Chooser:
         for qi, q in enumerate(pairs):
             sel = pick == qi
             if np.any(sel):
-                out[sel] = (2 * (nn[sel] - 1) * link_time(self.link(q), nbytes[sel] / nn[sel]))
+                out[sel] = F.ring_s(nn[sel], link_time(self.link(q), nbytes[sel] / nn[sel]))
         return np.where(has & (n > 1), out, 0.0)
 
 
@@ -171,7 +172,7 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
     flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at)
     nz = np.array([p.n_zones for p in pats])[inv]
     price = np.array([p.egress_usd_per_byte for p in pats])[inv]
-    per_edge_flat = 2 * (d - 1) / np.maximum(d, 1) * full
+    per_edge_flat = F.ring_edge_bytes(d, full)
     multi = nz > 1
     if not np.any(multi) or ctx.settings.grad_sync == "flat":
         return np.where(d > 1, flat, 0.0), np.where(multi & (d > 1), per_edge_flat * price, 0.0)
@@ -184,11 +185,11 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
             if zi < p.n_zones:
                 w[k, p.zones[zi][0]] = 1.0
         members = (D * w[inv]).sum(axis=1)
-        inner = np.maximum(inner, 1.5 * ch.ring(ranks, inv, members, grad, worst_at))
+        inner = np.maximum(inner, F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad, worst_at)))
     cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at)
     hier = inner + cross
     use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
     use_flat = use_flat | ~multi
     t = np.where(use_flat, flat, hier)
-    per_edge = np.where(use_flat, per_edge_flat, 2 * (nz - 1) / nz * full)
+    per_edge = np.where(use_flat, per_edge_flat, F.ring_edge_bytes(nz, full))
     return np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0)

@@ -8,7 +8,7 @@ import numpy as np
 
 
 @lru_cache(maxsize=512)
-def type_options(caps: tuple[int, ...], max_total: int) -> np.ndarray:
+def zone_splits(caps: tuple[int, ...], max_total: int) -> np.ndarray:
     """Per-zone pipeline counts of one GPU type: for every non-empty subset of its zones and every total
     d (>= one per chosen zone), the balanced distribution (water-filling under the caps: repeatedly one more
     pipeline to the chosen zone with the fewest, the earlier zone on ties). Returns [n_options, len(caps)]."""

@@ -1,20 +1,19 @@
 """Per (GPU type, TP, micro-batch) tables and vectorised per-stage quantities for candidate layer splits.
 
-These mirror :mod:`planner.simulator.stage` and :mod:`planner.simulator.memory` term by term (same formulas,
-same settings) so the search can score thousands of splits with numpy; ``tests/test_planner_evaluator.py``
-checks the numbers against :func:`planner.simulator.simulate` on random plans.
+Every term is computed by :mod:`planner.simulator.formulas`, the functions :mod:`planner.simulator.stage` and
+:mod:`planner.simulator.memory` call for one plan, here on arrays of splits; ``tests/planner/test_planner_evaluator.py``
+checks the numbers against :func:`planner.simulator.simulate` on many plans, and ``sailor-plan`` checks the
+returned plans in production (:mod:`planner.search.verify`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from types import SimpleNamespace
-
 import numpy as np
 
-from planner.simulator.memory import state_bytes_per_param
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
-from planner.simulator.stage import _layer_sizes
+from planner.simulator.stage import layer_sizes
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,9 @@ class TypeTable:
 def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precision: str) -> TypeTable:
     costs = ctx.profiles.get(gpu_type, mbs, tp)
     off = ctx.settings.profile_offset_s
-    fwd = [max(t - off, off) for t in costs.layer_fwd_s]
-    bwd = [max(t - off, off) for t in costs.layer_bwd_s]
-    elem = 4 if precision == "fp32" else 2
-    lp, ep, hp, la, ea, ha = _layer_sizes(ctx, costs, tp, elem)
+    fwd = F.offset_adjusted(costs.layer_fwd_s, off)
+    bwd = F.offset_adjusted(costs.layer_bwd_s, off)
+    lp, ep, hp, la, ea, ha = layer_sizes(ctx, costs, tp, F.bytes_per_element(precision))
     gpu = ctx.catalog.get(gpu_type)
     return TypeTable(
         gpu_type=gpu_type, tp=tp, mbs=mbs, cum_fwd_s=np.concatenate([[0.0], np.cumsum(fwd)]),
@@ -56,7 +54,7 @@ def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precisio
         emb_bwd_s=costs.embedding_bwd_s, head_fwd_s=costs.head_fwd_s, head_bwd_s=costs.head_bwd_s,
         layer_params=int(lp), emb_params=int(ep), head_params=int(hp), layer_act_bytes=float(la),
         emb_act_bytes=float(ea), head_act_bytes=float(ha), update_s_per_param=costs.update_s_per_param,
-        usable_bytes=gpu.memory_bytes * (1.0 - ctx.settings.memory_headroom_fraction),
+        usable_bytes=F.usable_bytes(gpu.memory_bytes, ctx.settings.memory_headroom_fraction),
         usd_per_s=gpu.usd_per_s, estimated=costs.estimated)
 
 
@@ -74,8 +72,9 @@ class StageArrays:
 
 
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
-                 optimizer: str) -> StageArrays:
-    """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt``."""
+                 optimizer: str, recompute: bool = False) -> StageArrays:
+    """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt`` (``recompute``: full
+    activation recomputation)."""
     k, s_num = counts.shape
     ends = np.cumsum(counts, axis=1)
     starts = ends - counts
@@ -84,32 +83,31 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     last = np.zeros(s_num, dtype=bool)
     last[-1] = True
     fwd = tt.cum_fwd_s[ends] - tt.cum_fwd_s[starts]
-    bwd = tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts]
+    bwd = F.recompute_bwd_s(fwd, tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts], recompute)
     fwd = fwd + first * tt.emb_fwd_s + last * tt.head_fwd_s
     bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
     scale = ctx.settings.compute_scale
-    compute = fwd * scale + bwd * scale + ctx.settings.per_microbatch_overhead_s
+    compute = F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s)
     params = counts * tt.layer_params + first * tt.emb_params + last * tt.head_params
-    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer)
-    return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params, update_s=tt.update_s_per_param * params,
+    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
+    return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
+                       update_s=F.update_s(tt.update_s_per_param, params, 1, False),
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 
 def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
-            last: np.ndarray, precision: str, optimizer: str) -> np.ndarray:
+            last: np.ndarray, precision: str, optimizer: str, recompute: bool) -> np.ndarray:
     st = ctx.settings
-    w, g, o = state_bytes_per_param(SimpleNamespace(precision=precision, optimizer=optimizer))
     s_num = counts.shape[1]
     inflight = np.arange(s_num, 0, -1)            # S - s (declared: fit with a full pipeline in flight)
-    act = counts * tt.layer_act_bytes + first * tt.emb_act_bytes + last * tt.head_act_bytes
-    act = act * inflight * st.activation_reserve_factor
-    elem = 4 if precision == "fp32" else 2
-    boundary = ctx.model.boundary_activation_bytes(tt.mbs, elem)
+    boundary = ctx.model.boundary_activation_bytes(tt.mbs, F.bytes_per_element(precision))
+    act = F.layer_activation_bytes(counts, tt.layer_act_bytes, boundary, recompute) + first * tt.emb_act_bytes \
+        + last * tt.head_act_bytes
     biggest = np.where(counts > 0, tt.layer_act_bytes, 0.0)
     biggest = np.where(last, np.maximum(biggest, tt.head_act_bytes), biggest)
-    bucket = 4.0 * np.minimum(params, st.grad_bucket_elems)
-    return (w * params + (g * params + bucket) + o * params + act + (biggest + 2 * boundary)
-            + st.memory_overhead_bytes)
+    terms = F.memory_terms(params, act, inflight, biggest, boundary, F.state_bytes_per_param(precision, optimizer),
+                           st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes)
+    return F.memory_total(terms)
 
 
 @lru_cache(maxsize=None)

@@ -1,10 +1,11 @@
 """``simulate(plan, ctx)``: the one cost model used by the planner's search and by every report."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from planner.errors import InputError
 from planner.plan import Plan
+from planner.simulator import formulas as F
 from planner.simulator.memory import MemoryBreakdown, replica_memory, usable_bytes
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import ReplicaCosts, all_replica_costs
@@ -31,6 +32,10 @@ class StageEstimate:
     memory_capacity_bytes: float  # the smallest GPU of the stage
     fits_in_memory: bool
     estimated_profile: bool
+    peak_flops_per_s: float = 0.0   # summed peak FLOP/s of the stage's GPUs (at the plan's precision)
+    mfu: float = 0.0                # the stage's model FLOP/s over peak_flops_per_s
+    replica_peak_bytes: tuple[float, ...] = ()       # per replica (same order as gpu_types)
+    replica_capacity_bytes: tuple[float, ...] = ()   # usable bytes of that replica's GPU type
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ class Estimate:
     estimated_profiles: bool
     runtime: str
     stages: tuple[StageEstimate, ...]
+    model_flops_per_s: float = 0.0  # achieved model FLOP/s (3 x forward FLOPs per sample, no recompute)
+    peak_flops_per_s: float = 0.0   # summed peak FLOP/s of every GPU used (at the plan's precision)
+    mfu: float = 0.0                # heterogeneous MFU: model_flops_per_s / peak_flops_per_s
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,7 +99,23 @@ def _stage_estimate(plan: Plan, s: int, costs: list[ReplicaCosts], mems: list[Me
         busy_s=max(busy), p2p_s=p2p, sync_s=sync.time_s, sync_mode=sync.mode,
         update_s=max(c.update_s for c in costs), peak_memory_bytes=peak,
         memory_capacity_bytes=min(usable_bytes(ctx, c.gpu_type) for c in costs), fits_in_memory=fits,
-        estimated_profile=any(c.estimated for c in costs))
+        estimated_profile=any(c.estimated for c in costs),
+        replica_peak_bytes=tuple(m.total_bytes for m in mems),
+        replica_capacity_bytes=tuple(usable_bytes(ctx, c.gpu_type) for c in costs))
+
+
+def _utilisation(plan: Plan, ctx: SimContext, stages: tuple[StageEstimate, ...], iteration_s: float
+                 ) -> tuple[tuple[StageEstimate, ...], float, float]:
+    """Per-stage MFU filled in; (stages, model FLOP/s, peak FLOP/s) of the whole plan."""
+    m = ctx.model
+    out, flops, peak = [], 0.0, 0.0
+    for s, st in enumerate(plan.stages):
+        work = float(F.model_flops_per_sample(st.num_layers, m.layer_fwd_flops(1), m.head_fwd_flops(1),
+                                              s == plan.num_stages - 1)) * plan.global_batch_size
+        top = sum(ctx.catalog.get(r.gpu_type).flops_for(plan.precision) * r.tp for r in st.replicas)
+        out.append(replace(stages[s], peak_flops_per_s=top, mfu=float(F.mfu(work, iteration_s, top))))
+        flops, peak = flops + work, peak + top
+    return tuple(out), flops / iteration_s, peak
 
 
 def simulate(plan: Plan, ctx: SimContext) -> Estimate:
@@ -124,6 +148,7 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
     cross_b, egress_usd = _egress(plan, ctx, syncs_with_tied)
     gpu_usd = sum(ctx.catalog.get(rep.gpu_type).usd_per_s * rep.tp for _, _, rep in plan.replicas()) * iteration_s
     bottleneck = max(range(S), key=lambda s: stages[s].busy_s)
+    stages, model_flops_s, peak_flops_s = _utilisation(plan, ctx, stages, iteration_s)
     samples = plan.global_batch_size
     return Estimate(
         iteration_time_s=iteration_s, throughput_iters_per_s=1.0 / iteration_s,
@@ -133,4 +158,5 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
         cost_per_iteration_usd=gpu_usd + egress_usd, gpu_usd_per_iteration=gpu_usd,
         egress_usd_per_iteration=egress_usd, cross_zone_bytes_per_iteration=cross_b, pipeline_s=pipes,
         sync_s=sync_s, update_s=update_s, bottleneck_stage=bottleneck, num_gpus=plan.world_size,
-        estimated_profiles=any(st.estimated_profile for st in stages), runtime=ctx.settings.name, stages=stages)
+        estimated_profiles=any(st.estimated_profile for st in stages), runtime=ctx.settings.name, stages=stages,
+        model_flops_per_s=model_flops_s, peak_flops_per_s=peak_flops_s, mfu=model_flops_s / peak_flops_s)

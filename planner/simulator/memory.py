@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.plan import Plan
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import ReplicaCosts
 
@@ -29,17 +30,13 @@ class MemoryBreakdown:
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.transient_bytes + self.overhead_bytes)
+        return F.memory_total((self.weights_bytes, self.grads_bytes, self.optimizer_bytes, self.activations_bytes,
+                               self.transient_bytes, self.overhead_bytes))
 
 
 def state_bytes_per_param(plan: Plan) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes per parameter, before distributed-optimizer sharding."""
-    mixed = plan.precision != "fp32"
-    weights = 2.0 if mixed else 4.0
-    grads = 4.0
-    opt = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0}[plan.optimizer] + (4.0 if mixed else 0.0)
-    return weights, grads, opt
+    return F.state_bytes_per_param(plan.precision, plan.optimizer)
 
 
 def inflight_microbatches(plan: Plan, s: int, j: int) -> int:
@@ -48,17 +45,14 @@ def inflight_microbatches(plan: Plan, s: int, j: int) -> int:
 
 def replica_memory(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> MemoryBreakdown:
     w, g, o = state_bytes_per_param(plan)
-    if plan.distributed_optimizer:
-        o /= plan.dp_degree
+    o = F.sharded_optimizer_bytes(o, plan.dp_degree, plan.distributed_optimizer)
     st = ctx.settings
-    act = c.act_bytes_per_mb * inflight_microbatches(plan, c.stage, c.replica) * st.activation_reserve_factor
     boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
-    transient = c.max_layer_act_bytes + 2 * boundary
-    bucket = 4.0 * min(c.params, st.grad_bucket_elems)
-    return MemoryBreakdown(weights_bytes=w * c.params, grads_bytes=g * c.params + bucket,
-                           optimizer_bytes=o * c.params, activations_bytes=act, transient_bytes=transient,
-                           overhead_bytes=st.memory_overhead_bytes)
+    terms = F.memory_terms(c.params, c.act_bytes_per_mb, inflight_microbatches(plan, c.stage, c.replica),
+                           c.max_layer_act_bytes, boundary, (w, g, o), st.activation_reserve_factor,
+                           st.grad_bucket_elems, st.memory_overhead_bytes)
+    return MemoryBreakdown(*(float(t) for t in terms))
 
 
 def usable_bytes(ctx: SimContext, gpu_type: str) -> float:
-    return ctx.catalog.get(gpu_type).memory_bytes * (1.0 - ctx.settings.memory_headroom_fraction)
+    return F.usable_bytes(ctx.catalog.get(gpu_type).memory_bytes, ctx.settings.memory_headroom_fraction)

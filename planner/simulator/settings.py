@@ -7,7 +7,9 @@ measurements.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
@@ -25,7 +27,8 @@ class RuntimeSettings:
 
     name: str = "megatron-sailor"
     p2p_blocking: bool = False           # True: a stage's sends/receives sit on its critical path
-    p2p_all_tp_ranks: bool = True        # every TP rank of a replica sends the full activation to its peer
+    p2p_all_tp_ranks: bool = True        # True (ours): TP rank 0 sends the whole activation to every TP rank
+                                         # of the next stage; False (DeepSpeed): each TP rank sends 1/TP of it
     grad_sync: str = "auto"              # "flat" ring, "hierarchical" (zone-aware) or "auto" (the faster)
     dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
     per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
@@ -49,16 +52,37 @@ class RuntimeSettings:
         return replace(self, **changes)
 
 
-# The Sailor artifact's runtime: DeepSpeed pipeline engine (blocking p2p, barrier before reduction,
-# 5e8-element gradient buckets). The four constants were fitted on the 15 real GH200 runs by
-# `benchmarks/validate_simulator.py --fit` (grid search minimising mean |% error|; leave-one-out errors are
-# reported there and in docs/SIMULATOR.md): 0.2 ms per-call overhead inside the profiled layer times,
-# 3.75 ms of pipeline-engine work per micro-batch per stage, 4.3 GB device memory outside tensors
-# (CUDA context, NCCL buffers, as nvidia-smi counts it) and a 6% caching-allocator reserve on activations.
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "calibration_sailor_deepspeed.json"
+_CALIBRATED_KEYS = ("profile_offset_s", "per_microbatch_overhead_s", "memory_overhead_bytes",
+                    "activation_reserve_factor")
+
+
+def calibration() -> dict[str, Any]:
+    """The fitted constants of the ``sailor-deepspeed`` preset and the profile-smoothing choice, with the
+    runs they were fitted on (written by ``benchmarks/validate_simulator.py --write``)."""
+    try:
+        data = json.loads(CALIBRATION_FILE.read_text())
+        for k in _CALIBRATED_KEYS:
+            if not (isinstance(data[k], (int, float)) and data[k] >= 0):
+                raise ValueError(k)
+        w = data["profile_smoothing_window"]
+        if w is not None and not (isinstance(w, (int, float)) and w >= 1):
+            raise ValueError("profile_smoothing_window")
+        if not data["fitted_on"]:
+            raise ValueError("fitted_on")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"field {exc} missing or invalid", source=str(CALIBRATION_FILE)) from None
+    return data
+
+
+# The Sailor artifact's runtime: DeepSpeed pipeline engine (blocking p2p, activations partitioned over the TP
+# ranks, barrier before the reduction, 5e8-element gradient buckets). Its four constants come from the
+# calibration file, which names the real runs they were fitted on; docs/SIMULATOR.md gives the procedure and
+# its leave-one-out errors.
 SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, dp_sync_waits_for_all=True,
-                                   grad_sync="flat", grad_bucket_elems=500_000_000, profile_offset_s=2e-4,
-                                   per_microbatch_overhead_s=3.75e-3, memory_overhead_bytes=4.3e9,
-                                   activation_reserve_factor=1.06)
+                                   p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
+                                   grad_sync="flat", grad_bucket_elems=500_000_000,
+                                   **{k: float(calibration()[k]) for k in _CALIBRATED_KEYS})
 # megatron-sailor sends each activation from TP rank 0 of the sender to every TP rank of the receiver
 # (megatron_sailor/runtime/p2p.py): one concurrent transfer per boundary, not one per TP rank.
 OURS = RuntimeSettings(p2p_all_tp_ranks=False)
@@ -75,6 +99,13 @@ class SimContext:
     catalog: GPUCatalog
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     gpus_per_node: dict[str, int] = field(default_factory=dict)
+    replica_node_gpus: tuple[tuple[int, ...], ...] = ()   # [stage][replica] node sizes (Sailor plans), optional
 
     def node_size(self, gpu_type: str) -> int:
         return self.gpus_per_node.get(gpu_type) or self.catalog.get(gpu_type).gpus_per_node
+
+    def replica_node_size(self, s: int, j: int, gpu_type: str) -> int:
+        """GPUs per node of replica j of stage s: as the plan declared it, else the type's node size."""
+        if s < len(self.replica_node_gpus) and j < len(self.replica_node_gpus[s]):
+            return self.replica_node_gpus[s][j]
+        return self.node_size(gpu_type)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 from planner.simulator.activations import stage_layers_bytes
 from planner.simulator.tied import head_params_for_plan
@@ -28,7 +29,7 @@ class ReplicaCosts:
     estimated: bool
 
 
-def _layer_sizes(ctx: SimContext, costs: LayerCosts, tp: int, elem: int) -> tuple[int, int, int, float, float, float]:
+def layer_sizes(ctx: SimContext, costs: LayerCosts, tp: int, elem: int) -> tuple[int, int, int, float, float, float]:
     m = ctx.model
     lp = costs.layer_params if costs.layer_params is not None else sum(m.layer_params(tp))
     ep = costs.embedding_params if costs.embedding_params is not None else sum(m.embedding_params(tp))
@@ -48,13 +49,19 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     costs = ctx.profiles.get(rep.gpu_type, plan.micro_batch_size, rep.tp)
     lo, hi = stage.first_layer, stage.layer_end
     off = ctx.settings.profile_offset_s
-    fwd = sum(max(t - off, off) for t in costs.layer_fwd_s[lo:hi])
-    bwd = sum(max(t - off, off) for t in costs.layer_bwd_s[lo:hi])
-    lp, ep, hp, la, ea, ha = _layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
+    fwd = sum(F.offset_adjusted(costs.layer_fwd_s[lo:hi], off).tolist())
+    bwd = sum(F.offset_adjusted(costs.layer_bwd_s[lo:hi], off).tolist())
+    lp, ep, hp, la, ea, ha = layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
     params = lp * stage.num_layers
-    act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp)
+    boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    # full-layer recompute keeps only each layer's input; one layer's activations live while recomputed
+    if plan.recompute_granularity is None:
+        act = float(F.layer_activation_bytes(stage.num_layers, la, boundary, plan.recompute_activations))
+        bwd = float(F.recompute_bwd_s(fwd, bwd, plan.recompute_activations))
+    else:   # megatron-core's explicit recompute fields: uniform / block groups, selective (activations.py)
+        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp)
+        bwd += recomputed * fwd
     biggest = la if stage.num_layers else 0.0
-    bwd += recomputed * fwd  # full recompute repeats (part of) the forward during backward
     if s == 0:
         fwd += costs.embedding_fwd_s
         bwd += costs.embedding_bwd_s
@@ -67,9 +74,7 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
         act += ha
         biggest = max(biggest, ha)
     scale = ctx.settings.compute_scale
-    update_s = costs.update_s_per_param * params
-    if plan.distributed_optimizer:
-        update_s /= plan.dp_degree
+    update_s = F.update_s(costs.update_s_per_param, params, plan.dp_degree, plan.distributed_optimizer)
     return ReplicaCosts(stage=s, replica=j, gpu_type=rep.gpu_type, tp=rep.tp, zone=rep.zone,
                         fwd_s=fwd * scale, bwd_s=bwd * scale, params=int(params), act_bytes_per_mb=act,
                         max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated)

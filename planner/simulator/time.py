@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.network import Endpoint, Link
 from planner.plan import Plan, Replica
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import ReplicaCosts
 
@@ -27,30 +30,43 @@ class SyncCost:
     mode: str
 
 
-def p2p_link(ctx: SimContext, a: Replica, b: Replica) -> Link:
-    k = min(a.tp, b.tp) if ctx.settings.p2p_all_tp_ranks else 1
-    return ctx.network.link(Endpoint(a.gpu_type, a.zone), Endpoint(b.gpu_type, b.zone), concurrent=k)
+def endpoint(ctx: SimContext, s: int, j: int, rep: Replica) -> Endpoint:
+    """Replica j of stage s as a network endpoint (its zone, type and node size)."""
+    return Endpoint(rep.gpu_type, rep.zone, ctx.replica_node_size(s, j, rep.gpu_type))
+
+
+def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: int, nbytes: float) -> float:
+    """Seconds of one boundary crossing, the mean of forward (a -> b) and backward (b -> a).
+
+    One rule, shared with the search (``link(concurrent=k).time_s(bytes)``): k = the receiving replica's TP
+    for our runtime (``p2p_all_tp_ranks``: TP rank 0 sends the whole activation to each receiving TP rank,
+    k messages through one node link), k = 1 for DeepSpeed's pipe engine (each TP rank sends 1/TP of the
+    activation, so one activation crosses in all). A node-pair link (Sailor's fits, ``shared``) divides its
+    bandwidth among the k messages; a per-GPU-pair class link does not (its bandwidth is the effective
+    figure of one boundary crossing). docs/SIMULATOR.md, "Network fits", derives it.
+    """
+    net = ctx.network
+    k_fwd, k_bwd = (tp_b, tp_a) if ctx.settings.p2p_all_tp_ranks else (1, 1)
+    fwd = net.link(a, b, concurrent=k_fwd).checked_time_s(nbytes)
+    bwd = net.link(b, a, concurrent=k_bwd).checked_time_s(nbytes)
+    return 0.5 * (fwd + bwd)
 
 
 def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
     """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j."""
     nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     reps = plan.pipeline(j)
-    return [p2p_link(ctx, reps[b], reps[b + 1]).time_s(nbytes) for b in range(len(reps) - 1)]
+    return [p2p_transfer_s(ctx, endpoint(ctx, b, j, reps[b]), endpoint(ctx, b + 1, j, reps[b + 1]),
+                           reps[b].tp, reps[b + 1].tp, nbytes) for b in range(len(reps) - 1)]
+
+
+def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> np.ndarray:
+    return np.array([F.compute_s(c.fwd_s, c.bwd_s, ctx.settings.per_microbatch_overhead_s) for c in costs])
 
 
 def stage_busy_s(costs: list[ReplicaCosts], p2p_s: list[float], ctx: SimContext) -> list[float]:
-    """Busy seconds per micro-batch of each stage of one pipeline (steady state)."""
-    out = []
-    for s, c in enumerate(costs):
-        t = c.fwd_s + c.bwd_s + ctx.settings.per_microbatch_overhead_s
-        if ctx.settings.p2p_blocking:
-            if s > 0:
-                t += 2 * p2p_s[s - 1]
-            if s < len(costs) - 1:
-                t += 2 * p2p_s[s]
-        out.append(t)
-    return out
+    """Busy seconds per micro-batch of each stage of one pipeline (steady state, :func:`formulas.busy_s`)."""
+    return F.busy_s(_compute(costs, ctx), np.array(p2p_s, dtype=float), ctx.settings.p2p_blocking).tolist()
 
 
 def steady_period_s(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
@@ -59,29 +75,22 @@ def steady_period_s(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: 
     At least the busiest stage's time; and stage k keeps at most ``S-k`` micro-batches in flight, so when
     ``m > S-k`` a round trip from k to the last stage and back (compute of stages >= k plus two transfers per
     boundary) is shared by ``S-k`` micro-batches: ``period >= round_trip_k / (S-k)``. The second bound binds
-    when transfers are slow next to balanced stages.
+    when transfers are slow next to balanced stages (:func:`formulas.round_trip_bounds`).
     """
-    busy = stage_busy_s(costs, p2p_s, ctx)
-    period = max(busy)
-    S = len(costs)
-    ovh = ctx.settings.per_microbatch_overhead_s
-    for k in range(S - 1):
-        if m > S - k:  # micro-batch slots on stage k are reused only when more than S-k micro-batches run
-            trip = sum(c.fwd_s + c.bwd_s + ovh for c in costs[k:]) + 2 * sum(p2p_s[k:])
-            period = max(period, trip / (S - k))
-    return period
+    comp, p2p = _compute(costs, ctx), np.array(p2p_s, dtype=float)
+    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
+    return F.steady_period_s(busy, F.round_trip_bounds(comp, p2p), m)
 
 
 def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
-    fill_drain = sum(c.fwd_s + c.bwd_s + ctx.settings.per_microbatch_overhead_s for c in costs) + 2 * sum(p2p_s)
-    return (m - 1) * steady_period_s(costs, p2p_s, m, ctx) + fill_drain
+    fill_drain = float(F.fill_drain_s(_compute(costs, ctx), np.array(p2p_s, dtype=float)))
+    return float(F.pipeline_s(m, steady_period_s(costs, p2p_s, m, ctx), fill_drain))
 
 
 def _ring_s(n: int, nbytes: float, link: Link) -> float:
     if n <= 1 or nbytes <= 0:
         return 0.0
-    chunk = nbytes / n
-    return 2 * (n - 1) * link.time_s(chunk)
+    return F.ring_s(n, link.checked_time_s(nbytes / n))
 
 
 def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -> SyncCost:
@@ -90,13 +99,13 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     d = len(reps)
     if d == 1:
         return SyncCost(0.0, {}, "none")
-    grad_bytes = max(c.params for c in costs) * 4.0   # the smallest-TP replica's GPUs hold the most
-    full_bytes = max(c.params * c.tp for c in costs) * 4.0   # the whole stage's gradient (all TP shards)
+    grad_bytes = F.grad_bytes(max(c.params for c in costs))   # the smallest-TP replica's GPUs hold the most
+    full_bytes = F.grad_bytes(max(c.params * c.tp for c in costs))   # the whole stage's gradient (all shards)
     conc = min(r.tp for r in reps)
-    zones: dict[str, list[Replica]] = {}
-    for r in reps:
-        zones.setdefault(r.zone, []).append(r)
-    ends = [Endpoint(r.gpu_type, r.zone) for r in reps]
+    ends = [endpoint(ctx, s, j, r) for j, r in enumerate(reps)]
+    zones: dict[str, list[Endpoint]] = {}
+    for e in ends:
+        zones.setdefault(e.zone, []).append(e)
 
     def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
         links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
@@ -110,12 +119,12 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
         return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
     inner = 0.0
     for z in zone_list:
-        members = [Endpoint(r.gpu_type, r.zone) for r in zones[z]]
+        members = zones[z]
         if len(members) > 1:
             link = worst([(members[i], members[(i + 1) % len(members)]) for i in range(len(members))])
             # reduce to the leader (reduce-scatter + gather) and broadcast back: ~ 3 ring halves
-            inner = max(inner, 1.5 * _ring_s(len(members), grad_bytes, link))
-    leaders = [Endpoint(zones[z][0].gpu_type, z) for z in zone_list]
+            inner = max(inner, F.zone_reduce_broadcast_s(_ring_s(len(members), grad_bytes, link)))
+    leaders = [zones[z][0] for z in zone_list]
     cross = _ring_s(len(leaders), grad_bytes, worst([(leaders[i], leaders[(i + 1) % len(leaders)])
                                                     for i in range(len(leaders))]))
     hier_t = inner + cross
@@ -129,7 +138,7 @@ def _ring_cross_bytes(zone_list: list[str], n: int, grad_bytes: float) -> dict[t
     """Bytes on each cross-zone edge of a ring ordered by zone: 2 (n-1)/n of the gradient, per edge."""
     if len(zone_list) < 2:
         return {}
-    per_edge = 2 * (n - 1) / n * grad_bytes
+    per_edge = float(F.ring_edge_bytes(n, grad_bytes))
     z = len(zone_list)
     return {(zone_list[i], zone_list[(i + 1) % z]): per_edge for i in range(z)}
 

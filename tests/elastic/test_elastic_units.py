@@ -112,8 +112,24 @@ def test_control_file_hold_then_stop(tmp_path: Path) -> None:
 
 def test_fault_spec() -> None:
     assert parse_faults("attempt=0,rank=2,iteration=5,when=step; attempt=1,rank=0,iteration=8,when=save") == [
-        {"attempt": 0, "rank": 2, "iteration": 5, "when": "step"},
-        {"attempt": 1, "rank": 0, "iteration": 8, "when": "save"}]
+        {"attempt": 0, "rank": 2, "iteration": 5, "when": "step", "job": None, "action": "kill"},
+        {"attempt": 1, "rank": 0, "iteration": 8, "when": "save", "job": None, "action": "kill"}]
+    assert parse_faults("job=1,attempt=0,rank=3,when=start,action=kill-node") == [
+        {"attempt": 0, "rank": 3, "iteration": -1, "when": "start", "job": 1, "action": "kill-node"}]
+
+
+def test_fault_injector_selects_job_and_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from megatron_sailor.train.elastic_hooks import FaultInjector
+    monkeypatch.setenv("SAILOR_FAULT_INJECT", "job=2,attempt=0,rank=0,iteration=3,when=save,action=sleep:0.2")
+    monkeypatch.setenv("SAILOR_ELASTIC_JOB", "1")
+    assert FaultInjector(0).faults == []
+    monkeypatch.setenv("SAILOR_ELASTIC_JOB", "2")
+    f = FaultInjector(0)
+    start = time.monotonic()
+    f("save", 2)
+    assert time.monotonic() - start < 0.1
+    f("save", 3)
+    assert time.monotonic() - start >= 0.2
 
 
 def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -139,8 +155,8 @@ class _FakeProc:
     def poll(self):  # noqa: ANN201
         return self.rc
 
-    def wait(self, timeout=None):  # noqa: ANN001, ANN201
-        return self.rc
+    def terminate(self) -> None:
+        self.rc = -15
 
 
 class _ScriptedController:
@@ -148,7 +164,9 @@ class _ScriptedController:
 
     @staticmethod
     def make(tmp_path: Path, avail: list[int]):  # noqa: ANN205
-        from launch.elastic.controller import Controller, ControllerConfig, Job
+        from launch.elastic.controller import Controller, ControllerConfig
+        from launch.elastic.jobs import LocalBackend
+        from launch.elastic.nodes import LocalNodes
 
         class Src:
             value = {"cpu@local": avail[0]}
@@ -160,31 +178,25 @@ class _ScriptedController:
             def describe(self) -> str:
                 return "fake"
 
-        class C(Controller):
-            def launch(self, choice, rec, wait_for_go=False):  # noqa: ANN001, ANN202
-                k = len(self.jobs)
-                job = Job(k, choice, _FakeProc(), time.time(), self.work / f"events_{k}.jsonl", rec.reason, rec,
-                          control=self.work / f"control_{k}", go=self.work / f"go_{k}")
-                job.wait_for_go = wait_for_go
-                self._write_control(job, "run")
-                self.jobs.append(job)
-                return job
+        class Backend(LocalBackend):
+            calls: list = []
 
-            def terminate(self, job) -> None:  # noqa: ANN001
-                job.proc.rc = -15
+            def start(self, commands, assignment, work, index, workdir, after=None):  # noqa: ANN001, ANN202
+                self.calls.append(commands)
+                return _FakeProc()
 
         cfg = ControllerConfig(work_dir=tmp_path, train_iters=10, train_args=(), poll_s=0.0)
-        c = C(cfg, Src(), CpuDemoPlanner(4, 8, "tiny"))
+        c = Controller(cfg, LocalNodes(Src()), CpuDemoPlanner(4, 8, "tiny"), backend=Backend())
         c.work.mkdir(parents=True, exist_ok=True)
         return c, Src
 
 
 def _start(c) -> None:  # noqa: ANN001
-    from launch.elastic.controller import Reconfiguration
-    av = c.source.poll(0, 0)
-    choice = c.planner.plan(av)
-    c.job = c.launch(choice, Reconfiguration("start", time.time(), 4, 0.0, "initial", None, 4))
-    c.successor, c.last_av = None, av
+    from launch.elastic.timings import Reconfiguration
+    nodes = c.source.poll(0, 0)
+    choice, assignment = c.plan_on(nodes)
+    c.job = c.launch(choice, Reconfiguration("start", time.time(), 4, 0.0, "initial", None, 4), assignment=assignment)
+    c.successor, c.last_nodes = None, nodes
 
 
 def test_forced_switch_stops_now_and_hands_over_after_exit(tmp_path: Path) -> None:
@@ -194,7 +206,9 @@ def test_forced_switch_stops_now_and_hands_over_after_exit(tmp_path: Path) -> No
     src.value = {"cpu@local": 2}
     assert c._step() is None
     new = c.successor
-    assert new is not None and new.wait_for_go and new.choice.plan.world_size == 2
+    assert new is not None and new.choice.plan.world_size == 2
+    assert "--elastic-wait" in c.backend.calls[-1][0].argv and "--elastic-wait" not in c.backend.calls[0][0].argv
+
     assert old.control.read_text().strip() == "stop" and not new.go.exists()
     assert c._step() is None and c.successor is new          # old job still checkpointing
     old.proc.rc = 0

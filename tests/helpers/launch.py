@@ -1,19 +1,28 @@
-"""Start a torchrun job from a test: its own free port, one OpenMP thread per rank, a hard timeout."""
+"""Shared test helpers for multi-process tests: a free port (planner.ports), a torchrun runner (its own port,
+one OpenMP thread per rank, a hard timeout), a python runner and the tiny model's arguments."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from planner.ports import free_port
+
+__all__ = ["REPO", "free_port", "python", "tiny_model_args", "torchrun"]
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# tiny GPT of every multi-process test (= planner's built-in "tiny": 4 layers, hidden 64, 4 heads, seq 32)
+def tiny_model_args(num_layers: int = 4, hidden_size: int = 64, seq_length: int = 32,
+                    vocab_size: int | None = 128) -> list[str]:
+    """Megatron-style model flags of a tiny GPT (4 attention heads; ``vocab_size=None``: no --vocab-size, for
+    tests where the tokenizer sets it)."""
+    return ["--num-layers", str(num_layers), "--hidden-size", str(hidden_size), "--num-attention-heads", "4",
+            "--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
+            *(["--vocab-size", str(vocab_size)] if vocab_size is not None else []),
+            "--make-vocab-size-divisible-by", "8"]
 
 
 def torchrun(nproc: int, script: str, args: list[str], timeout_s: float,

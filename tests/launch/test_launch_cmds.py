@@ -13,7 +13,7 @@ import pytest
 from planner.plan import Plan, Replica, Stage
 from launch import cli, runner
 from launch.assign import assign
-from launch.inventory import Emulation, Inventory, Node
+from launch.inventory import NodeEmulation, Inventory, Node
 from planner.rank_env import plan_rank_from_env
 from launch.torchrun_cmds import LaunchConfig, build_commands
 
@@ -30,7 +30,7 @@ def _plan() -> Plan:
 def _inventory() -> Inventory:
     return Inventory(nodes=(
         Node(host="a1", gpu_type="A100", zone="z-a", gpus_per_node=4, cpus_per_node=12),
-        Node(host="v1", gpu_type="V100", zone="z-b", gpus_per_node=1, emulate=Emulation(2.0, 0.005)),
+        Node(host="v1", gpu_type="V100", zone="z-b", gpus_per_node=1, emulate=NodeEmulation(2.0, 0.005)),
         Node(host="v2", gpu_type="V100", zone="z-b", gpus_per_node=1)))
 
 
@@ -57,9 +57,17 @@ def test_commands_carry_topology_and_env() -> None:
     argv = cmds[0].argv
     assert argv[:8] == ("torchrun", "--nnodes=3", "--nproc-per-node=3", "--node-rank=0", "--rdzv-backend=c10d",
                         "--rdzv-endpoint=a1:29611", "--rdzv-id=sailor", "--max-restarts=0")
-    assert argv[8:] == ("examples/gpt/pretrain_gpt.py", "--sailor-plan", "plan.json", "--train-iters", "3")
+    assert argv[8:] == ("--module", "megatron_sailor.train", "--sailor-plan", "plan.json", "--train-iters", "3")
     assert cmds[1].argv[1:4] == ("--nnodes=3", "--nproc-per-node=1", "--node-rank=1")
     assert all("--rdzv-endpoint=a1:29611" in c.argv for c in cmds)
+
+
+def test_default_entry_is_the_training_module_and_script_overrides_it() -> None:
+    import importlib.util
+    from planner.rank_env import TRAIN_MODULE
+    assert importlib.util.find_spec(f"{TRAIN_MODULE}.__main__") is not None
+    cmds = build_commands(assign(_plan(), _inventory()), LaunchConfig(plan_path="p.json", script="my/train.py"))
+    assert cmds[0].argv[8:] == ("my/train.py", "--sailor-plan", "p.json")
 
 
 def test_every_worker_gets_its_plan_rank() -> None:
@@ -152,7 +160,7 @@ def test_localhost_resolves_without_network() -> None:
                                argv=("torchrun", "x.py"))
     argv, env = runner.process_argv(remote, "/work dir")
     assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and env is None
-    assert argv[3:] == ["gpu-7.cluster", "cd '/work dir' && A=1 torchrun x.py"]
+    assert argv[3:] == ["--", "gpu-7.cluster", "cd '/work dir' && A=1 torchrun x.py"]
 
 
 def test_cli_node_option_runs_one_node_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

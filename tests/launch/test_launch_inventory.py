@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
-from launch.inventory import Emulation, inventory_from_data, load_inventory
+from launch.inventory import NodeEmulation, inventory_from_data, load_inventory
 
 YAML = """
 nodes:
@@ -40,7 +40,7 @@ def test_yaml_and_json_load_the_same(tmp_path: Path) -> None:
     a, v = inv.nodes
     assert (a.name, a.gpus_per_node, a.cpus_per_node, a.emulate) == ("a1.example", 4, 32, None)
     assert v.name == "slow-v1" and v.pool == ("V100", "us-west1-b")
-    assert v.emulate == Emulation(slowdown=2.5, link_delay_s=0.01)
+    assert v.emulate == NodeEmulation(slowdown=2.5, link_delay_s=0.01)
     assert v.emulate.env() == {"SAILOR_EMULATE_SLOWDOWN": "2.5", "SAILOR_EMULATE_LINK_DELAY_S": "0.01"}
 
 
@@ -53,13 +53,13 @@ def test_bare_list_accepted() -> None:
     ([_node(name="x"), _node(host="h2", name="x")], "duplicate node name 'x'"),
     ([_node(gpus=2)], "unknown key(s) ['gpus']"),
     ([{"host": "h1", "gpu_type": "A100-40", "zone": "z"}], "missing required key(s) ['gpus_per_node']"),
-    ([_node(gpus_per_node=0)], "'gpus_per_node' must be an integer >= 1, got 0"),
+    ([_node(gpus_per_node=0)], "field 'gpus_per_node' must be >= 1, got 0"),
     ([_node(gpus_per_node=True)], "gpus_per_node"),
     ([_node(host="")], "field 'host'"),
     ([_node(emulate={"slowdown": 0.5})], "emulate.slowdown' must be >= 1.0, got 0.5"),
     ([_node(emulate={"link_delay_s": -1})], "emulate.link_delay_s' must be >= 0.0"),
     ([_node(emulate={"speed": 2})], "unknown key(s) ['speed']"),
-    ([_node(emulate=3)], "field 'emulate' must be a mapping"),
+    ([_node(emulate=3)], "field 'emulate' must be an object"),
     ([], "must list nodes"),
 ])
 def test_bad_inventories_name_the_problem(nodes: list, message: str) -> None:
@@ -81,7 +81,7 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load_inventory(bad)
     broken = tmp_path / "broken.yaml"
     broken.write_text("nodes: [ {host: h1\n")
-    with pytest.raises(InputError, match="broken.yaml: cannot parse inventory"):
+    with pytest.raises(InputError, match="broken.yaml: cannot parse YAML"):
         load_inventory(broken)
     with pytest.raises(InputError, match="missing.yaml: file not found"):
         load_inventory(tmp_path / "missing.yaml")

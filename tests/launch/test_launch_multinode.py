@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from planner.plan import Plan, Replica, Stage
+from tests.helpers.launch import free_port, tiny_model_args
 
 REPO = Path(__file__).resolve().parents[2]
-PRETRAIN = REPO / "examples" / "gpt" / "pretrain_gpt.py"
 
 # A tiny gloo program of our own: remaps to the plan rank exactly as the runtime must, then checks
 # collectives and reports where every plan rank ran.
@@ -47,12 +46,6 @@ dist.destroy_process_group()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _write_inputs(tmp_path: Path, plan: Plan, gpus: tuple[int, int]) -> tuple[Path, Path]:
     plan_path, nodes_path = tmp_path / "plan.json", tmp_path / "nodes.yaml"
     plan.save(plan_path)
@@ -64,11 +57,13 @@ def _write_inputs(tmp_path: Path, plan: Plan, gpus: tuple[int, int]) -> tuple[Pa
     return plan_path, nodes_path
 
 
-def _launch(plan_path: Path, nodes_path: Path, script: Path, script_args: list[str],
+def _launch(plan_path: Path, nodes_path: Path, script: Path | None, script_args: list[str],
             timeout_s: int) -> subprocess.CompletedProcess:
+    """``python -m launch``; ``script=None``: the default entry (torchrun --module megatron_sailor.train)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, "-m", "launch", str(plan_path), "--nodes-file", str(nodes_path),
-            "--script", str(script), "--master-port", str(_free_port()), "--run-id", f"test-{os.getpid()}",
+            *(["--script", str(script)] if script else []), "--master-port", str(free_port()),
+            "--run-id", f"test-{os.getpid()}",
             "--torchrun", f"{sys.executable} -m torch.distributed.run", "--", *script_args]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
 
@@ -102,17 +97,14 @@ def test_gloo_all_reduce_across_two_local_nodes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_pretrain_gpt_on_two_local_nodes(tmp_path: Path) -> None:
-    if not PRETRAIN.exists():
-        pytest.skip("examples/gpt/pretrain_gpt.py not present yet")
+def test_training_module_on_two_local_nodes(tmp_path: Path) -> None:
     a, v = Replica("A100", 1, "z-a"), Replica("V100", 1, "z-b")
     plan = Plan(num_layers=2, stages=(Stage(0, 1, (a, v)), Stage(1, 1, (a, v))), micro_batch_size=1,
                 global_batch_size=4, model="tiny")
     plan_path, nodes_path = _write_inputs(tmp_path, plan, gpus=(2, 2))
     metrics = tmp_path / "metrics.jsonl"
-    args = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
-            "--max-position-embeddings", "16", "--vocab-size", "128", "--train-iters", "3", "--lr", "1e-3",
+    args = [*tiny_model_args(num_layers=2, hidden_size=32, seq_length=16), "--train-iters", "3", "--lr", "1e-3",
             "--seed", "1", "--mock-data", "--metrics-file", str(metrics)]
-    proc = _launch(plan_path, nodes_path, PRETRAIN, args, timeout_s=280)
+    proc = _launch(plan_path, nodes_path, None, args, timeout_s=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert metrics.exists() and metrics.read_text().strip(), "no metrics written"

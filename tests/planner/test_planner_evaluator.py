@@ -16,7 +16,7 @@ from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, build_plan, plan_search
 from planner.search.makespan import assign_counts, min_makespan
 from planner.search.netvec import link_time
-from planner.search.rows import pareto_min, type_options
+from planner.search.rows import pareto_min, zone_splits
 from planner.search.tables import split_family
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED, SimContext
@@ -112,7 +112,7 @@ def test_split_family_and_zone_options():
     assert all(r[2] - r[1] in (0, 1) for r in fam)
     assert len({tuple(r) for r in fam}) == len(fam)
     assert len(split_family(6, 3)) == 10          # S <= 3: every composition, C(5, 2)
-    opts = type_options((2, 3), 10)
+    opts = zone_splits((2, 3), 10)
     assert {tuple(r) for r in opts} >= {(1, 0), (2, 0), (0, 3), (1, 1), (2, 1), (2, 3)}
     assert (2, 2) in {tuple(r) for r in opts} and (1, 3) not in {tuple(r) for r in opts}
 
@@ -131,8 +131,64 @@ def test_zone_options_are_water_filling():
         z = rng.randint(1, 4)
         caps = tuple(rng.randint(1, 7) for _ in range(z))
         top = rng.randint(1, 30)
-        got = [tuple(r) for r in type_options(caps, top)]
+        got = [tuple(r) for r in zone_splits(caps, top)]
         want = {tuple(c) for k in range(1, z + 1) for sub in combinations(range(z), k)
                 for d in range(1, min(top, sum(caps[i] for i in sub)) + 1)
                 for c in [balanced(list(caps), sub, d)] if c}
         assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_production_check_rejects_a_mismatched_evaluation():
+    """plan_search checks its returned plans against simulate(); a deliberately wrong score must fail."""
+    from dataclasses import replace
+
+    from planner.errors import InternalError
+    from planner.search.verify import check_candidates
+    ctx = _ctx()
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-b=8", ctx.catalog)
+    best = plan_search(ctx, cluster, 64, Objective("throughput"), SearchSpace(max_stages=3)).best
+    (plan, est), = check_candidates(ctx, [best], 64)          # the real evaluation passes
+    assert est.iteration_time_s == pytest.approx(best.iteration_s, rel=1e-9)
+    for bad in (replace(best, iteration_s=best.iteration_s * (1 + 1e-8)),
+                replace(best, cost_usd=best.cost_usd * (1 - 1e-8)), replace(best, gpus=best.gpus + 1)):
+        with pytest.raises(InternalError):
+            check_candidates(ctx, [bad], 64)
+
+
+def test_sailor_plan_fails_loudly_when_the_evaluator_disagrees(monkeypatch, capsys, tmp_path):
+    """A corrupted evaluator inside the search: sailor-plan prints one internal-error line, exits 3, writes
+    no plan."""
+    from dataclasses import replace
+
+    import planner.search.engine as engine
+    from planner.cli_plan import main
+    real = engine._candidate
+
+    def skewed(*a, **k):
+        c = real(*a, **k)
+        return replace(c, iteration_s=c.iteration_s * 1.001)
+    monkeypatch.setattr(engine, "_candidate", skewed)
+    out_file = tmp_path / "plan.json"
+    rc = main(["--model", "opt-350m", "--gpus", "A100-40@us-central1-a=8", "--no-comparator", "-o", str(out_file)])
+    out, err = capsys.readouterr()
+    assert rc == 3
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("internal error:") and "disagree" in lines[0]
+    assert not out_file.exists()
+
+
+def test_sailor_space_comparator_is_even_last_and_never_beats_ours():
+    """(b') of the benchmark: Sailor's even split (extras on the last stages) with homogeneous pipelines; it is
+    a subset of our space, so our optimum is at least as good, and its plans agree with simulate()."""
+    from planner.baselines.spaces import baseline_space
+    ctx = _ctx()
+    cluster = parse_gpus("A100-40@us-a=8,V100-16@us-a=12,V100-16@us-b=6", ctx.catalog)
+    for objective in (Objective("throughput"), Objective("cost")):
+        sp = baseline_space("sailor-space", max_stages=4)
+        res = plan_search(ctx, cluster, 64, objective, sp, top_k=30)
+        for c in res.candidates:
+            q, r = divmod(MODEL.num_layers, c.num_stages)
+            assert c.layers_per_stage == tuple([q] * (c.num_stages - r) + [q + 1] * r)
+        _agree(ctx, cluster, 64, objective, k=30, space=sp)
+        ours = plan_search(ctx, cluster, 64, objective, SearchSpace(max_stages=4)).best
+        assert ours.key <= res.best.key * (1 + 1e-12)

@@ -134,3 +134,59 @@ def test_analytic_estimate_is_marked():
     c = SimContext(TINY, ProfileStore(TINY, cat), NetworkModel(cat), cat, OURS)
     est = simulate(plan(), c)
     assert est.estimated_profiles and est.iteration_time_s > 0
+
+
+def test_formulas_give_the_same_numbers_on_arrays_and_scalars():
+    """Each shared formula is one expression for the simulator (one pipeline) and the search (a batch)."""
+    import numpy as np
+
+    from planner.simulator import formulas as F
+    rng = np.random.default_rng(3)
+    for s_num in (1, 2, 3, 6):
+        comp = rng.uniform(0.1, 1.0, size=(20, s_num))
+        p2p = rng.uniform(0.0, 0.3, size=(20, max(s_num - 1, 0)))
+        for blocking in (False, True):
+            busy = F.busy_s(comp, p2p, blocking)
+            trips = F.round_trip_bounds(comp, p2p)
+            levels = F.period_levels(busy.max(axis=1), trips)
+            for k in range(20):
+                one = F.busy_s(comp[k], p2p[k], blocking)
+                assert np.array_equal(one, busy[k])
+                if blocking and s_num > 1:
+                    assert one[0] == comp[k, 0] + 2 * p2p[k, 0] + 0.0
+                for m in (1, s_num, s_num + 1, 40):
+                    # the period is the busiest stage or a shared round trip of the stages k with m > S - k
+                    want = max([one.max()] + [(comp[k, j:].sum() + 2 * p2p[k, j:].sum()) / (s_num - j)
+                                              for j in range(s_num - 1) if m > s_num - j])
+                    got = F.steady_period_s(one, F.round_trip_bounds(comp[k], p2p[k]), m)
+                    assert got == pytest.approx(want, rel=1e-12)
+                    assert levels[k, min(m, s_num + 1) - 1] == pytest.approx(got, rel=1e-15)
+    w, g, o = F.state_bytes_per_param("bf16", "adamw")
+    assert (w, g, o) == (2.0, 4.0, 12.0) and F.state_bytes_per_param("fp32", "sgd") == (4.0, 4.0, 4.0)
+    terms = F.memory_terms(np.array([10.0, 20.0]), np.array([1.0, 2.0]), np.array([3, 1]), 5.0, 7.0, (w, g, o),
+                           1.5, 4, 100.0)
+    scalar = F.memory_terms(20.0, 2.0, 1, 5.0, 7.0, (w, g, o), 1.5, 4, 100.0)
+    assert F.memory_total(terms)[1] == F.memory_total(scalar) == 2 * 20 + (4 * 20 + 16) + 12 * 20 + 3 + 19 + 100
+
+
+def test_heterogeneous_mfu_hand_computed():
+    """MFU = model FLOP/s (3 x forward FLOPs per sample) over the summed peak FLOP/s of the GPUs used, per plan
+    and per stage; a mixed fleet is judged against its own summed peak."""
+    entries = [costs(), costs("V100-16"), costs("V100-16", tp=2)]
+    ctx = ctx_with(entries=entries)
+    reps = (Replica("A100-40", 1, "z-a"), Replica("V100-16", 2, "z-a"))
+    p = Plan(num_layers=4, stages=(Stage(0, 1, reps), Stage(1, 3, reps)), micro_batch_size=1, global_batch_size=8)
+    est = simulate(p, ctx)
+    cat = ctx.catalog
+    peak_stage = cat.get("A100-40").peak_fp32_flops + 2 * cat.get("V100-16").peak_fp32_flops
+    lf, hf = TINY.layer_fwd_flops(1), TINY.head_fwd_flops(1)
+    work = [8 * 3 * lf, 8 * 3 * (3 * lf + hf)]
+    for st, w in zip(est.stages, work):
+        assert st.peak_flops_per_s == pytest.approx(peak_stage, rel=1e-12)
+        assert st.mfu == pytest.approx(w / est.iteration_time_s / peak_stage, rel=1e-12)
+    assert est.peak_flops_per_s == pytest.approx(2 * peak_stage, rel=1e-12)
+    assert est.model_flops_per_s == pytest.approx(sum(work) / est.iteration_time_s, rel=1e-12)
+    assert est.mfu == pytest.approx(sum(work) / est.iteration_time_s / (2 * peak_stage), rel=1e-12)
+    bf16 = simulate(replace(p, precision="bf16"), ctx)       # peak at the plan's precision
+    assert bf16.peak_flops_per_s == pytest.approx(2 * (cat.get("A100-40").peak_flops
+                                                      + 2 * cat.get("V100-16").peak_flops), rel=1e-12)

@@ -12,7 +12,7 @@ from megatron_sailor.profiler import netprofile as npf
 from megatron_sailor.profiler import timing as pt
 from megatron_sailor.profiler.io import (emulated_catalog_entry, emulated_costs, merge_catalog_entry,
                                         write_profile)
-from planner.cli_common import load_network_file
+from planner.inputs import load_network_file
 from planner.hardware import GPUCatalog
 from planner.model import get_model
 from planner.network import NetworkModel

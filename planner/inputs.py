@@ -1,13 +1,12 @@
-"""Shared command-line plumbing: data arguments -> :class:`SimContext`, and the one-line error exit."""
+"""The planner's inputs as data: where they come from (:class:`DataSource`), loaded (:class:`DataBundle`),
+and turned into the simulator's :class:`SimContext`. No argparse here (``planner.options`` maps flags to a
+:class:`DataSource`); every bad file raises :class:`InputError` naming it.
+"""
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
 
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
@@ -21,22 +20,31 @@ NETWORK_FORMAT = "megatron-sailor-network/1"
 DATA_DIR = Path(__file__).with_name("data")
 
 
-def add_data_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("model and data")
-    g.add_argument("--model", help="built-in model name, Sailor model name (with --sailor-data) or model JSON")
-    g.add_argument("--sailor-data", metavar="DIR", help="Sailor data folder (like ../shared/data/sailor): model, "
-                   "profiles, network and egress prices")
-    g.add_argument("--profiles", nargs="+", default=[], metavar="FILE", help="profile files (our format)")
-    g.add_argument("--gpu-catalog", metavar="FILE", help="JSON file adding or overriding GPU types")
-    g.add_argument("--network", metavar="FILE", help=f"network file ({NETWORK_FORMAT}); replaces link fits")
-    g.add_argument("--runtime", default=None, choices=sorted(PRESETS),
-                   help="runtime behaviour preset (default: megatron-sailor, or sailor-deepspeed for Sailor plans)")
-    g.add_argument("--no-estimates", action="store_true",
-                   help="refuse GPU types without a measured profile instead of estimating analytically")
+@dataclass(frozen=True)
+class DataSource:
+    """Where the model, profiles, network and GPU catalog come from (the ``--model``... flags as data).
+
+    ``runtime`` names a preset of :data:`planner.simulator.settings.PRESETS` (None: the caller's default);
+    ``allow_estimates=False`` refuses GPU types without a measured profile.
+    """
+
+    model: str | None = None
+    sailor_data: str | None = None
+    profiles: tuple[str, ...] = ()
+    gpu_catalog: str | None = None
+    network: str | None = None
+    runtime: str | None = None
+    allow_estimates: bool = True
+
+    def __post_init__(self) -> None:
+        if self.runtime is not None and self.runtime not in PRESETS:
+            raise InputError(f"runtime must be one of {sorted(PRESETS)}, got {self.runtime!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataBundle:
+    """The loaded inputs: model, profiles, network, GPU catalog, node sizes and the data's global batch size."""
+
     model: ModelSpec
     profiles: ProfileStore
     network: NetworkModel
@@ -46,10 +54,12 @@ class DataBundle:
 
 
 def load_network_file(path: str, base: NetworkModel) -> NetworkModel:
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg})", source=path) from None
+    """``base`` with the link classes and egress prices of a network file (``NETWORK_FORMAT``)."""
+    from planner.schema.base import parse_json, validate
+    from planner.schema.files import NetworkFile
+    data = parse_json(read_text(path), path)
+    if isinstance(data, dict) and data.get("format") == NETWORK_FORMAT:
+        validate(NetworkFile, data, path)
     if not isinstance(data, dict) or data.get("format") != NETWORK_FORMAT:
         raise InputError(f"field 'format' must be '{NETWORK_FORMAT}'", source=path)
     unknown = sorted(set(data) - {"format", "name", "class_links", "egress_usd_per_gb", "description"})
@@ -75,14 +85,15 @@ def load_network_file(path: str, base: NetworkModel) -> NetworkModel:
     return net
 
 
-def load_data(args: argparse.Namespace, precision: str = "fp32", model_hint: str | None = None) -> DataBundle:
-    catalog = GPUCatalog.load(args.gpu_catalog)
-    name = args.model or model_hint
-    if args.sailor_data:
+def load_data(source: DataSource, precision: str = "fp32", model_hint: str | None = None) -> DataBundle:
+    """Load everything ``source`` names; ``model_hint`` (e.g. a plan's model) is used when it names no model."""
+    catalog = GPUCatalog.load(source.gpu_catalog)
+    name = source.model or model_hint
+    if source.sailor_data:
         from planner.sailor_data import load_sailor_data
         if not name:
             raise InputError("--sailor-data needs --model (OPT-350, GPT-Neo-2.7, OPT-30 or LLAMA-3-8)")
-        sd = load_sailor_data(args.sailor_data, name, catalog, precision)
+        sd = load_sailor_data(source.sailor_data, name, catalog, precision)
         bundle = DataBundle(sd.model, sd.profiles, sd.network, catalog, dict(sd.gpus_per_node),
                             sd.global_batch_size)
     else:
@@ -91,42 +102,19 @@ def load_data(args: argparse.Namespace, precision: str = "fp32", model_hint: str
         model = load_model(name)
         bundle = DataBundle(model, ProfileStore(model, catalog, precision), NetworkModel(catalog), catalog, {},
                             None)
-    bundle.profiles.allow_estimates = not args.no_estimates
-    for path in args.profiles:
+    bundle.profiles.allow_estimates = source.allow_estimates
+    for path in source.profiles:
         bundle.profiles.load_file(path)
-    if args.network:
-        bundle.network = load_network_file(args.network, bundle.network)
+    if source.network:
+        bundle = replace(bundle, network=load_network_file(source.network, bundle.network))
     return bundle
 
 
 def make_context(bundle: DataBundle, runtime: str | None, default_runtime: str = "megatron-sailor",
                  gpus_per_node: dict[str, int] | None = None) -> SimContext:
+    """A fresh :class:`SimContext` (runtime preset ``runtime`` or ``default_runtime``; node sizes of the data
+    overridden by ``gpus_per_node``)."""
     settings = PRESETS[runtime or default_runtime]
     gpn = dict(bundle.gpus_per_node)
     gpn.update(gpus_per_node or {})
     return SimContext(bundle.model, bundle.profiles, bundle.network, bundle.catalog, settings, gpn)
-
-
-def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run ``main``; turn :class:`InputError` into one ``error:`` line and exit status 2."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return main(argv)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-
-
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    return obj

@@ -14,6 +14,7 @@ import numpy as np
 from planner.search.makespan import min_makespan, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache, sync_rows
 from planner.search.tables import StageArrays
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 
@@ -33,31 +34,11 @@ class PoolModel:
     p2p_s: float
 
 
-def level_periods(comp: np.ndarray, busy_max: np.ndarray, p2p_s: float) -> np.ndarray:
-    """Steady period per micro-batch-count level ([K, S + 1]; level m for m = 1..S, level S + 1 for m > S).
-
-    ``steady_period_s``: max(busiest stage, round_trip_k / (S - k) for the k with m > S - k), where
-    round_trip_k is the compute of stages >= k plus two transfers per boundary after k.
-    """
-    k_num, s_num = comp.shape
-    out = np.repeat(busy_max[:, None], s_num + 1, axis=1)
-    if s_num < 2:
-        return out
-    suffix = np.cumsum(comp[:, ::-1], axis=1)[:, ::-1]            # sum_{s >= k}
-    ks = np.arange(s_num - 1)
-    trips = (suffix[:, :s_num - 1] + 2 * (s_num - 1 - ks) * p2p_s) / (s_num - ks)
-    sufmax = np.maximum.accumulate(trips[:, ::-1], axis=1)[:, ::-1]  # max over k' >= k
-    for m in range(2, s_num + 2):
-        k0 = max(0, s_num - m + 1)
-        if k0 <= s_num - 2:
-            out[:, m - 1] = np.maximum(busy_max, sufmax[:, k0])
-    return out
-
-
-def times_of_m(levels: np.ndarray, fill_s: float, n_mb: int) -> np.ndarray:
-    m = np.arange(1, n_mb + 1)
-    per = levels[np.minimum(m, len(levels)) - 1]
-    return (m - 1) * per + fill_s
+def level_periods(comp: np.ndarray, p2p_s: float, blocking: bool) -> np.ndarray:
+    """Steady period per micro-batch-count level of splits ``comp`` ([K, S] compute seconds) with one
+    transfer time on every boundary: [K, S + 1] (:func:`formulas.period_levels`)."""
+    busy = F.busy_s(comp, p2p_s, blocking)
+    return F.period_levels(busy.max(axis=-1), F.round_trip_bounds(comp, p2p_s))
 
 
 def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays, k: int, mbs_bytes: float,
@@ -67,16 +48,12 @@ def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays
     s_num = len(comp)
     conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
     p2p = cache.get(group, group, conc).time_s(mbs_bytes) if s_num > 1 else 0.0
-    busy = comp.copy()
-    if ctx.settings.p2p_blocking and s_num > 1:
-        nb = np.full(s_num, 2.0)
-        nb[0] = nb[-1] = 1.0
-        busy = busy + nb * 2 * p2p
-    fill = float(sum(comp.tolist())) + 2 * sum([p2p] * (s_num - 1))
-    levels = level_periods(comp[None, :], np.array([busy.max()]), p2p)[0]
+    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
+    fill = float(F.fill_drain_s(comp, p2p))
+    levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
     return PoolModel(group=group, period_s=float(busy.max()), fill_s=fill, gpus_per_pipeline=s_num * group.tp,
                      usd_per_s=usd_per_s, params=arr.params[k], update_s=float(arr.update_s[k].max()),
-                     bwd_s=arr.bwd_s[k], times_s=times_of_m(levels, fill, n_mb), p2p_s=p2p)
+                     bwd_s=arr.bwd_s[k], times_s=F.pipeline_s_of_m(levels, fill, n_mb), p2p_s=p2p)
 
 
 @dataclass
@@ -115,8 +92,8 @@ def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     bwd = np.array([p.bwd_s for p in pools], dtype=float)
     codes, inv = np.unique((D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1])), return_inverse=True)
     used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)[:, :, None]   # [K, P, 1]
-    grad = np.where(used, params[None], 0.0).max(axis=1) * 4.0
-    full = np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1) * 4.0
+    grad = F.grad_bytes(np.where(used, params[None], 0.0).max(axis=1))
+    full = F.grad_bytes(np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1))
     slow = np.where(used, bwd[None], -np.inf).max(axis=1)
     inv = inv.reshape(-1)
     return grad[inv], full[inv], slow[inv]

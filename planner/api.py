@@ -1,0 +1,124 @@
+"""The planner as a library: typed, frozen arguments in, frozen reports out; nothing it is given is mutated.
+
+    from planner import api
+    bundle = api.load_data(api.DataSource(model="opt-350m"))
+    ctx = api.make_context(bundle, runtime=None)
+    cluster = parse_gpus("A100-40@us-central1-a=8", bundle.catalog)          # planner.cluster
+    report = api.plan(api.PlanRequest(cluster=cluster, global_batch_size=64), ctx)
+    api.simulate(report.plan, api.context_for(ctx, cluster))                  # == report.estimate
+
+:func:`plan` wraps the search (``planner.search.plan_search``, ``build_plan``) and scores every returned plan
+with :func:`simulate` (``planner.simulator.simulate``, the cost model ``sailor-sim`` prints); neither is
+changed here. ``sailor-plan``, ``sailor-sim``, ``sailor-elastic`` and the benchmarks call this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from planner.cluster import ClusterSpec
+from planner.errors import InputError, InternalError
+from planner.inputs import DataBundle, DataSource, load_data, make_context
+from planner.plan import Plan
+from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
+from planner.simulator import Estimate, SimContext
+from planner.simulator import simulate as _simulate
+
+__all__ = ["DataBundle", "DataSource", "PlanReport", "PlanRequest", "context_for", "load_data", "make_context",
+           "plan", "search_space", "simulate"]
+
+Progress = Callable[[int, int, float], None]   # (tasks done, tasks total, elapsed s)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan: a cluster, the global batch size, the objective and the planner's space.
+
+    ``planner``: ``ours`` (the full space), ``grid`` (homogeneous Megatron 3D grid) or ``sailor`` (Sailor's
+    plan shape); ``top_k`` plans are returned; ``comparator`` also scores the best grid plan (not for ``grid``).
+    """
+
+    cluster: ClusterSpec
+    global_batch_size: int
+    objective: Objective = field(default_factory=Objective)
+    planner: str = "ours"
+    precision: str = "fp32"
+    max_stages: int | None = None
+    top_k: int = 1
+    comparator: bool = True
+    recompute: bool = True                  # search activation recomputation (ours only; baselines never)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
+                or self.global_batch_size < 1:
+            raise InputError(f"--gbs must be >= 1, got {self.global_batch_size}")
+        if self.top_k < 1:
+            raise InputError(f"--top must be >= 1, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """The chosen plan, its estimate, the runners-up and (when asked) the grid comparator's estimate."""
+
+    plan: Plan
+    estimate: Estimate
+    candidate: Candidate
+    search_time_s: float
+    candidates_evaluated: int
+    stats: object                                        # planner.search.space.SearchStats
+    alternatives: tuple[tuple[Plan, Estimate], ...] = ()
+    comparator_ran: bool = False
+    comparator: Estimate | None = None                   # None: not run, or no grid plan is feasible
+
+
+def search_space(request: PlanRequest) -> SearchSpace:
+    """The declared space ``request.planner`` names."""
+    from planner.baselines.spaces import baseline_space
+    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute)
+
+
+def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:
+    """A copy of ``context`` whose node sizes include ``cluster``'s pools (``context`` is not changed)."""
+    gpn = dict(context.gpus_per_node)
+    gpn.update({p.gpu_type: p.gpus_per_node for p in cluster.pools})
+    return replace(context, gpus_per_node=gpn)
+
+
+def simulate(plan: Plan, context: SimContext) -> Estimate:
+    """Iteration time, per-GPU peak memory and $/iteration of ``plan`` (``planner.simulator.simulate``)."""
+    return _simulate(plan, context)
+
+
+def plan(request: PlanRequest, context: SimContext, progress: Progress | None = None) -> PlanReport:
+    """Search ``request.cluster`` for the best plans under ``request.objective``; every plan is simulated.
+
+    Raises :class:`InputError` when the cluster is empty or no plan is feasible (the message names the
+    constraint that failed and by how much).
+    """
+    cluster, gbs, objective = request.cluster, request.global_batch_size, request.objective
+    if cluster.nonempty().total_gpus == 0:
+        raise InputError(f"no GPUs: every pool of the cluster is empty ({cluster.describe() or 'no pools'})")
+    ctx = context_for(context, cluster)
+    space = search_space(request)
+    res = plan_search(ctx, cluster, gbs, objective, space, top_k=request.top_k, progress=progress)
+    if not res.candidates:
+        from planner.search.explain import diagnose_empty
+        raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
+    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
+    ests = [simulate(p, ctx) for p in plans]
+    if not ests[0].fits_in_memory:
+        raise InternalError("the chosen plan does not fit in memory per the simulator")
+    comparator_ran = request.comparator and request.planner != "grid"
+    comparator = _grid_comparator(ctx, request, space.precision) if comparator_ran else None
+    return PlanReport(plan=plans[0], estimate=ests[0], candidate=res.candidates[0],
+                      search_time_s=res.search_time_s, candidates_evaluated=res.candidates_evaluated,
+                      stats=res.stats, alternatives=tuple(zip(plans[1:], ests[1:])),
+                      comparator_ran=comparator_ran, comparator=comparator)
+
+
+def _grid_comparator(ctx: SimContext, request: PlanRequest, precision: str) -> Estimate | None:
+    from planner.baselines.spaces import baseline_space
+    gbs = request.global_batch_size
+    comp = plan_search(ctx, request.cluster, gbs, request.objective, baseline_space("grid", precision)).best
+    return None if comp is None else simulate(build_plan(comp, ctx.model.num_layers, gbs, ctx.model.name,
+                                                         precision), ctx)
