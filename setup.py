@@ -7,6 +7,11 @@ RUNTIME = ["torch==2.13.0", "megatron-core==0.16.1", "einops>=0.7"]
 PLOT = ["matplotlib>=3.7"]
 # import-linter: `lint-imports` checks the layering contracts of pyproject.toml (docs/ARCHITECTURE.md)
 TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"]
+# Megatron-LM habits (docs/MEGATRON_ARGS.md): TensorBoard / W&B logging, BPE tokenizers, Hugging Face checkpoints
+TENSORBOARD = ["tensorboard>=2.14"]
+WANDB = ["wandb>=0.16"]
+TEXT = ["tokenizers>=0.15"]
+HF = ["transformers>=4.40", "safetensors>=0.4", "tokenizers>=0.15"]
 
 setup(
     name="megatron-sailor",
@@ -16,7 +21,9 @@ setup(
     packages=find_packages(include=["planner*", "megatron_sailor*", "patches*", "launch*"]),
     package_data={"planner": ["data/*.json"]},
     install_requires=["numpy>=1.24", "rich>=13", "PyYAML>=6", "pydantic>=2"],
-    extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "all": RUNTIME + PLOT + TEST},
+    extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "tensorboard": TENSORBOARD, "wandb": WANDB,
+                    "text": TEXT, "hf": HF,
+                    "all": RUNTIME + PLOT + TEST + TENSORBOARD + WANDB + TEXT + HF},
     entry_points={
         "console_scripts": [
             "sailor-sim=planner.cli_sim:entry",

@@ -87,7 +87,7 @@ def model_args() -> list[str]:
 def launch(plan: Path, nodes: Path, metrics: Path, iters: int) -> None:
     cmd = [sys.executable, "-m", "launch", str(plan), "--nodes-file", str(nodes), "--master-port",
            str(free_port()), "--torchrun", f"{sys.executable} -m torch.distributed.run", "--",
-           *model_args(), "--train-iters", str(iters), "--mock-data", "--metrics-file", str(metrics),
+           *model_args(), "--train-iters", str(iters), "--mock-data", "--lr", "1e-3", "--metrics-file", str(metrics),
            "--log-interval", "1", "--distributed-timeout-s", "600"]
     if metrics.exists():
         metrics.unlink()

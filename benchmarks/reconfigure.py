@@ -81,7 +81,7 @@ def run_mode(work: Path, mode: str, cycles: int, iters: int) -> tuple[list[dict]
     cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(sub / "trace.json"),
            "--time-unit", "iter", "--planner", "cpu-demo", "--train-iters", str(n_phases * iters),
            "--work-dir", str(sub / "elastic"), *(["--warm-standby"] if mode == "warm" else []),
-           "--", "--mock-data", "--save-interval", "5"]
+           "--", "--mock-data", "--lr", "1e-3", "--save-interval", "5"]
     loads: list[float] = []
     done = threading.Event()
 
@@ -132,7 +132,7 @@ def save_bench(work: Path) -> int:
         ev.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29641",
                "examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), *model, "--train-iters", "7",
-               "--mock-data", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
+               "--mock-data", "--lr", "1e-3", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
                "--elastic-events", str(ev), *(["--async-save"] if mode == "async" else [])]
         start = time.time()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,

@@ -19,6 +19,8 @@
 #   --nodes-file NODES   node inventory: launch with `python -m launch` (one torchrun per node, docs/LAUNCH.md)
 #   --model NAME         built-in model (e.g. opt-350m) instead of the tiny OPT-shaped model
 #   --data-path PREFIX   megatron .bin/.idx pair (default: the sample corpus, built into $OUT)
+#   --corpus stdlib      train on this machine's Python standard library sources (present wherever Python is):
+#                        a GPT-2-style BPE of 1024 tokens trained locally (tokenizers library, extra "text")
 #   --iters N            training iterations (default $ITERS or 40)
 #   --slurm              write $OUT/job.sbatch with `python -m launch.slurm` and submit it with sbatch
 #   --dry-run            check the inputs and print the commands, run nothing
@@ -29,13 +31,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "error: $*" >&2; exit 2; }
-PLAN_FILE="" NODES_FILE="" MODEL_NAME="" DATA_PATH="" SLURM=0 DRY_RUN=0 EXTRA=()
+PLAN_FILE="" NODES_FILE="" MODEL_NAME="" DATA_PATH="" CORPUS="" SLURM=0 DRY_RUN=0 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --plan) [[ $# -ge 2 ]] || die "--plan needs a file"; PLAN_FILE=$2; shift 2 ;;
     --nodes-file) [[ $# -ge 2 ]] || die "--nodes-file needs a file"; NODES_FILE=$2; shift 2 ;;
     --model) [[ $# -ge 2 ]] || die "--model needs a name"; MODEL_NAME=$2; shift 2 ;;
     --data-path) [[ $# -ge 2 ]] || die "--data-path needs a prefix"; DATA_PATH=$2; shift 2 ;;
+    --corpus) [[ $# -ge 2 && "$2" == stdlib ]] || die "--corpus takes 'stdlib'"; CORPUS=$2; shift 2 ;;
     --iters) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die "--iters needs a positive integer"; ITERS=$2; shift 2 ;;
     --slurm) SLURM=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
@@ -46,6 +49,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -z "$PLAN_FILE" || -f "$PLAN_FILE" ]] || die "plan file not found: $PLAN_FILE"
 [[ -z "$NODES_FILE" || -f "$NODES_FILE" ]] || die "node inventory not found: $NODES_FILE"
+[[ -z "$DATA_PATH" || -z "$CORPUS" ]] || die "give --data-path or --corpus, not both"
 if [[ -n "$DATA_PATH" ]]; then
   for ext in bin idx; do [[ -f "$DATA_PATH.$ext" ]] || die "data file not found: $DATA_PATH.$ext (--data-path)"; done
 fi
@@ -106,8 +110,8 @@ JSON
 import json, sys
 r = json.load(sys.stdin); e = r['estimate']; p = r['plan']
 print(f\"planner's choice for this cluster: {len(p['stages'])} stage(s) x {len(p['stages'][0]['replicas'])} \"
-      f\"pipeline(s) on {e['num_gpus']} GPU(s), predicted {e['throughput_iters_per_s']:.1f} it/s (analytic \"
-      f\"profiles; search {r['search_time_s']:.2f} s) -> $OUT/planner_choice.json\")
+      f\"pipeline(s) on {e['num_gpus']} GPU(s) (search {r['search_time_s']:.2f} s; its speed prediction is for \"
+      f\"real A100/V100 GPUs, the labels of these CPU ranks, so none is shown) -> $OUT/planner_choice.json\")
 print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and 1, two zones):')"
   fi
   PLAN=$OUT/plan.json
@@ -125,13 +129,27 @@ fi
 [[ -n "$PLAN_FILE" && -z "$MODEL_NAME" ]] && MODEL_ARGS=()   # the plan's named built-in model (or dims after --)
 NPROC=$(python -c "import sys; from planner.sailor_plan import load_any_plan; print(load_any_plan(sys.argv[1])[0].world_size)" "$PLAN")
 
-if [[ -z "$DATA_PATH" ]]; then
+TOKENIZER_ARGS=()
+if [[ -z "$DATA_PATH" && "$CORPUS" == stdlib ]]; then
+  DATA_PATH=$OUT/stdlib
+  STDLIB=$(python -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+  PREP=(python -m megatron_sailor.train.preprocess --input "$STDLIB" --pattern '*.py' --exclude-dir site-packages
+        --exclude-dir test --exclude-dir tests --max-files 300 --max-bytes 4000000 --train-bpe 1024 --append-eod --output-prefix "$DATA_PATH")
+  if [[ $DRY_RUN == 1 ]]; then printf '%q ' "${PREP[@]}"; echo; else "${PREP[@]}"; fi
+  TOKENIZER_ARGS=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA_PATH-bpe/vocab.json"
+                  --merge-file "$DATA_PATH-bpe/merges.txt")
+  # the tokenizer gives the vocabulary size: drop the byte-level model's "--vocab-size 128"
+  if [[ -z "$MODEL_NAME" && ${#MODEL_ARGS[@]} -eq 16 ]]; then MODEL_ARGS=("${MODEL_ARGS[@]:0:12}" "${MODEL_ARGS[@]:14}"); fi
+elif [[ -z "$DATA_PATH" ]]; then
   DATA_PATH=$OUT/corpus
   PREP=(python -m megatron_sailor.train.preprocess --input examples/gpt/data/sample_corpus.txt --output-prefix "$DATA_PATH")
-  if [[ $DRY_RUN == 1 ]]; then echo "${PREP[*]}"; else "${PREP[@]}"; fi
+  if [[ $DRY_RUN == 1 ]]; then printf '%q ' "${PREP[@]}"; echo; else "${PREP[@]}"; fi
 fi
-TRAIN_ARGS=("${MODEL_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --seed 1234 --data-path "$DATA_PATH"
-            --grad-sync "$GRAD_SYNC" --metrics-file "$OUT/metrics.jsonl" --log-interval 5 "${EXTRA[@]}")
+# Megatron-LM's arguments: cosine schedule with warm-up, validation loss every 10 iterations on 2 global batches
+TRAIN_ARGS=("${MODEL_ARGS[@]}" "${TOKENIZER_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --min-lr 3e-4
+            --lr-decay-style cosine --lr-warmup-iters 4 --adam-beta2 0.95 --seed 1234 --data-path "$DATA_PATH"
+            --eval-interval 10 --eval-iters 2 --grad-sync "$GRAD_SYNC" --metrics-file "$OUT/metrics.jsonl"
+            --log-interval 5 "${EXTRA[@]}")
 filter_warnings() { grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2; }
 
 if [[ -n "$NODES_FILE" ]]; then

@@ -33,34 +33,64 @@ def estimate_json(est: Estimate) -> dict:
     return to_jsonable(est.to_dict())
 
 
-def render_table(est: Estimate, plan_name: str) -> None:
-    from rich.console import Console
+def _num_columns(t, names: tuple[str, ...]) -> None:  # noqa: ANN001
+    for name in names:
+        t.add_column(name, justify="right", no_wrap=True)
+
+
+def stage_tables(est: Estimate, title: str) -> tuple:
+    """Two rich tables: per stage (time of its slowest replica), per replica (its own peak memory against
+    its own GPU's capacity). Shared by sailor-sim and sailor-plan."""
+    from rich import box
     from rich.table import Table
-    console = Console(width=max(Console().width, 160))
-    t = Table(title=f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'")
-    for col in ("stage", "layers", "replicas (gpu x tp @ zone)", "compute s/mb", "busy s/mb", "p2p s",
-                "sync s", "peak GB/GPU", "capacity GB", "headroom GB", "fits", "MFU"):
-        t.add_column(col, justify="right" if col not in ("replicas (gpu x tp @ zone)",) else "left")
+    times = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="per micro-batch: compute (fwd+bwd) and busy (with blocking p2p) of the slowest "
+                          "replica; p2p: one transfer to the next stage; sync: gradient sync per iteration")
+    _num_columns(times, ("stage", "layers", "compute s", "busy s", "p2p s", "sync s"))
+    times.add_column("sync mode", overflow="ellipsis")
+    _num_columns(times, ("MFU",))
+    mem = Table(title="memory per replica (pipe j = replica j of every stage)", box=box.SIMPLE_HEAD, pad_edge=False,
+                caption="peak: this replica's GPUs; cap: usable memory of its GPU type; free = cap - peak")
+    _num_columns(mem, ("stage", "pipe"))
+    mem.add_column("GPU x TP" + ("*" if est.estimated_profiles else ""), no_wrap=True, overflow="ellipsis")
+    mem.add_column("zone", no_wrap=True, overflow="ellipsis")
+    _num_columns(mem, ("peak GB", "cap GB", "free GB", "fits"))
     for st in est.stages:
-        reps: dict[str, int] = {}
-        for g, tp, z in zip(st.gpu_types, st.tp_degrees, st.zones):
-            key = f"{g} x{tp} @{z}"
-            reps[key] = reps.get(key, 0) + 1
-        desc = ", ".join(f"{n}x({k})" for k, n in reps.items())
-        t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}" if st.num_layers else "-",
-                  desc + (" [estimate]" if st.estimated_profile else ""), f"{st.compute_s:.4f}", f"{st.busy_s:.4f}",
-                  f"{st.p2p_s:.4f}", f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
-                  f"{st.memory_capacity_bytes / GB:.2f}",
-                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}",
-                  "yes" if st.fits_in_memory else "[red]OOM[/red]", f"{st.mfu:.1%}")
-    console.print(t)
+        layers = f"{st.first_layer}-{st.first_layer + st.num_layers - 1}" if st.num_layers else "-"
+        times.add_row(str(st.stage), layers, f"{st.compute_s:.4f}", f"{st.busy_s:.4f}", f"{st.p2p_s:.4f}",
+                      f"{st.sync_s:.4f}", st.sync_mode, f"{st.mfu:.1%}")
+        peaks = st.replica_peak_bytes or (st.peak_memory_bytes,) * st.replicas
+        caps = st.replica_capacity_bytes or (st.memory_capacity_bytes,) * st.replicas
+        for j, (g, tp, z) in enumerate(zip(st.gpu_types, st.tp_degrees, st.zones)):
+            mem.add_row(str(st.stage) if j == 0 else "", str(j), f"{g} x{tp}", z, f"{peaks[j] / GB:.2f}",
+                        f"{caps[j] / GB:.2f}", f"{(caps[j] - peaks[j]) / GB:.2f}",
+                        "yes" if peaks[j] <= caps[j] else "[red]OOM[/red]", end_section=j == st.replicas - 1)
+    return times, mem
+
+
+def announce(line: str, json_mode: bool) -> None:
+    """Say which file was written (on stderr when stdout carries exactly one JSON object)."""
+    print(line, file=sys.stderr if json_mode else sys.stdout, flush=True)
+
+
+ESTIMATE_NOTE = "* ESTIMATE: no measured profile for some GPU type; its times are analytic estimates"
+
+
+def render_table(est: Estimate, plan_name: str) -> None:
+    """sailor-sim's text output (rich fits the tables to the terminal width)."""
+    from rich.console import Console
+    console = Console()
+    for table in stage_tables(est, f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'"):
+        console.print(table)
+    if est.estimated_profiles:
+        console.print(ESTIMATE_NOTE, markup=False)
     console.print(
         f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
         f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
         f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
         f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage} | "
         f"MFU {est.mfu:.1%} of {est.peak_flops_per_s / 1e12:,.0f} peak TFLOP/s"
-        + (" | some profiles are analytic ESTIMATES" if est.estimated_profiles else ""))
+        + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         timeline = simulate_events(plan, ctx)
         if args.timeline_json:
             write_timeline_json(timeline, est.iteration_time_s, args.timeline_json)
+            announce(f"wrote the timeline as JSON: {args.timeline_json}", args.json)
         if args.timeline:
             draw_timeline(timeline, plan, args.timeline, title=args.plan.rsplit("/", 1)[-1])
+            announce(f"wrote the timeline picture: {args.timeline}", args.json)
     if args.json:
         json.dump(estimate_json(est), sys.stdout)
         sys.stdout.write("\n")

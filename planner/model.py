@@ -14,6 +14,9 @@ from typing import Any
 from planner.errors import InputError
 
 
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A dense GPT-style decoder."""
@@ -32,6 +35,7 @@ class ModelSpec:
     gated_mlp: bool = False              # SwiGLU-style: 3 FFN matrices
     bias: bool = True
     make_vocab_size_divisible_by: int = 128
+    activation: str = "gelu"             # MLP activation: gelu (erf), gelu_tanh (GPT-2's "gelu_new"), relu (OPT)
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "seq_length", "vocab_size",
@@ -42,6 +46,8 @@ class ModelSpec:
         if self.hidden_size % self.num_heads:
             raise InputError(f"model '{self.name}': hidden_size {self.hidden_size} is not divisible by "
                              f"num_heads {self.num_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise InputError(f"model '{self.name}': activation {self.activation!r} is not one of {ACTIVATIONS}")
         if self.kv_heads <= 0 or self.num_heads % self.kv_heads:
             raise InputError(f"model '{self.name}': num_kv_heads {self.num_kv_heads} must divide num_heads "
                              f"{self.num_heads}")
@@ -136,7 +142,10 @@ class ModelSpec:
         return float(micro_batch * self.seq_length * self.hidden_size * bytes_per_elem)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["activation"] == "gelu":    # the default is left out: files written before the field stay valid
+            d.pop("activation")
+        return d
 
 
 BUILTIN_MODELS: dict[str, ModelSpec] = {

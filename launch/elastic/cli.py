@@ -1,7 +1,7 @@
 """``sailor-elastic``: keep a training job running on changing GPU availability (docs/ELASTIC.md).
 
     sailor-elastic --trace TRACE.json [--time-unit s|iter] [--time-scale X] --work-dir runs/elastic \\
-        --train-iters 40 --planner cpu-demo --model tiny -- --mock-data --save-interval 5 ...
+        --train-iters 40 --planner cpu-demo --model tiny -- --mock-data --lr 1e-3 --save-interval 5 ...
     sailor-elastic --nodes-file nodes.yaml ...             # an inventory the cluster manager rewrites
     sailor-elastic --trace TRACE.json --nodes-file nodes.yaml ...   # the trace's counts mapped onto nodes
     sailor-elastic --nodes-command "my-inventory-tool" ... [--slurm --slurm-partition P]

@@ -53,6 +53,14 @@ def check_model_fits_plan(model: ModelSpec, plan: Plan) -> None:
                 raise InputError(f"{where}: tp {rep.tp} does not divide {name} {size}")
 
 
+def activation_function(name: str):  # noqa: ANN201
+    """The MLP activation of ``ModelSpec.activation`` (gelu = erf form, gelu_tanh = GPT-2's tanh form)."""
+    import torch.nn.functional as F
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    return {"gelu": F.gelu, "relu": F.relu}[name]
+
+
 def _transformer_config(model: ModelSpec, num_layers: int, tp: int, hidden_dropout: float = 0.0,
                         attention_dropout: float = 0.0) -> object:
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -65,7 +73,8 @@ def _transformer_config(model: ModelSpec, num_layers: int, tp: int, hidden_dropo
         num_query_groups=model.kv_heads, ffn_hidden_size=model.ffn_hidden_size,
         tensor_model_parallel_size=tp, use_cpu_initialization=True, params_dtype=torch.float32,
         hidden_dropout=hidden_dropout, attention_dropout=attention_dropout, add_bias_linear=model.bias,
-        gated_linear_unit=model.gated_mlp, bias_activation_fusion=False, masked_softmax_fusion=False,
+        gated_linear_unit=model.gated_mlp, activation_func=activation_function(model.activation),
+        bias_activation_fusion=False, masked_softmax_fusion=False,
         persist_layer_norm=False, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native",
         init_method=_init, output_layer_init_method=_init)

@@ -1,5 +1,9 @@
-"""Megatron-style command-line arguments for ``examples/gpt/pretrain_gpt.py`` and their validation
-against the plan (pure: no torch.distributed; every problem is one-line :class:`InputError`)."""
+"""Megatron-LM's command-line arguments for ``examples/gpt/pretrain_gpt.py`` and their validation
+against the plan (pure: no torch.distributed; every problem is one-line :class:`InputError`).
+
+Names, defaults and meanings are Megatron-LM's (``docs/MEGATRON_ARGS.md``); a Megatron-LM argument we do
+not implement is refused with ``not implemented by megatron-sailor: --X`` (``megatron_args.NOT_IMPLEMENTED``).
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +19,10 @@ from megatron_sailor.runtime.capabilities import check_runtime_supports
 from megatron_sailor.runtime.groups import SYNC_FLAT, SYNC_HIERARCHICAL
 from megatron_sailor.runtime.optimizer import OptimizerConfig
 from megatron_sailor.runtime.stage_model import check_model_fits_plan
+from megatron_sailor.train.loggers import LoggerConfig, check_logger_packages
+from megatron_sailor.train.lr_schedule import DECAY_STYLES, LRSchedule, schedule_from_args
+from megatron_sailor.train.megatron_args import OneLineParser, check_unknown
+from megatron_sailor.train.tokenizer import TOKENIZER_TYPES, TokenizerArgs, build_tokenizer
 
 
 @dataclass(frozen=True)
@@ -41,36 +49,45 @@ class TrainConfig:
     wait_file: str | None = None           # start up, then wait for this file before loading the checkpoint
     hidden_dropout: float = 0.0            # Megatron's --hidden-dropout (plan-independent masks)
     attention_dropout: float = 0.0         # Megatron's --attention-dropout
+    # Megatron-LM habits (issue 16): schedule, evaluation, loggers
+    lr_schedule: LRSchedule | None = None  # None: constant --lr
+    eval_interval: int = 1000
+    eval_iters: int = 100
+    split: str = "969, 30, 1"
+    loggers: LoggerConfig = LoggerConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Train a GPT model on a megatron-sailor plan (run under torchrun).")
+    p = OneLineParser(description="Train a GPT model on a megatron-sailor plan (run under torchrun). Arguments "
+                      "keep Megatron-LM's names, defaults and meaning; see docs/MEGATRON_ARGS.md.",
+                      allow_abbrev=False)
     p.add_argument("--sailor-plan", required=True, help="our plan JSON or a Sailor plan_config JSON")
     g = p.add_argument_group("model (default: the plan's named model, if built in)")
     for name in ("num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length",
                  "max-position-embeddings", "vocab-size", "num-query-groups"):
         g.add_argument(f"--{name}", type=int, default=None)
     g.add_argument("--make-vocab-size-divisible-by", type=int, default=None)
+    g.add_argument("--openai-gelu", action="store_true", help="tanh-form GELU (GPT-2's), as Megatron-LM's flag")
+    g.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu"), default=None,
+                   help="MLP activation (megatron-sailor's; default gelu; relu for OPT checkpoints)")
     g.add_argument("--model", default=None, help="built-in model name to start from (e.g. tiny, opt-350m)")
     b = p.add_argument_group("batch / parallelism (must agree with the plan when given)")
     for name in ("micro-batch-size", "global-batch-size", "tensor-model-parallel-size",
                  "pipeline-model-parallel-size"):
         b.add_argument(f"--{name}", type=int, default=None)
     t = p.add_argument_group("training")
-    t.add_argument("--train-iters", type=int, required=True)
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--weight-decay", type=float, default=0.01)
-    t.add_argument("--clip-grad", type=float, default=1.0)
-    t.add_argument("--adam-beta1", type=float, default=0.9)
-    t.add_argument("--adam-beta2", type=float, default=0.95)
-    t.add_argument("--adam-eps", type=float, default=1e-8)
-    t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--train-iters", type=int, required=True, help="total iterations to train")
+    _add_optimizer_args(p)
+    t.add_argument("--seed", type=int, default=1234, help="random seed (weights, mock data)")
     d = t.add_mutually_exclusive_group(required=True)
-    d.add_argument("--mock-data", action="store_true")
-    d.add_argument("--data-path", default=None, help="prefix of a megatron .bin/.idx pair")
+    d.add_argument("--mock-data", action="store_true", help="synthetic learnable sequences instead of a dataset")
+    d.add_argument("--data-path", nargs="+", default=None, help="prefix of a megatron .bin/.idx pair "
+                   "(one prefix; blends of several are not implemented)")
+    t.add_argument("--data-impl", choices=("mmap",), default="mmap", help="accepted for old scripts (mmap only)")
     t.add_argument("--metrics-file", default=None)
     t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=SYNC_HIERARCHICAL)
-    t.add_argument("--log-interval", type=int, default=1)
+    t.add_argument("--log-interval", type=int, default=100, help="print a training line every N iterations")
+    _add_eval_tokenizer_logger_args(p)
     t.add_argument("--distributed-timeout-s", type=float, default=120.0)
     c = p.add_argument_group("checkpoints and elasticity (docs/ELASTIC.md)")
     c.add_argument("--save", default=None, help="checkpoint folder (plan-independent format, atomic commits)")
@@ -98,6 +115,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_optimizer_args(p: argparse.ArgumentParser) -> None:
+    o = p.add_argument_group("learning rate and optimizer (Megatron-LM's defaults; AdamW)")
+    o.add_argument("--lr", type=float, default=None, help="peak learning rate (required, as in Megatron-LM)")
+    o.add_argument("--min-lr", type=float, default=0.0, help="learning rate at and after the end of the decay")
+    o.add_argument("--lr-decay-style", choices=DECAY_STYLES, default="linear", help="decay after the warm-up")
+    o.add_argument("--lr-decay-iters", type=int, default=None, help="iterations to decay over "
+                   "(default --train-iters)")
+    o.add_argument("--lr-warmup-iters", type=int, default=0, help="linear warm-up iterations")
+    o.add_argument("--lr-warmup-fraction", type=float, default=None, help="warm-up as a fraction of the decay")
+    o.add_argument("--lr-warmup-init", type=float, default=0.0, help="learning rate at the start of the warm-up")
+    o.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases/norms)")
+    o.add_argument("--clip-grad", type=float, default=1.0, help="global gradient-norm clip (0: off)")
+    o.add_argument("--adam-beta1", type=float, default=0.9)
+    o.add_argument("--adam-beta2", type=float, default=0.999)
+    o.add_argument("--adam-eps", type=float, default=1e-8)
+
+
+def _add_eval_tokenizer_logger_args(p: argparse.ArgumentParser) -> None:
+    v = p.add_argument_group("validation")
+    v.add_argument("--eval-interval", type=int, default=1000, help="validation loss every N iterations "
+                   "(and after the last one)")
+    v.add_argument("--eval-iters", type=int, default=100, help="global batches per validation (0: none)")
+    v.add_argument("--split", default="969, 30, 1", help="train,validation,test weights over the documents")
+    k = p.add_argument_group("tokenizer (gives --vocab-size when that is not set)")
+    k.add_argument("--tokenizer-type", choices=TOKENIZER_TYPES, default=None)
+    k.add_argument("--vocab-file", default=None, help="GPT2BPETokenizer: vocab.json")
+    k.add_argument("--merge-file", default=None, help="GPT2BPETokenizer: merges.txt")
+    k.add_argument("--tokenizer-model", default=None, help="HuggingFaceTokenizer: folder with tokenizer.json")
+    g = p.add_argument_group("logging")
+    g.add_argument("--tensorboard-dir", default=None, help="write TensorBoard scalars here (extra 'tensorboard')")
+    g.add_argument("--wandb-project", default=None, help="W&B project (extra 'wandb'; offline without an API key)")
+    g.add_argument("--wandb-exp-name", default=None, help="W&B run name (required with --wandb-project)")
+    g.add_argument("--wandb-save-dir", default=None, help="W&B files (default SAVE/wandb)")
+
+
 _MODEL_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_heads",
                  "ffn_hidden_size": "ffn_hidden_size", "seq_length": "seq_length",
                  "max_position_embeddings": "max_position_embeddings", "vocab_size": "vocab_size",
@@ -122,6 +174,10 @@ def model_from_args(args: argparse.Namespace, plan: Plan) -> ModelSpec:
     if "max_position_embeddings" not in values and "seq_length" in values:
         values["max_position_embeddings"] = values["seq_length"]
     values.setdefault("make_vocab_size_divisible_by", 128)
+    if args.openai_gelu or args.activation:
+        if args.openai_gelu and args.activation not in (None, "gelu_tanh"):
+            raise InputError(f"--openai-gelu contradicts --activation {args.activation}")
+        values["activation"] = "gelu_tanh" if args.openai_gelu else args.activation
     missing = [a for a, s in _MODEL_FIELDS.items() if s not in values and s != "num_kv_heads"]
     if missing:
         raise InputError("model dimensions missing: give --" + ", --".join(m.replace("_", "-") for m in missing))
@@ -165,7 +221,9 @@ def _check_dropout(args: argparse.Namespace) -> None:
 
 def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
     """Parse and validate everything that can be checked before joining the process group."""
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    check_unknown(unknown)
+    _apply_tokenizer(args)
     plan, sailor_info = load_any_plan(args.sailor_plan, model=args.model)
     plan = resolve_plan_options(args, plan, sailor_info is not None)
     check_runtime_supports(plan, source=args.sailor_plan)
@@ -178,6 +236,9 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                          f"(run torchrun with --nproc-per-node/--nnodes giving {plan.world_size} ranks)",
                          source=args.sailor_plan)
     if args.data_path is not None:
+        if len(args.data_path) != 1:
+            raise InputError("not implemented by megatron-sailor: --data-path with several prefixes (blending)")
+        args.data_path = args.data_path[0]
         for ext in (".bin", ".idx"):
             if not Path(args.data_path + ext).is_file():
                 raise InputError(f"data file not found: {args.data_path + ext}", source="--data-path")
@@ -187,6 +248,7 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
         raise InputError("--save-interval needs --save DIR")
     if args.train_iters < 1:
         raise InputError(f"--train-iters must be >= 1, got {args.train_iters}")
+    extras = _megatron_extras(args, plan)
     opt = OptimizerConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(args.adam_beta1, args.adam_beta2),
                           eps=args.adam_eps, clip_grad=args.clip_grad)
     return TrainConfig(plan=plan, model=model, optimizer=opt, train_iters=args.train_iters, seed=args.seed,
@@ -198,4 +260,36 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        async_save=args.async_save,
                        control_file=args.elastic_control, events_file=args.elastic_events,
                        wait_file=args.elastic_wait, hidden_dropout=args.hidden_dropout,
-                       attention_dropout=args.attention_dropout)
+                       attention_dropout=args.attention_dropout, **extras)
+
+
+def _apply_tokenizer(args: argparse.Namespace) -> None:
+    """A named tokenizer sets --vocab-size (when not given) and must cover a given one."""
+    if args.tokenizer_type is None and not (args.vocab_file or args.merge_file or args.tokenizer_model):
+        return
+    kind = args.tokenizer_type or ("HuggingFaceTokenizer" if args.tokenizer_model else None)
+    tok = build_tokenizer(TokenizerArgs(kind, args.vocab_file, args.merge_file, args.tokenizer_model,
+                                        args.vocab_size))
+    if args.vocab_size is None:
+        args.vocab_size = tok.vocab_size
+    elif args.vocab_size < tok.vocab_size:
+        raise InputError(f"--vocab-size {args.vocab_size} is smaller than the tokenizer's {tok.vocab_size}")
+
+
+def _megatron_extras(args: argparse.Namespace, plan: Plan) -> dict:
+    """Schedule, validation and logger settings (TrainConfig fields), validated."""
+    if args.lr is None:
+        raise InputError("--lr is required (Megatron-LM has no default learning rate)")
+    for name in ("eval_interval", "eval_iters", "log_interval"):
+        if getattr(args, name) < (1 if name != "eval_iters" else 0):
+            raise InputError(f"--{name.replace('_', '-')} must be >= {1 if name != 'eval_iters' else 0}, "
+                             f"got {getattr(args, name)}")
+    from megatron_sailor.train.datasets import parse_split
+    parse_split(args.split)
+    loggers = LoggerConfig(args.tensorboard_dir, args.wandb_project, args.wandb_exp_name, args.wandb_save_dir)
+    check_logger_packages(loggers)
+    schedule = schedule_from_args(args.lr, args.min_lr, args.lr_decay_style, args.train_iters,
+                                  plan.global_batch_size, args.lr_warmup_iters, args.lr_warmup_fraction,
+                                  args.lr_decay_iters, args.lr_warmup_init)
+    return dict(lr_schedule=schedule, eval_interval=args.eval_interval, eval_iters=args.eval_iters,
+                split=args.split, loggers=loggers)

@@ -339,3 +339,35 @@ def read_full_state(path: str) -> dict[str, dict[str, Any]]:
     p = Path(path)
     keys = {f[:-3] for f in verify(p).files if f != RNG_FILE}
     return _load_files(p, keys)
+
+
+def write_full_checkpoint(save_dir: str, model: Any, params: dict[str, torch.Tensor],
+                          meta_extra: dict[str, Any] | None = None) -> Path:
+    """Write full (TP=1) parameters as a committed iteration-0 checkpoint without a running job (for
+    converters): fresh AdamW states, ``latest`` pointing at it; ``meta_extra`` (scalars) goes to the meta's
+    ``extra``. Refuses a folder that already holds a
+    checkpoint (nothing is overwritten)."""
+    root = Path(save_dir)
+    if list_checkpoints(root):
+        raise CheckpointError(f"{root}: already holds a checkpoint; choose an empty --out folder")
+    want = expected_files(model.num_layers)
+    entries: dict[str, dict[str, Any]] = {}
+    for gname, t in params.items():
+        full = t.detach().to(torch.float32).contiguous()
+        entries.setdefault(file_key(gname), {})[gname] = {
+            "param": full, **{k: torch.zeros_like(full) for k in STATE_KEYS}, "step": 0.0}
+    if set(entries) != want:
+        raise CheckpointError(f"parameters cover files {sorted(entries)}, the model needs {sorted(want)}")
+    final = root / checkpoint_name(0)
+    tmp = root / (final.name + ".tmp")
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    files = {key + ".pt": _write_file(tmp / (key + ".pt"), obj) for key, obj in sorted(entries.items())}
+    files[RNG_FILE] = _write_file(tmp / RNG_FILE, rng_state())
+    meta = seal({"format": FORMAT, "iteration": 0, "consumed_samples": 0, "model": model_identity(model),
+                 "files": files, "written_unix_s": time.time(), "extra": dict(meta_extra or {})})
+    write_meta(tmp, meta)
+    os.rename(tmp, final)
+    write_latest(root, final.name)
+    return final

@@ -30,10 +30,13 @@ def _fail(rank: int, message: str, code: int, all_ranks: bool = False) -> int:
 
 
 def _make_data(cfg):  # noqa: ANN001, ANN202
-    from megatron_sailor.runtime.data import IndexedTokens, MockTokens
+    """(training source, validation source or None) from --data-path/--mock-data and --split."""
+    from megatron_sailor.train.datasets import indexed_splits, mock_splits
     if cfg.data_path is None:
-        return MockTokens(seed=cfg.seed, seq_length=cfg.model.seq_length, vocab_size=cfg.model.vocab_size)
-    return IndexedTokens(cfg.data_path, cfg.model.seq_length, cfg.model.vocab_size)
+        splits = mock_splits(cfg.seed, cfg.model.seq_length, cfg.model.vocab_size)
+    else:
+        splits = indexed_splits(cfg.data_path, cfg.split, cfg.model.seq_length, cfg.model.vocab_size)
+    return splits[0], splits[1]
 
 
 def train(cfg, env) -> None:  # noqa: ANN001
@@ -54,7 +57,7 @@ def train(cfg, env) -> None:  # noqa: ANN001
     emulation = emulation_from(cross_zone_latency_s=cfg.cross_zone_latency_s, cross_zone_gbps=cfg.cross_zone_gbps)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     apply_cpu_patches()
-    data = _make_data(cfg)
+    data, valid = _make_data(cfg)
     init_distributed(env, timeout_s=cfg.timeout_s)
     layout = build_layout(cfg.plan)
     run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
@@ -66,7 +69,7 @@ def train(cfg, env) -> None:  # noqa: ANN001
         print(describe(cfg.plan, layout), flush=True)
     rt = RankRuntime(cfg.plan, cfg.model, rank, data, run_cfg, layout=layout, groups=groups)
     events.emit("model_ready")
-    _train_loop(cfg, rank, rt, events)
+    _train_loop(cfg, rank, rt, events, valid)
     import torch.distributed as dist
     dist.barrier(group=groups.world)
     dist.destroy_process_group()
@@ -143,16 +146,19 @@ class _Saver:
             self.save(done)
 
 
-def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
+def _train_loop(cfg, rank: int, rt, events, valid=None) -> None:  # noqa: ANN001
     """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
     from megatron_sailor.train.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
+    from megatron_sailor.train.hooks import IterationHooks
     faults = FaultInjector(rank)
     start_it = _resume(cfg, rank, rt, events)
     writer = MetricsAppender(cfg.metrics_file, rank, append=bool(cfg.load))
     saver = _Saver(cfg, rank, rt, events, faults, saved_at=start_it if cfg.load else -1)
     it = start_it
+    hooks = IterationHooks(cfg, rank, rt, valid, start_it)
     while it < cfg.train_iters:
         faults("step", it)
+        hooks.before_step(it)
         m = rt.train_step(it)
         saver.finish()                 # an asynchronous save had this iteration to write its files
         writer.write(m)
@@ -160,9 +166,7 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
                     consumed_samples=rt.consumed_samples(it + 1))
         if it == start_it:
             events.emit("first_iteration", iteration=it)
-        if rank == 0 and (it % cfg.log_interval == 0 or it == cfg.train_iters - 1):
-            print(f"iteration {it + 1:>4}/{cfg.train_iters} | loss {m.loss:.5f} | {m.iteration_time_s * 1e3:8.1f} ms"
-                  f" | {m.tokens_per_s:9.0f} tokens/s | grad norm {m.grad_norm:.4f}", flush=True)
+        hooks.after_step(it, m)
         it += 1
         saver.periodic(it)
         if it < cfg.train_iters and stop_requested(cfg.control_file, rank, rt.groups.world, done=it,
@@ -172,6 +176,7 @@ def _train_loop(cfg, rank: int, rt, events) -> None:  # noqa: ANN001
                 print(f"stop requested: checkpointing at iteration {it} and exiting", flush=True)
             break
     saver.final(it)
+    hooks.finish(it)
     writer.close()
 
 
@@ -194,6 +199,9 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
             check_save_dir(cfg.save)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
+    if rank == 0:   # the first output otherwise waits for megatron-core's import and the rendezvous
+        print(f"arguments checked: {cfg.train_iters} iterations on {env.world_size} rank(s); loading megatron-core "
+              "and joining the process group ...", flush=True)
     from megatron_sailor.train.checkpoint import CheckpointError
     from megatron_sailor.runtime.distributed import RendezvousError
     try:

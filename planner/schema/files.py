@@ -169,6 +169,15 @@ class ProfileFile(Strict):
     entries: list[ProfileEntryIn] = Field(min_length=1, max_length=100_000)
     model: Optional[Name] = None
     description: Optional[Text] = None
+    # provenance the profiler and the emulation benchmark record; the planner reads none of it
+    device: Optional[Text] = None
+    timer: Optional[Text] = None
+    ranks: Optional[PosCount] = None
+    settings: Optional[dict[str, Union[Number, Bool, Text, None]]] = None
+    param_bytes: Optional[dict[str, dict[str, NonNeg]]] = None
+    model_spec: Optional[dict[str, Union[Number, Bool, Text, None]]] = None
+    emulated_from: Optional[Text] = None
+    slowdown: Optional[Positive] = None
 
 
 __all__ = ["PlanFile", "SailorPlanFile", "ClusterFile", "InventoryFile", "NetworkFile", "CatalogFile",

@@ -34,6 +34,8 @@ class StageEstimate:
     estimated_profile: bool
     peak_flops_per_s: float = 0.0   # summed peak FLOP/s of the stage's GPUs (at the plan's precision)
     mfu: float = 0.0                # the stage's model FLOP/s over peak_flops_per_s
+    replica_peak_bytes: tuple[float, ...] = ()       # per replica (same order as gpu_types)
+    replica_capacity_bytes: tuple[float, ...] = ()   # usable bytes of that replica's GPU type
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,9 @@ def _stage_estimate(plan: Plan, s: int, costs: list[ReplicaCosts], mems: list[Me
         busy_s=max(busy), p2p_s=p2p, sync_s=sync.time_s, sync_mode=sync.mode,
         update_s=max(c.update_s for c in costs), peak_memory_bytes=peak,
         memory_capacity_bytes=min(usable_bytes(ctx, c.gpu_type) for c in costs), fits_in_memory=fits,
-        estimated_profile=any(c.estimated for c in costs))
+        estimated_profile=any(c.estimated for c in costs),
+        replica_peak_bytes=tuple(m.total_bytes for m in mems),
+        replica_capacity_bytes=tuple(usable_bytes(ctx, c.gpu_type) for c in costs))
 
 
 def _utilisation(plan: Plan, ctx: SimContext, stages: tuple[StageEstimate, ...], iteration_s: float

@@ -17,8 +17,8 @@ GOOD = {"schema_version": 1, "model": "tiny", "num_layers": 4, "micro_batch_size
                        {"gpu_type": "V100-16", "tp": 1, "zone": "us-central1-b"}]}]}
 
 
-def sim(*args, cwd=ROOT):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def sim(*args, cwd=ROOT, extra_env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "planner.cli_sim", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=60)
 
@@ -43,7 +43,25 @@ def test_json_output_has_the_promised_keys(tmp_path):
 def test_table_output(tmp_path):
     out = sim(write(tmp_path, GOOD))
     assert out.returncode == 0, out.stderr
-    assert "it/s" in out.stdout and "headroom" in out.stdout and "ESTIMATES" in out.stdout
+    assert "it/s" in out.stdout and "free GB" in out.stdout and "ESTIMATE" in out.stdout
+
+
+def test_memory_rows_compare_each_replica_with_its_own_gpu():
+    """The README's plan: stage 0 puts an A100-40 and a V100-16 side by side. Every replica row shows its own
+    peak against its own GPU's capacity (the old table paired the stage's max peak with its min capacity)."""
+    plan = ROOT / "examples" / "plans" / "opt350m_hetero.json"
+    est = json.loads(sim(plan, "--json").stdout)
+    for st in est["stages"]:
+        assert len(st["replica_peak_bytes"]) == len(st["gpu_types"]) == len(st["replica_capacity_bytes"])
+        assert st["peak_memory_bytes"] == max(st["replica_peak_bytes"])
+        assert st["fits_in_memory"] == all(p <= c for p, c in zip(st["replica_peak_bytes"], st["replica_capacity_bytes"]))
+    out = sim(plan, extra_env={"COLUMNS": "80"})
+    assert out.returncode == 0 and max(len(line) for line in out.stdout.splitlines()) <= 80, out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if "A100-40 x" in line or "V100-16 x" in line]
+    assert len(rows) == 4
+    for r in rows:
+        peak, cap, free, fits = float(r[-4]), float(r[-3]), float(r[-2]), r[-1]
+        assert free == pytest.approx(cap - peak, abs=0.011) and (fits == "yes") == (free >= 0)
 
 
 def test_sailor_plan_with_sailor_data(sailor_data_dir):

@@ -47,7 +47,7 @@ def test_bad_input_is_one_error_line(case: str, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     args, world, expected = BAD_INPUTS[case]
     data = ["--data-path", str(tmp_path / "nope")] if case == "missing_data" else ["--mock-data"]
-    argv = ["--sailor-plan", str(PLANS / "sailor_5rank_mixed.json"), "--train-iters", "2", *data, *args]
+    argv = ["--sailor-plan", str(PLANS / "sailor_5rank_mixed.json"), "--train-iters", "2", "--lr", "1e-3", *data, *args]
     code, err = _run_in_process(monkeypatch, capsys, argv, world)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
@@ -98,7 +98,7 @@ def test_unreachable_rendezvous_fails_fast_with_one_line(tmp_path: Path) -> None
                                                                                 "zone": "z-a"}]}]}))
     env = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port())}
-    proc = python(["examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), "--train-iters", "1",
+    proc = python(["examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan), "--train-iters", "1", "--lr", "1e-3",
                    "--mock-data", "--distributed-timeout-s", "5", *MODEL_ARGS], timeout_s=90, extra_env=env)
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -151,7 +151,7 @@ def test_plan_option_errors_are_one_line(case: str, monkeypatch: pytest.MonkeyPa
 
 def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
     from megatron_sailor.train.arguments import parse_config
-    base = ["--train-iters", "1", "--mock-data", *MODEL_ARGS]
+    base = ["--train-iters", "1", "--mock-data", "--lr", "1e-3", *MODEL_ARGS]
     ours = parse_config(["--sailor-plan", str(_our_plan(tmp_path, tie_embeddings=True)), *base], 1)
     assert ours.plan.tie_embeddings and ours.model.tied_embeddings
     assert ours.hidden_dropout == ours.attention_dropout == 0.1          # Megatron's defaults
