@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planner.cluster import ClusterSpec
-from planner.errors import InputError
+from planner.errors import InputError, InternalError
 from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
@@ -107,7 +107,7 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
     ests = [simulate(p, ctx) for p in plans]
     if not ests[0].fits_in_memory:
-        raise InputError("internal: the chosen plan does not fit in memory per the simulator")
+        raise InternalError("the chosen plan does not fit in memory per the simulator")
     comparator_ran = request.comparator and request.planner != "grid"
     comparator = _grid_comparator(ctx, request, space.precision) if comparator_ran else None
     return PlanReport(plan=plans[0], estimate=ests[0], candidate=res.candidates[0],
