@@ -61,10 +61,11 @@ def steady_throughput(work: Path, n: int, iters: int) -> float:
     ev = work / f"steady_{n}.jsonl"
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={n}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", "examples/gpt/pretrain_gpt.py", "--sailor-plan", str(plan),
-           "--train-iters", str(iters), "--mock-data", "--elastic-events", str(ev)]
+           "--train-iters", str(iters), "--mock-data", "--lr", "1e-3", "--elastic-events", str(ev)]
     proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"steady run on {n} ranks failed: {proc.stderr[-1500:]}")
+        errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+        raise RuntimeError(f"steady run on {n} ranks failed: {errors[-1] if errors else proc.stderr[-1500:]}")
     t = [e["t_unix_s"] for e in read_events(ev) if e["event"] == "step"]
     return GBS / statistics.median([b - a for a, b in zip(t[1:], t[2:])])
 
@@ -73,7 +74,7 @@ def replay(work: Path, trace: Path, duration_s: float, scale: float) -> tuple[fl
     """Run the controller for ``duration_s``; returns its start time and the sampled load averages."""
     cmd = [sys.executable, "-m", "launch.elastic.cli", "--trace", str(trace), "--time-scale", f"{scale:.6g}",
            "--planner", "cpu-demo", "--warm-standby", "--train-iters", "1000000", "--work-dir", str(work / "elastic"),
-           "--horizon-s", f"{3600 * scale:.6g}", "--max-failures", "5", "--", "--mock-data"]
+           "--horizon-s", f"{3600 * scale:.6g}", "--max-failures", "5", "--", "--mock-data", "--lr", "1e-3"]
     loads: list[float] = []
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=open(work / "controller.log", "w"),

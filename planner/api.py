@@ -46,6 +46,7 @@ class PlanRequest:
     max_stages: int | None = None
     top_k: int = 1
     comparator: bool = True
+    recompute: bool = True                  # search activation recomputation (ours only; baselines never)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -73,7 +74,7 @@ class PlanReport:
 def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
-    return baseline_space(request.planner, request.precision, request.max_stages)
+    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

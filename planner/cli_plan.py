@@ -18,6 +18,8 @@ from planner.options import objective as options_objective
 from planner.search import Objective
 from planner.search.explain import unused_reasons
 from planner.simulator import Estimate
+from planner.cli_sim import announce
+from planner.frontier import frontier_lines
 
 GB = 1e9
 
@@ -49,13 +51,21 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
 
 
 def _progress(enabled: bool):
-    state = {"shown": False}
+    """A search progress callback: a transient rich progress bar on stderr once the search has run 1 s."""
+    state: dict = {"shown": False, "bar": None, "task": None}
 
     def cb(done: int, total: int, elapsed_s: float) -> None:
-        if enabled and elapsed_s > 1.0:
+        if not enabled or elapsed_s <= 1.0:
+            return
+        if state["bar"] is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            state["bar"] = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
+                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task("search", total=total)
             state["shown"] = True
-            sys.stderr.write(f"\rsearching: {done}/{total} tasks, {elapsed_s:.1f} s")
-            sys.stderr.flush()
+        state["bar"].update(state["task"], completed=done, total=total)
     return cb, state
 
 
@@ -67,8 +77,8 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     try:
         rep = api.plan(request, ctx, progress=cb)
     finally:
-        if state["shown"]:
-            sys.stderr.write("\n")
+        if state["bar"] is not None:
+            state["bar"].stop()
     out = {"plan": rep.plan, "estimate": rep.estimate, "search_time_s": rep.search_time_s,
            "candidates_evaluated": rep.candidates_evaluated, "candidate": rep.candidate,
            "others": list(rep.alternatives), "stats": rep.stats}
@@ -93,46 +103,62 @@ def report_json(rep: dict) -> dict:
     return out
 
 
+def _top_table(rep: dict):  # noqa: ANN202
+    """The K best plans (--top K), the chosen one first."""
+    from rich import box
+    from rich.table import Table
+    rows = [(rep["plan"], rep["estimate"]), *rep.get("others", [])]
+    t = Table(title=f"top {len(rows)} plans", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("#", "stages", "mbs", "pipelines", "GPUs", "it/s", "$/iter", "peak GB"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("GPU mix", overflow="fold")
+    for k, (plan, est) in enumerate(rows, 1):
+        mix: dict[str, int] = {}
+        for _, _, r in plan.replicas():
+            mix[r.gpu_type] = mix.get(r.gpu_type, 0) + r.tp
+        t.add_row(str(k), str(plan.num_stages), str(plan.micro_batch_size), str(len(plan.stages[0].replicas)),
+                  str(est.num_gpus), f"{est.throughput_iters_per_s:.4f}", f"{est.cost_per_iteration_usd:.4f}",
+                  f"{est.peak_memory_bytes / GB:.2f}", " + ".join(f"{n} {g}" for g, n in sorted(mix.items())))
+    return t
+
+
 def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     from rich.console import Console
-    from rich.table import Table
-    console = Console(width=max(Console().width, 140))
+    from planner.cli_sim import ESTIMATE_NOTE, stage_tables
+    console = Console()
     est, cand = rep["estimate"], rep["candidate"]
-    t = Table(title=f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
-                    f"{sum(p.pipelines for p in cand.pools)} pipelines")
-    for col in ("stage", "layers", "replicas (count x gpu x tp @ zone)", "busy s/mb", "sync s", "peak GB",
-                "capacity GB", "headroom GB", "MFU"):
-        t.add_column(col, justify="left" if col.startswith("replicas") else "right")
-    reps = ", ".join(f"{p.pipelines}x {p.gpu_type} x{p.tp} @{p.zone}" for p in cand.pools)
-    for st in est.stages:
-        t.add_row(str(st.stage), f"{st.first_layer}-{st.first_layer + st.num_layers - 1}", reps, f"{st.busy_s:.4f}",
-                  f"{st.sync_s:.4f} {st.sync_mode}", f"{st.peak_memory_bytes / GB:.2f}",
-                  f"{st.memory_capacity_bytes / GB:.2f}",
-                  f"{(st.memory_capacity_bytes - st.peak_memory_bytes) / GB:.2f}", f"{st.mfu:.1%}")
-    console.print(t)
+    title = (f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
+             f"{sum(p.pipelines for p in cand.pools)} pipelines")
+    for table in stage_tables(est, title):
+        console.print(table)
     parts, j = [], 0
     for pu in cand.pools:
         counts = cand.microbatches[j:j + pu.pipelines]
         j += pu.pipelines
         rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
         parts.append(f"{pu.gpu_type}@{pu.zone}: {rng}")
-    console.print("micro-batches per pipeline: " + ", ".join(parts))
+    console.print("micro-batches per pipeline: " + ", ".join(parts), markup=False)
+    if rep.get("others"):
+        console.print(_top_table(rep))
+    if est.estimated_profiles:
+        console.print(ESTIMATE_NOTE, markup=False)
     console.print(f"predicted {est.throughput_iters_per_s:.4f} it/s ({est.iteration_time_s:.3f} s/iter), "
                   f"{est.tokens_per_s:,.0f} tokens/s, ${est.cost_per_iteration_usd:.4f}/iter "
                   f"(egress ${est.egress_usd_per_iteration:.4f}); bottleneck stage {est.bottleneck_stage}; "
                   f"sync {est.sync_s:.3f} s, optimizer {est.update_s:.3f} s; MFU {est.mfu:.1%}"
-                  + (" [some profiles are analytic ESTIMATES]" if est.estimated_profiles else ""))
+                  + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
     for line in unused_reasons(cluster, cand, objective):
-        console.print(f"  {line}")
+        console.print(f"  {line}", markup=False)
     comp = rep.get("comparator")
     if comp is not None:
         gain = est.throughput_iters_per_s / comp.throughput_iters_per_s - 1
-        console.print(f"comparator (best homogeneous Megatron grid, same simulator): "
+        console.print(f"comparator (best homogeneous Megatron grid meeting the objective, same simulator): "
                       f"{comp.throughput_iters_per_s:.4f} it/s, ${comp.cost_per_iteration_usd:.4f}/iter "
                       f"on {comp.num_gpus} GPUs -> ours {gain:+.1%} it/s, "
-                      f"{est.cost_per_iteration_usd / comp.cost_per_iteration_usd - 1:+.1%} $/iter")
+                      f"{est.cost_per_iteration_usd / comp.cost_per_iteration_usd - 1:+.1%} $/iter", markup=False)
     elif "comparator" in rep:
-        console.print("comparator (grid): no homogeneous grid plan is feasible")
+        console.print("comparator (grid): no homogeneous grid plan meets the objective and its constraints "
+                      "(a frontier picture still shows the best grid plan without the constraints)", markup=False)
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
 
 
@@ -162,7 +188,7 @@ def _trace(args, ctx, clusters, gbs) -> int:
         t.add_row(str(s["step"]), s["cluster"], str(len(s["plan"]["stages"])), str(s["plan"]["micro_batch_size"]),
                   str(e["num_gpus"]), f"{e['throughput_iters_per_s']:.4f}", f"{e['cost_per_iteration_usd']:.4f}",
                   "-" if not c else f"{c['throughput_iters_per_s']:.4f}", f"{s['search_time_s']:.2f}")
-    Console(width=160).print(t)
+    Console().print(t)
     return 0
 
 
@@ -176,9 +202,13 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
     if args.frontier_json:
         from pathlib import Path
         atomic_write_text(Path(args.frontier_json), json.dumps(fr.to_dict()) + "\n")
+        announce(f"wrote the frontier as JSON: {args.frontier_json}", args.json)
     if args.frontier:
         from planner.frontier_plot import draw_frontier
         draw_frontier(fr, args.frontier, f"{ctx.model.name} on {cluster.describe()}")
+        announce(f"wrote the frontier picture: {args.frontier}", args.json)
+    for line in frontier_lines(fr):
+        announce(line, args.json)
 
 
 def main_args(argv: list[str] | None = None) -> int:
@@ -196,7 +226,7 @@ def main_args(argv: list[str] | None = None) -> int:
     ctx = api.make_context(bundle, args.runtime)
     gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
-    space = baseline_space(args.planner, args.precision, args.max_stages)
+    space = baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute)
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
         return _trace(args, ctx, clusters, gbs)
@@ -210,8 +240,8 @@ def main_args(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         render(rep, clusters[0], objective)
-        if args.output:
-            print(f"plan written to {args.output}")
+    if args.output:
+        announce(f"plan written to {args.output}", args.json)
     return 0
 
 

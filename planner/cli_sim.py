@@ -38,15 +38,12 @@ def _num_columns(t, names: tuple[str, ...]) -> None:  # noqa: ANN001
         t.add_column(name, justify="right", no_wrap=True)
 
 
-def render_table(est: Estimate, plan_name: str) -> None:
-    """Two tables rich fits to the terminal: per stage (time, its slowest replica), then per replica (its own
-    peak memory against its own GPU's capacity)."""
+def stage_tables(est: Estimate, title: str) -> tuple:
+    """Two rich tables: per stage (time of its slowest replica), per replica (its own peak memory against
+    its own GPU's capacity). Shared by sailor-sim and sailor-plan."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
-    console = Console()
-    star = "*" if est.estimated_profiles else ""
-    times = Table(title=f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'", box=box.SIMPLE_HEAD, pad_edge=False,
+    times = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="per micro-batch: compute (fwd+bwd) and busy (with blocking p2p) of the slowest "
                           "replica; p2p: one transfer to the next stage; sync: gradient sync per iteration")
     _num_columns(times, ("stage", "layers", "compute s", "busy s", "p2p s", "sync s"))
@@ -55,7 +52,7 @@ def render_table(est: Estimate, plan_name: str) -> None:
     mem = Table(title="memory per replica (pipe j = replica j of every stage)", box=box.SIMPLE_HEAD, pad_edge=False,
                 caption="peak: this replica's GPUs; cap: usable memory of its GPU type; free = cap - peak")
     _num_columns(mem, ("stage", "pipe"))
-    mem.add_column("GPU x TP" + star, no_wrap=True, overflow="ellipsis")
+    mem.add_column("GPU x TP" + ("*" if est.estimated_profiles else ""), no_wrap=True, overflow="ellipsis")
     mem.add_column("zone", no_wrap=True, overflow="ellipsis")
     _num_columns(mem, ("peak GB", "cap GB", "free GB", "fits"))
     for st in est.stages:
@@ -68,17 +65,32 @@ def render_table(est: Estimate, plan_name: str) -> None:
             mem.add_row(str(st.stage) if j == 0 else "", str(j), f"{g} x{tp}", z, f"{peaks[j] / GB:.2f}",
                         f"{caps[j] / GB:.2f}", f"{(caps[j] - peaks[j]) / GB:.2f}",
                         "yes" if peaks[j] <= caps[j] else "[red]OOM[/red]", end_section=j == st.replicas - 1)
-    console.print(times)
-    console.print(mem)
+    return times, mem
+
+
+def announce(line: str, json_mode: bool) -> None:
+    """Say which file was written (on stderr when stdout carries exactly one JSON object)."""
+    print(line, file=sys.stderr if json_mode else sys.stdout, flush=True)
+
+
+ESTIMATE_NOTE = "* ESTIMATE: no measured profile for some GPU type; its times are analytic estimates"
+
+
+def render_table(est: Estimate, plan_name: str) -> None:
+    """sailor-sim's text output (rich fits the tables to the terminal width)."""
+    from rich.console import Console
+    console = Console()
+    for table in stage_tables(est, f"{plan_name}: {est.num_gpus} GPUs, runtime model '{est.runtime}'"):
+        console.print(table)
     if est.estimated_profiles:
-        console.print("* ESTIMATE: no measured profile for some GPU type; its times are analytic estimates")
+        console.print(ESTIMATE_NOTE, markup=False)
     console.print(
         f"iteration {est.iteration_time_s:.4f} s | {est.throughput_iters_per_s:.4f} it/s | "
         f"{est.tokens_per_s:,.0f} tokens/s | peak {est.peak_memory_bytes / GB:.2f} GB "
         f"({'fits' if est.fits_in_memory else 'DOES NOT FIT'}) | ${est.cost_per_iteration_usd:.4f}/iter "
         f"(egress ${est.egress_usd_per_iteration:.4f}) | bottleneck stage {est.bottleneck_stage} | "
         f"MFU {est.mfu:.1%} of {est.peak_flops_per_s / 1e12:,.0f} peak TFLOP/s"
-        + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""))
+        + (" | ESTIMATE (analytic profiles)" if est.estimated_profiles else ""), markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         timeline = simulate_events(plan, ctx)
         if args.timeline_json:
             write_timeline_json(timeline, est.iteration_time_s, args.timeline_json)
+            announce(f"wrote the timeline as JSON: {args.timeline_json}", args.json)
         if args.timeline:
             draw_timeline(timeline, plan, args.timeline, title=args.plan.rsplit("/", 1)[-1])
+            announce(f"wrote the timeline picture: {args.timeline}", args.json)
     if args.json:
         json.dump(estimate_json(est), sys.stdout)
         sys.stdout.write("\n")

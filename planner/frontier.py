@@ -110,3 +110,20 @@ def frontier_for(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obj
     base = plan_search(ctx, cluster, gbs, replace(objective, kind="throughput", max_cost_per_iter_usd=None,
                                                   min_throughput_iters_per_s=None), grid_space).best
     return build_frontier(cands, chosen, base, objective)
+
+
+def frontier_lines(fr: Frontier) -> list[str]:
+    """The text that goes with a frontier picture: the same points, so text and picture agree."""
+    lines = [f"frontier: {len(fr.points)} plans scored, {len(fr.front())} on the Pareto front"]
+    chosen = [p for p in fr.points if p.chosen]
+    if chosen:
+        c = chosen[0]
+        lines.append(f"  chosen (red star): {c.label}, {c.throughput_iters_per_s:.4f} it/s, "
+                     f"${c.cost_per_iteration_usd:.4f}/iter")
+    if fr.baseline is not None:
+        b = fr.baseline
+        lines.append(f"  best homogeneous grid plan without the constraints (orange square): {b.label}, "
+                     f"{b.throughput_iters_per_s:.4f} it/s, ${b.cost_per_iteration_usd:.4f}/iter")
+    else:
+        lines.append("  no homogeneous grid plan fits this cluster (no orange square)")
+    return lines

@@ -4,7 +4,7 @@ Contract: :func:`from_hf` takes ``(arch, hf config dict, hf state dict)`` and re
 the model's dimensions (``ModelSpec`` fields), our parameters under global names (``embedding.*``,
 ``layers.<i>.*``, ``decoder.final_layernorm.*``, ``output_layer.weight``) and the tensors of the Hugging Face
 model that have no place in ours (OPT's two unused position rows) so a round trip is bit-exact.
-:func:`to_hf` is its inverse. Layout facts (re-derived, see docs/CONVERT.md): GPT-2's ``Conv1D`` weights
+:func:`to_hf` is its inverse. Layout facts (re-derived from the two libraries' documented module layouts): GPT-2's ``Conv1D`` weights
 are ``[in, out]`` (transposed against ``nn.Linear``); megatron's fused QKV weight interleaves per attention
 head ``[q_h; k_h; v_h]`` while GPT-2 concatenates ``[Q; K; V]`` and OPT keeps three matrices; OPT's learned
 positions are offset by 2 rows. The word embedding is padded with zero rows to the padded vocabulary and

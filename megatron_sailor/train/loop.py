@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None, process_start_s: float | None = None) ->
             check_save_dir(cfg.save)
     except InputError as exc:
         return _fail(rank, str(exc), 2)
+    if rank == 0:   # the first output otherwise waits for megatron-core's import and the rendezvous
+        print(f"arguments checked: {cfg.train_iters} iterations on {env.world_size} rank(s); loading megatron-core "
+              "and joining the process group ...", flush=True)
     from megatron_sailor.train.checkpoint import CheckpointError
     from megatron_sailor.runtime.distributed import RendezvousError
     try:

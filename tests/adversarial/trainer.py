@@ -19,7 +19,7 @@ def train(monkeypatch, iters: int, *args: str) -> int:  # noqa: ANN001
     for k in ("SAILOR_RANK_MAP", "SAILOR_WORLD_SIZE", "SAILOR_FAULT"):
         monkeypatch.delenv(k, raising=False)
     try:
-        return main(["--sailor-plan", str(PLAN), *MODEL, "--mock-data", "--train-iters", str(iters), *args])
+        return main(["--sailor-plan", str(PLAN), *MODEL, "--mock-data", "--lr", "1e-3", "--train-iters", str(iters), *args])
     finally:                                  # a run that died mid-way must not poison the next one
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():

@@ -13,7 +13,8 @@ from launch.elastic.plans import demo_plan_dict
 from tests.helpers.launch import torchrun
 
 ITERS = 10
-COMMON = ["--mock-data", "--seed", "3", "--adam-eps", "1e-4", "--lr", "3e-3"]
+COMMON = ["--mock-data", "--seed", "3", "--adam-eps", "1e-4", "--lr", "3e-3", "--hidden-dropout", "0.1",
+          "--attention-dropout", "0.1"]          # dropout on: a resume under another plan must reproduce its masks
 EAGER = {"TORCH_COMPILE_DISABLE": "1"}     # what sailor-elastic's cpu-demo jobs run with
 
 

@@ -91,3 +91,34 @@ def test_bad_input(tmp_path: Path, make_args, needle: str) -> None:  # noqa: ANN
 def test_slurm_without_sbatch_is_an_error(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--plan", str(_plan(tmp_path)), "--nodes-file", str(_nodes(tmp_path)), "--slurm")
     assert proc.returncode == 2 and "sbatch not found" in proc.stderr
+
+
+def test_stdlib_corpus_dry_run_trains_a_bpe_and_names_its_tokenizer(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--corpus", "stdlib", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    prep, train = [line for line in proc.stdout.splitlines() if line.strip()][-2:]
+    assert "megatron_sailor.train.preprocess" in prep and "--train-bpe 1024" in prep and "site-packages" in prep
+    out = tmp_path / "out"
+    assert f"--tokenizer-type GPT2BPETokenizer --vocab-file {out}/stdlib-bpe/vocab.json" in train
+    assert "--vocab-size" not in train and "--eval-interval 10" in train and "--lr-decay-style cosine" in train
+
+
+def test_corpus_and_data_path_conflict(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    for ext in ("bin", "idx"):
+        Path(f"{data}.{ext}").write_bytes(b"")
+    proc = _run(tmp_path, "--corpus", "stdlib", "--data-path", str(data), "--dry-run")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: give --data-path or --corpus, not both"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_failing_worker_ends_with_its_error_line_and_exit_2(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(SCRIPT), "--iters", "2", "--", "--sequence-parallel"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=280)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines[-1] == ("error: not implemented by megatron-sailor: --sequence-parallel (the runtime has no "
+                         "sequence parallelism)")
+    assert "Traceback" not in proc.stderr

@@ -151,7 +151,7 @@ def test_plan_option_errors_are_one_line(case: str, monkeypatch: pytest.MonkeyPa
 
 def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
     from megatron_sailor.train.arguments import parse_config
-    base = ["--train-iters", "1", "--mock-data", *MODEL_ARGS]
+    base = ["--train-iters", "1", "--mock-data", "--lr", "1e-3", *MODEL_ARGS]
     ours = parse_config(["--sailor-plan", str(_our_plan(tmp_path, tie_embeddings=True)), *base], 1)
     assert ours.plan.tie_embeddings and ours.model.tied_embeddings
     assert ours.hidden_dropout == ours.attention_dropout == 0.1          # Megatron's defaults

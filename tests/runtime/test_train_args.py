@@ -151,3 +151,23 @@ def test_preprocess_bad_input_is_one_line_and_keeps_old_data(tmp_path: Path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {bad}:2: not JSON")
     assert Path(prefix + ".bin").read_bytes() == before and not Path(prefix + ".tmp.bin").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_wandb_runs_offline_without_an_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="extra 'wandb' (CI installs .[all])")
+    from megatron_sailor.train.loggers import LoggerConfig, TrainLoggers, wandb_mode
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))                  # no ~/.netrc with a key
+    assert wandb_mode() == "offline"
+    save = tmp_path / "wb"
+    log = TrainLoggers(LoggerConfig(wandb_project="p", wandb_exp_name="e", wandb_save_dir=str(save)), 0,
+                       {"lr": 1e-3}, None)
+    assert log.paths == [f"W&B run (offline) in {save}"]
+    log.train(1, 8, loss=4.0, lr=1e-3, grad_norm=1.0, iteration_time_s=0.1, batch_size=8)
+    log.validation(1, 8, loss=3.9, ppl=49.4)
+    log.close()
+    runs = list((save / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
