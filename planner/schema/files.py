@@ -40,6 +40,9 @@ class PlanFile(Strict):
     recompute_activations: Bool = False
     distributed_optimizer: Bool = False
     tie_embeddings: Bool = False
+    recompute_granularity: Optional[Literal["full", "selective"]] = None
+    recompute_method: Optional[Literal["uniform", "block"]] = None
+    recompute_num_layers: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]] = None
     microbatches_per_pipeline: Optional[list[Batch]] = Field(default=None, max_length=MAX_GPUS)
 
     @field_validator("schema_version", mode="before")
