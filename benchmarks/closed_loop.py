@@ -140,7 +140,7 @@ def summarise_rounds(rounds_path: Path, out_path: Path, stat: str) -> None:
              for i, e in enumerate(run)] for run in json.loads(rounds_path.read_text())]
     costs = median_of_runs(runs, STATS[stat])
     write_profile(out_path, MODEL["name"], costs[0].gpu_type, costs,
-                  {"note": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
+                  {"description": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
 
 
 def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]:

@@ -206,8 +206,8 @@ def consumer_example(data: str | Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sailor-data", default=str(ROOT.parent / "shared" / "data" / "sailor"))
-    ap.add_argument("--write", action="store_true", help=f"store the all-runs fit in {CALIBRATION.name}")
-    ap.add_argument("--fit", action="store_true", help="accepted for old command lines: the fit always runs")
+    ap.add_argument("--write", "--fit", dest="write", action="store_true",
+                    help=f"recalibrate: store the all-runs fit, with the runs' names, in {CALIBRATION.name}")
     args = ap.parse_args(argv)
     cases = load_cases(args.sailor_data)
     if not cases:

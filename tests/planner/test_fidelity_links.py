@@ -221,11 +221,10 @@ def test_cli_names_the_missing_pair_in_one_line(sailor_data_dir, tmp_path, capsy
 # ---- what the stored numbers mean (docs/SIMULATOR.md, "Network fits") -----------------------------------
 
 def test_node_size_keys_are_node_sizes_not_concurrency(raw):
-    """A100 nodes of 1, 2, 4 GPUs: peaks 2.4 / 3.7 / 6.0 GB/s (under GCP's 24 / 32 / 50 Gbit/s VM caps); a
-    4-GPU node sending to a 1-GPU node gets the 1-GPU figure."""
+    """A100 nodes of 1, 2, 4 GPUs: peaks 2.4 / 3.7 / 6.0 GB/s, rising with the node (VM) size; a 4-GPU node
+    sending to a 1-GPU node gets the 1-GPU figure."""
     peak = {n: raw["us-central1-a"]["A100-40"][n]["us-central1-a"]["A100-40"][n][1] for n in ("1", "2", "4")}
     assert [round(peak[n] / 1e9, 1) for n in ("1", "2", "4")] == [2.4, 3.7, 6.0]
-    assert all(peak[n] * 8 < cap for n, cap in (("1", 24e9), ("2", 32e9), ("4", 50e9)))
     assert raw["us-central1-a"]["A100-40"]["4"]["us-central1-a"]["A100-40"]["1"][1] == peak["1"]
 
 
