@@ -5,14 +5,21 @@
 1. ``sailor-profile`` profiles a CPU-size GPT (``MODEL`` below: compute, not Python, dominates) on 2 local
    ranks (micro-batch 1 and 2, TP 1 and 2, one OpenMP thread per rank) and the loopback network; it writes
    the profile, the network file and a GPU-catalog entry for ``cpu-<cpu model>`` (gpus_per_node = 2).
-2. ``sailor-plan`` plans the model for a 2-rank cluster of that type; the planner's plan and fixed
-   comparison plans (data parallel, tensor parallel, an even and an uneven 2-stage pipeline) are each
-   simulated with the ``megatron-sailor`` runtime preset (nothing fitted to these runs).
-3. All plans run in ONE torchrun launch (2 ranks) with the runtime (``RankRuntime.train_step``), built
-   up front and run interleaved (round r runs iteration r of every plan), so that load from other
-   processes on the machine hits every plan alike: ``warmup`` rounds, then the median of ``iters`` timed
-   iterations per plan (a barrier before each; the time is the slowest rank's).
-4. A table of measured vs predicted seconds per iteration, ending with ``prediction error: mean X% max Y%``.
+2. ``sailor-plan`` plans the model for a 2-rank cluster of that type. Its plan and fixed plans are each
+   simulated with the ``megatron-sailor`` preset from that up-front profile (nothing fitted to these runs):
+   data parallel, tensor parallel, an even and an uneven 2-stage pipeline, the even pipeline across an
+   emulated slow link (``SLOW_LINK``: its two stages in two zones, every cross-zone message delayed as the
+   runtime's emulation hook does), and on 3 ranks a mixed-TP pipeline (TP 2 then TP 1) and a 3-stage one.
+3. The plans of one world size run in ONE torchrun launch with the runtime (``RankRuntime.train_step``),
+   built up front and run interleaved (round r runs iteration r of every plan), so that load from other
+   processes hits every plan alike: ``warmup`` rounds, then ``iters`` timed iterations per plan (a barrier
+   before each; the time is the slowest rank's).
+4. Core sharing: more ranks than cores (3 ranks on 2 cores) run each rank's compute ``ranks / cores``
+   times slower than profiled on one core per rank; the prediction multiplies compute by that factor
+   (``core_share_scale``). Other processes on a shared machine are not modelled: the load is printed.
+5. Tables of measured vs predicted seconds per iteration (from the profile re-taken interleaved with the
+   runs, median and min), then the summary line: the error of the predictions made from the profile taken
+   before planning, ``up-front prediction error: mean X% max Y%``.
 """
 from __future__ import annotations
 
@@ -33,6 +40,13 @@ MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads":
          "seq_length": 128, "vocab_size": 8192, "max_position_embeddings": 128}
 ZONE = "local"
 GBS = 8
+SLOW_LINK = {"cross_zone_latency_s": 2e-3, "cross_zone_gbps": 0.2}   # emulated link of the slow-link plan
+PROFILED_RANKS = 2
+
+
+def core_share_scale(ranks: int, cores: int, profiled_ranks: int = PROFILED_RANKS) -> float:
+    """Compute slowdown of ``ranks`` busy processes on ``cores`` cores, relative to the profile's."""
+    return max(1.0, ranks / cores) / max(1.0, profiled_ranks / cores)
 
 
 # ---- orchestration (no torch) ----------------------------------------------------------------------------
@@ -69,11 +83,13 @@ def predict(plan_path: Path, ctx) -> float:  # noqa: ANN001
     return simulate(Plan.load(plan_path), ctx).iteration_time_s
 
 
-def plan_dict(stages: list[tuple[int, list[tuple[str, int]]]], mbs: int, counts=None) -> dict:  # noqa: ANN001
+def plan_dict(stages: list[tuple[int, list[tuple[str, int]]]], mbs: int, counts=None,  # noqa: ANN001
+              zones: list[str] | None = None) -> dict:
     first, out = 0, []
-    for n, reps in stages:
+    for s, (n, reps) in enumerate(stages):
+        zone = zones[s] if zones else ZONE
         out.append({"first_layer": first, "num_layers": n,
-                    "replicas": [{"gpu_type": g, "tp": t, "zone": ZONE} for g, t in reps]})
+                    "replicas": [{"gpu_type": g, "tp": t, "zone": zone} for g, t in reps]})
         first += n
     return {"schema_version": 1, "model": MODEL["name"], "num_layers": first, "micro_batch_size": mbs,
             "global_batch_size": GBS, "microbatches_per_pipeline": counts, "stages": out}
@@ -98,14 +114,15 @@ def describe(plan_path: Path) -> str:
 
 
 def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup: int, nproc: int,
-              reprofile: dict | None = None) -> list[dict]:
+              reprofile: dict | None = None, emulation: dict | None = None) -> list[dict]:
     """Run the plans interleaved in one launch; with ``reprofile`` ({"mbs", "tp", "gpu_type", "out"}) every
     round also re-profiles the model once (1 warm-up + 1 timed repeat), and the median over the rounds is
     written to ``reprofile["out"]``: a profile measured in the same time window as the runs."""
-    job = out / "job.json"
-    results = out / "measured.json"
+    job = out / f"job_{nproc}.json"
+    results = out / f"measured_{nproc}.json"
     job.write_text(json.dumps({"model": str(model_path), "plans": [str(p) for p in plans], "iters": iters,
-                               "warmup": warmup, "results": str(results), "reprofile": reprofile}))
+                               "warmup": warmup, "results": str(results), "reprofile": reprofile,
+                               "emulation": {str(k): v for k, v in (emulation or {}).items()}}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
@@ -123,7 +140,7 @@ def summarise_rounds(rounds_path: Path, out_path: Path, stat: str) -> None:
              for i, e in enumerate(run)] for run in json.loads(rounds_path.read_text())]
     costs = median_of_runs(runs, STATS[stat])
     write_profile(out_path, MODEL["name"], costs[0].gpu_type, costs,
-                  {"note": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
+                  {"description": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
 
 
 def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]:
@@ -147,7 +164,7 @@ def worker(job_path: str) -> int:
 
     from megatron_sailor.runtime.data import MockTokens
     from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.runtime.emulation import emulation_from
+    from megatron_sailor.runtime.emulation import Emulation, emulation_from
     from megatron_sailor.runtime.groups import create_groups
     from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
     from planner.layout import build_layout
@@ -167,7 +184,9 @@ def worker(job_path: str) -> int:
         plan = Plan.load(path)
         layout = build_layout(plan)
         groups = create_groups(layout, rank)
-        runtimes.append((RankRuntime(plan, model, rank, data, RunConfig(emulation=emulation_from()),
+        emu = job.get("emulation", {}).get(path)
+        emu = Emulation(**emu) if emu else emulation_from()
+        runtimes.append((RankRuntime(plan, model, rank, data, RunConfig(emulation=emu),
                                      layout=layout, groups=groups), groups))
     times: list[list[float]] = [[] for _ in runtimes]
     rp, profiles = job.get("reprofile"), []
@@ -204,6 +223,34 @@ def worker(job_path: str) -> int:
     return 0
 
 
+def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
+    """name -> (plan, world size): the comparison plans of step 2."""
+    L = MODEL["num_layers"]
+    h = L // 2
+    return {"data-parallel": (plan_dict([(L, [(gpu, 1), (gpu, 1)])], 1), 2),
+            "tensor-par": (plan_dict([(L, [(gpu, 2)])], 1), 2),
+            "pipe-even": (plan_dict([(h, [(gpu, 1)]), (L - h, [(gpu, 1)])], 1), 2),
+            "pipe-uneven": (plan_dict([(h + 1, [(gpu, 1)]), (L - h - 1, [(gpu, 1)])], 1), 2),
+            "slow-link": (plan_dict([(h, [(gpu, 1)]), (L - h, [(gpu, 1)])], 1, zones=["local-a", "local-b"]), 2),
+            "mixed-tp": (plan_dict([(h, [(gpu, 2)]), (L - h, [(gpu, 1)])], 1), 3),
+            "pipe-3": (plan_dict([(3, [(gpu, 1)]), (3, [(gpu, 1)]), (L - 6, [(gpu, 1)])], 1), 3)}
+
+
+def contexts(model_path: Path, files: dict[str, Path], gpu: str, world: int):
+    """Simulation context for a plan of ``world`` ranks: core sharing, and the emulated slow link."""
+    from planner.network import Link
+    ctx = sim_context(model_path, files, gpus_per_node={gpu: 3})
+    ctx.settings = ctx.settings.with_(compute_scale=core_share_scale(world, os.cpu_count() or 1))
+    ctx.network = ctx.network.with_class_links({"cross_zone": Link(SLOW_LINK["cross_zone_gbps"] * 1e9 / 8,
+                                                                   SLOW_LINK["cross_zone_latency_s"])})
+    return ctx
+
+
+def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path],
+                worlds: dict[str, int]) -> dict[str, float]:
+    return {n: predict(p, contexts(model_path, files, gpu, worlds[n])) for n, p in paths.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "runs" / "closed_loop"))
@@ -211,9 +258,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reuse-profile", action="store_true", help="keep an existing profile in --out")
     ap.add_argument("--stat", choices=sorted(STATS), default="median",
-                    help="statistic of the summary line, over the timed iterations and the interleaved profile "
-                         "rounds alike (default median; min is more robust under heavy load from other "
-                         "processes; both are printed)")
+                    help="statistic over the timed iterations and the interleaved profile rounds (default median; "
+                         "min is more robust under heavy load from other processes; both are printed)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="re-print the tables from the files of the last run in --out (e.g. with another --stat)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -231,51 +277,48 @@ def main() -> int:
     planned = out / "plan_planner.json"
     if not (args.reanalyse and planned.is_file()):
         planned = run_planner(out, model_path, files, f"{gpu}@{ZONE}=2")
-    L = MODEL["num_layers"]
-    fixed = {"data-parallel": plan_dict([(L, [(gpu, 1), (gpu, 1)])], 1),
-             "tensor-par": plan_dict([(L, [(gpu, 2)])], 1),
-             "pipe-even": plan_dict([(L // 2, [(gpu, 1)]), (L - L // 2, [(gpu, 1)])], 1),
-             "pipe-uneven": plan_dict([(L // 2 + 1, [(gpu, 1)]), (L - L // 2 - 1, [(gpu, 1)])], 1)}
-    paths = {"planner": planned}
-    for name, d in fixed.items():
-        paths[name] = out / f"plan_{name}.json"
+    paths, worlds = {"planner": planned}, {"planner": 2}
+    for name, (d, world) in fixed_plans(gpu).items():
+        paths[name], worlds[name] = out / f"plan_{name}.json", world
         paths[name].write_text(json.dumps(d, indent=1))
-    ctx = sim_context(model_path, files, gpus_per_node={gpu: 2})
     from planner.plan import Plan
     reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2],
                  "gpu_type": gpu, "out": str(out / "profile_rounds.json")}
-    if args.reanalyse:
-        measured = json.loads((out / "measured.json").read_text())
-    else:
-        measured = run_plans(out, model_path, list(paths.values()), args.iters, args.warmup, nproc=2,
-                             reprofile=reprofile)
-    times = [m["times_s"] for m in measured]
-    names = list(paths)
-    upfront = [predict(p, ctx) for p in paths.values()]
+    measured: dict[str, dict] = {}
+    for world in sorted(set(worlds.values())):
+        names = [n for n in paths if worlds[n] == world]
+        if args.reanalyse:
+            got = json.loads((out / f"measured_{world}.json").read_text())
+        else:
+            emu = {paths["slow-link"]: SLOW_LINK} if "slow-link" in names else None
+            got = run_plans(out, model_path, [paths[n] for n in names], args.iters, args.warmup, nproc=world,
+                            reprofile=reprofile if world == 2 else None, emulation=emu)
+        measured.update(zip(names, got))
+    upfront = predict_all(model_path, files, gpu, paths, worlds)
     summary, table = {}, []
     for stat in sorted(STATS, key=lambda x: x == args.stat):       # the chosen statistic last
         prof = out / f"profile_interleaved_{stat}.json"
         summarise_rounds(out / "profile_rounds.json", prof, stat)
-        ctx2 = sim_context(model_path, dict(files, profile=prof), gpus_per_node={gpu: 2})
-        rows = []
-        for name, p, ts, m in zip(names, paths.values(), times, measured):
-            rows.append((name, describe(p), predict(p, ctx2), dict(m, median_s=STATS[stat](ts))))
-        print(f"\n[{stat}] measured = {stat} of {len(times[0])} iterations; predicted from the {stat} of the profile "
+        again = predict_all(model_path, dict(files, profile=prof), gpu, paths, worlds)
+        rows = [(n, describe(p) + f" w{worlds[n]}", again[n],
+                 dict(measured[n], median_s=STATS[stat](measured[n]["times_s"]))) for n, p in paths.items()]
+        print(f"\n[{stat}] measured = {stat} of {args.iters} iterations; predicted from the {stat} of the profile "
               "rounds interleaved with the runs:")
         summary[stat] = print_table(rows)
         table += [{"stat": stat, "plan": n, "layout": d, "predicted_s": pr, "measured_s": m["median_s"],
-                   "predicted_upfront_s": u, "times_s": m["times_s"]} for (n, d, pr, m), u in zip(rows, upfront)]
+                   "predicted_upfront_s": upfront[n], "times_s": m["times_s"]} for n, d, pr, m in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
-    up_err = [abs(u - statistics.median(ts)) / statistics.median(ts) * 100 for u, ts in zip(upfront, times)]
-    print(f"\nmodel {MODEL['name']} ({L} layers, hidden {MODEL['hidden_size']}, seq {MODEL['seq_length']}, "
-          f"vocab {MODEL['vocab_size']}), gbs {GBS}, 2 CPU ranks of type {gpu}, runtime preset megatron-sailor, "
-          f"1-min load average {os.getloadavg()[0]:.1f} (other processes share these 2 cores)")
-    print(f"up-front profile (used by the planner) vs median times: error mean {statistics.mean(up_err):.1f}% "
-          f"max {max(up_err):.1f}%")
+    print("\nup-front predictions (profile taken before planning) vs median of the timed iterations:")
+    up_rows = [(n, describe(p) + f" w{worlds[n]}", upfront[n],
+                dict(measured[n], median_s=statistics.median(measured[n]["times_s"]))) for n, p in paths.items()]
+    up_mean, up_max = print_table(up_rows)
+    print(f"\nmodel {MODEL['name']} ({MODEL['num_layers']} layers, hidden {MODEL['hidden_size']}, seq "
+          f"{MODEL['seq_length']}, vocab {MODEL['vocab_size']}), gbs {GBS}, CPU ranks of type {gpu}, "
+          f"{os.cpu_count()} cores, runtime preset megatron-sailor, 1-min load average {os.getloadavg()[0]:.1f} "
+          "(other processes share these cores: the measurements are noisy)")
     for stat in sorted(summary, key=lambda x: x == args.stat):
-        print(f"[{stat}] error mean {summary[stat][0]:.1f}% max {summary[stat][1]:.1f}%")
-    mean_err, max_err = summary[args.stat]
-    print(f"prediction error: mean {mean_err:.1f}% max {max_err:.1f}%")
+        print(f"[{stat}] interleaved-profile prediction error mean {summary[stat][0]:.1f}% max {summary[stat][1]:.1f}%")
+    print(f"up-front prediction error: mean {up_mean:.1f}% max {up_max:.1f}% (n={len(paths)} plans)")
     return 0
 
 

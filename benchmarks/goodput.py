@@ -64,7 +64,8 @@ def steady_throughput(work: Path, n: int, iters: int) -> float:
            "--train-iters", str(iters), "--mock-data", "--lr", "1e-3", "--elastic-events", str(ev)]
     proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"steady run on {n} ranks failed: {proc.stderr[-1500:]}")
+        errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+        raise RuntimeError(f"steady run on {n} ranks failed: {errors[-1] if errors else proc.stderr[-1500:]}")
     t = [e["t_unix_s"] for e in read_events(ev) if e["event"] == "step"]
     return GBS / statistics.median([b - a for a, b in zip(t[1:], t[2:])])
 

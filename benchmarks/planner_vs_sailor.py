@@ -49,6 +49,8 @@ class Setup:
     extra: tuple[str, ...] = ()
     objective: str = "throughput"
     stated: tuple[int, int] | None = None   # (stages, replicas per stage) of the plan the issue says Sailor returns
+    builtin_gbs: int | None = None   # run on the built-in catalog, network and analytic profiles with this batch
+                                     # (Sailor's files hold no H100-80 and no GH-96 link in every zone)
 
 
 def _g(*pools: tuple[str, str, int]) -> str:
@@ -79,15 +81,16 @@ def setups() -> list[Setup]:
     out.append(Setup("256 A100+V100+GH-96", "OPT-350", _g((A, Z[0], 256), (V, Z[0], 256), (GH, Z[0], 256)),
                      None, None, ">600", 30.0))
     out.append(Setup("5 zones x 256 A100", "OPT-350", _g(*[(A, z, 256) for z in Z]), 1.36, 1.02, "0.66", 2.0))
-    out.append(Setup("4 types x 4 zones x 256", "GPT-Neo-2.7",
+    out.append(Setup("4 types x 4 zones x 256", "gpt-neo-2.7b",
                      _g(*[(g, z, 256) for g in (A, V, GH, "H100-80") for z in Z[:4]]), None, None, "-", 60.0,
-                     hetero=True))
+                     hetero=True, builtin_gbs=2048))
     return out
 
 
 def run_plan(st: Setup, data: str, planner: str, limit_s: float) -> tuple[dict | None, float, float, str]:
     """(report or None, wall seconds, CPU seconds, status) of one whole sailor-plan process."""
-    cmd = [sys.executable, "-m", "planner.cli_plan", "--sailor-data", data, "--model", st.model, "--gpus", st.gpus,
+    source = ["--gbs", str(st.builtin_gbs)] if st.builtin_gbs else ["--sailor-data", data]
+    cmd = [sys.executable, "-m", "planner.cli_plan", *source, "--model", st.model, "--gpus", st.gpus,
            "--objective", st.objective, "--json", "--no-comparator", "--planner", planner, *st.extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -100,7 +103,8 @@ def run_plan(st: Setup, data: str, planner: str, limit_s: float) -> tuple[dict |
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        return None, wall, cpu, msg
+        sys.stderr.write(f"{st.name}: {planner}: {msg}\n")
+        return None, wall, cpu, "error"
     return json.loads(proc.stdout), wall, cpu, "ok"
 
 

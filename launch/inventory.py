@@ -14,7 +14,7 @@
 A bare top-level list of nodes is accepted too. Names must be unique. Every string ends up in generated
 shell (ssh, srun, comments), so ``host`` must be a DNS name (labels of letters, digits and inner ``-``,
 joined by dots, 253 characters at most) or an IP address, and ``name``, ``gpu_type`` and ``zone`` may use
-only letters, digits and ``. _ : + -`` (100 characters at most, starting with a letter or digit). Several nodes may share one host
+only letters, digits and ``. _ : + @ -`` (100 characters at most, starting with a letter or digit). Several nodes may share one host
 address only when it is a loopback address (``localhost``, ``127.x.y.z``, ``::1``): that emulates a
 multi-node cluster on one machine. Unknown keys are rejected; errors name the file, field and value.
 """
@@ -37,7 +37,7 @@ _EMULATE_KEYS = {"slowdown", "link_delay_s"}
 
 
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,99}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]{0,99}$")
 
 
 def is_valid_host(host: str) -> bool:
@@ -53,9 +53,9 @@ def is_valid_host(host: str) -> bool:
 
 
 def check_name(value: object, field_name: str) -> str:
-    """``value`` if it is a safe identifier (letters, digits, ``. _ : + -``), else InputError."""
+    """``value`` if it is a safe identifier (letters, digits, ``. _ : + @ -``), else InputError."""
     if not isinstance(value, str) or not _NAME.match(value):
-        raise InputError(f"field '{field_name}' must be 1-100 letters, digits or '._:+-' (starting with a letter "
+        raise InputError(f"field '{field_name}' must be 1-100 letters, digits or '._:+@-' (starting with a letter "
                          f"or digit), got {quote(value)}")
     return value
 

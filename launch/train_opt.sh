@@ -3,9 +3,11 @@
 #
 #   bash launch/train_opt.sh
 #
-# 1. declares a small local "cluster": A100-40 x3 in zone local-a, V100-16 x2 in zone local-b (GPU types are
+# 1. declares a small local "cluster": A100-40 x3 in zone local-a, RTX-3090 x2 in zone local-b (GPU types are
 #    labels on CPU); 2. gets a plan: by default the built-in heterogeneous plan below (uneven layers 2|4,
-#    replicas with TP 2 and TP 1, two zones, 5|3 micro-batches per pipeline); PLAN_SOURCE=planner asks
+#    replicas with TP 2 and TP 1, two zones, 5|3 micro-batches per pipeline; bf16, tied embeddings, full
+#    activation recomputation and
+#    Megatron's default dropout 0.1); PLAN_SOURCE=planner asks
 #    sailor-plan for the declared cluster instead (for this tiny model it sensibly picks fewer GPUs);
 # 3. builds the byte-level corpus; 4. trains under torchrun (gloo) with zone-hierarchical gradient sync.
 # Why 5 ranks: uneven stages (S >= 2) x two zones (D >= 2) x a TP-2 replica needs at least 2*D+1 = 5 ranks.
@@ -70,7 +72,7 @@ export OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 cat > "$OUT/cluster.yaml" <<'YAML'
 pools:
   - {gpu_type: A100-40, zone: local-a, count: 3, gpus_per_node: 4}
-  - {gpu_type: V100-16, zone: local-b, count: 2, gpus_per_node: 4}
+  - {gpu_type: RTX-3090, zone: local-b, count: 2, gpus_per_node: 4}
 YAML
 
 MODEL_ARGS=(--num-layers 6 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 64
@@ -117,13 +119,14 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
   PLAN=$OUT/plan.json
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
- "tie_embeddings": true,
+ "precision": "bf16", "tie_embeddings": true, "recompute_granularity": "full", "recompute_method": "uniform",
+ "recompute_num_layers": 1,
  "microbatches_per_pipeline": [5, 3],
  "stages": [
   {"first_layer": 0, "num_layers": 2, "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "local-a"},
-                                                   {"gpu_type": "V100-16", "tp": 1, "zone": "local-b"}]},
+                                                   {"gpu_type": "RTX-3090", "tp": 1, "zone": "local-b"}]},
   {"first_layer": 2, "num_layers": 4, "replicas": [{"gpu_type": "A100-40", "tp": 1, "zone": "local-a"},
-                                                   {"gpu_type": "V100-16", "tp": 1, "zone": "local-b"}]}]}
+                                                   {"gpu_type": "RTX-3090", "tp": 1, "zone": "local-b"}]}]}
 JSON
 fi
 [[ -n "$PLAN_FILE" && -z "$MODEL_NAME" ]] && MODEL_ARGS=()   # the plan's named built-in model (or dims after --)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planner.cluster import ClusterSpec
-from planner.errors import InputError
+from planner.errors import InputError, InternalError
 from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
@@ -46,6 +46,7 @@ class PlanRequest:
     max_stages: int | None = None
     top_k: int = 1
     comparator: bool = True
+    recompute: bool = True                  # search activation recomputation (ours only; baselines never)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -73,7 +74,7 @@ class PlanReport:
 def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
-    return baseline_space(request.planner, request.precision, request.max_stages)
+    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:
@@ -106,7 +107,7 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
     ests = [simulate(p, ctx) for p in plans]
     if not ests[0].fits_in_memory:
-        raise InputError("internal: the chosen plan does not fit in memory per the simulator")
+        raise InternalError("the chosen plan does not fit in memory per the simulator")
     comparator_ran = request.comparator and request.planner != "grid"
     comparator = _grid_comparator(ctx, request, space.precision) if comparator_ran else None
     return PlanReport(plan=plans[0], estimate=ests[0], candidate=res.candidates[0],

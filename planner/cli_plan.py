@@ -226,7 +226,7 @@ def main_args(argv: list[str] | None = None) -> int:
     ctx = api.make_context(bundle, args.runtime)
     gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
-    space = baseline_space(args.planner, args.precision, args.max_stages)
+    space = baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute)
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
         return _trace(args, ctx, clusters, gbs)

@@ -92,7 +92,7 @@ def parse_gpus(text: str, catalog: GPUCatalog) -> ClusterSpec:
     for item in filter(None, (x.strip() for x in text.split(","))):
         head, eq, num = item.partition("=")
         gpu_type, _, zone = head.partition("@")
-        count = int(num.strip()) if re.fullmatch(r"\s*\d{1,30}\s*", num) else -1
+        count = int(num.strip()) if re.fullmatch(r"\s*[0-9]{1,30}\s*", num) else -1
         if not eq or not gpu_type or count < 0:
             raise InputError(f"--gpus: cannot parse {quote(item)}: expected TYPE@ZONE=N, e.g. A100-40@us-central1-a=32")
         if count > MAX_GPUS:
@@ -145,7 +145,7 @@ def load_trace_csv(path: str | Path, catalog: GPUCatalog) -> list[ClusterSpec]:
         for c in cols:
             gpu_type, _, zone = c.partition("_")
             cell = (row[c] or "").strip() if isinstance(row[c], str) else row[c]
-            if not isinstance(cell, str) or not re.fullmatch(r"\d{1,7}(\.0*)?", cell) or \
+            if not isinstance(cell, str) or not re.fullmatch(r"[0-9]{1,7}(\.0*)?", cell) or \
                     int(float(cell)) > MAX_GPUS:
                 raise InputError(f"row {n}, column {quote(c)}: must be a whole number of GPUs in [0, {MAX_GPUS}], "
                                  f"got {quote(cell)}", source=str(path)) from None

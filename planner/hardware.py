@@ -32,10 +32,14 @@ class GPUType:
     gpus_per_node: int
     intra_node_bw_bytes_per_s: float
     intra_node_latency_s: float = 5e-6
+    supports_bf16: bool = True             # False before Ampere (V100, T4, Turing RTX 20 / Titan RTX)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.supports_bf16, bool):
+            raise InputError(f"GPU type '{self.name}': field 'supports_bf16' must be true or false, "
+                             f"got {self.supports_bf16!r}")
         for f in fields(self):
-            if f.name == "name":
+            if f.name in ("name", "supports_bf16"):
                 continue
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -53,9 +57,9 @@ class GPUType:
 
 
 def _gpu(name: str, mem_gib: float, tflops16: float, tflops32: float, mem_bw_gbs: float, usd_h: float,
-         per_node: int, intra_gbs: float) -> GPUType:
+         per_node: int, intra_gbs: float, bf16: bool = True) -> GPUType:
     return GPUType(name, int(mem_gib * GIB), tflops16 * 1e12, tflops32 * 1e12, mem_bw_gbs * 1e9, usd_h,
-                   per_node, intra_gbs * 1e9)
+                   per_node, intra_gbs * 1e9, supports_bf16=bf16)
 
 
 # name, memory GiB, dense fp16/bf16 TFLOP/s, fp32 TFLOP/s (TF32 where the chip has it), HBM GB/s, $/h, GPUs
@@ -63,11 +67,11 @@ def _gpu(name: str, mem_gib: float, tflops16: float, tflops32: float, mem_bw_gbs
 BUILTIN_GPUS: dict[str, GPUType] = {g.name: g for g in (
     _gpu("A100-40", 40, 312, 156, 1555, 3.673385, 4, 300),
     _gpu("A100-80", 80, 312, 156, 2039, 5.07, 4, 300),
-    _gpu("V100-16", 16, 125, 15.7, 900, 2.859998, 4, 150),
+    _gpu("V100-16", 16, 125, 15.7, 900, 2.859998, 4, 150, bf16=False),
     _gpu("GH-96", 96, 989, 494, 4000, 11.06, 4, 450),
     _gpu("H100-80", 80, 989, 494, 3350, 11.06, 8, 450),
-    _gpu("Titan-RTX", 24, 130, 16.3, 672, 1.0, 8, 12),
-    _gpu("RTX-2080", 11, 40, 10.1, 448, 0.5, 8, 12),
+    _gpu("Titan-RTX", 24, 130, 16.3, 672, 1.0, 8, 12, bf16=False),
+    _gpu("RTX-2080", 11, 40, 10.1, 448, 0.5, 8, 12, bf16=False),
     _gpu("RTX-3090", 24, 71, 35.6, 936, 0.8, 8, 12),
 )}
 
@@ -108,7 +112,7 @@ class GPUCatalog:
                 if name in self._gpus:
                     out.add(replace(self._gpus[name], **spec))
                 else:
-                    missing = sorted(allowed - set(spec) - {"intra_node_latency_s"})
+                    missing = sorted(allowed - set(spec) - {"intra_node_latency_s", "supports_bf16"})
                     if missing:
                         raise InputError(f"new GPU type '{name}' is missing field(s) {missing}")
                     out.add(GPUType(name=name, **spec))

@@ -47,6 +47,8 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="ours (default), grid (best homogeneous Megatron 3D grid), sailor (Sailor's plan shape) "
                         "or sailor-space (Sailor's space with type- and zone-homogeneous pipelines)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--no-recompute", action="store_true",
+                   help="do not search full activation recomputation (searched by default in --planner ours)")
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
 
 
@@ -61,7 +63,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     from planner.api import PlanRequest
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
-                       comparator=comparator)
+                       comparator=comparator, recompute=not args.no_recompute)
 
 
 def request_parser(prog: str) -> argparse.ArgumentParser:

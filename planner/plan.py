@@ -18,6 +18,10 @@ JSON form (``schema_version`` 1)::
      "stages": [{"first_layer": 0, "num_layers": 11,
                  "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "us-central1-a"}, ...]}, ...]}
 
+``recompute_granularity`` (optional: null, "full" or "selective"), ``recompute_method`` ("uniform" or "block",
+full only) and ``recompute_num_layers`` (>= 1, full only): megatron-core's activation recomputation. The older
+``recompute_activations: true`` means full / uniform / 1 layer (what the simulator has always modelled).
+
 ``tie_embeddings`` (optional, default false): the LM head reuses the input word embedding; with several
 stages the first and last stage each hold a copy and sum its gradient (Megatron's embedding group).
 
@@ -112,6 +116,9 @@ class Plan:
     recompute_activations: bool = False
     distributed_optimizer: bool = False
     tie_embeddings: bool = False
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
     microbatches_per_pipeline: tuple[int, ...] | None = None
     model: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -130,11 +137,36 @@ class Plan:
         for flag in ("recompute_activations", "distributed_optimizer", "tie_embeddings"):
             if not isinstance(getattr(self, flag), bool):
                 raise InputError(f"field '{flag}' must be true or false, got {getattr(self, flag)!r}")
+        self._check_recompute()
         if not isinstance(self.stages, tuple) or not self.stages:
             raise InputError(f"field 'stages' must be a non-empty list, got {self.stages!r}")
         self._check_layers()
         self._check_replicas()
         object.__setattr__(self, "_counts", self._compute_counts())
+
+    def _check_recompute(self) -> None:
+        g, m, n = self.recompute_granularity, self.recompute_method, self.recompute_num_layers
+        if g not in (None, "full", "selective"):
+            raise InputError(f"field 'recompute_granularity' must be null, 'full' or 'selective', got {g!r}")
+        if g == "full":
+            if m not in ("uniform", "block"):
+                raise InputError(f"field 'recompute_method' must be 'uniform' or 'block' with full recompute, got {m!r}")
+            _require_int(n, "recompute_num_layers")
+        elif m is not None or n is not None:
+            raise InputError(f"fields 'recompute_method' / 'recompute_num_layers' need recompute_granularity "
+                             f"'full', got {g!r} with {m!r} / {n!r}")
+        if self.recompute_activations and g not in (None, "full"):
+            raise InputError(f"field 'recompute_activations' true means full recompute but "
+                             f"'recompute_granularity' is {g!r}")
+
+    @property
+    def recompute(self) -> tuple[str | None, str | None, int | None]:
+        """(granularity, method, layers per group) as megatron-core's TransformerConfig takes them."""
+        if self.recompute_granularity is not None:
+            return self.recompute_granularity, self.recompute_method, self.recompute_num_layers
+        if self.recompute_activations:
+            return "full", "uniform", 1
+        return None, None, None
 
     def _check_layers(self) -> None:
         expected_start = 0
@@ -231,6 +263,9 @@ class Plan:
             "recompute_activations": self.recompute_activations,
             "distributed_optimizer": self.distributed_optimizer,
             "tie_embeddings": self.tie_embeddings,
+            "recompute_granularity": self.recompute_granularity,
+            "recompute_method": self.recompute_method,
+            "recompute_num_layers": self.recompute_num_layers,
             "microbatches_per_pipeline": (list(self.microbatches_per_pipeline)
                                           if self.microbatches_per_pipeline is not None else None),
             "stages": [s.to_dict() for s in self.stages],
@@ -278,7 +313,7 @@ class Plan:
 
 _PLAN_KEYS = {"schema_version", "model", "num_layers", "micro_batch_size", "global_batch_size", "precision",
               "optimizer", "recompute_activations", "distributed_optimizer", "microbatches_per_pipeline",
-              "stages", "tie_embeddings"}
+              "stages", "tie_embeddings", "recompute_granularity", "recompute_method", "recompute_num_layers"}
 
 
 def _stage_from_dict(data: Any, index: int) -> Stage:

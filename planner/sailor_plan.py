@@ -72,7 +72,8 @@ def plan_from_sailor(data: Mapping[str, Any], *, precision: str = "fp32", optimi
         stages.append(Stage(first_layer=first, num_layers=len(blocks), replicas=tuple(replicas)))
     plan = Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=mbs,
                 global_batch_size=gbs, precision=precision, optimizer=optimizer, model=model)
-    info = SailorPlanInfo(gpus_per_node=gpn, replica_node_gpus=tuple(node_gpus), measured_iteration_s=data.get("real"),
+    info = SailorPlanInfo(gpus_per_node=gpn, replica_node_gpus=tuple(node_gpus),
+                          measured_iteration_s=data.get("real"),
                           measured_peak_memory_bytes=data.get("max_mem"),
                           measured_grad_reduce_s=data.get("red_grads"))
     return plan, info

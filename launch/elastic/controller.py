@@ -172,11 +172,7 @@ class Controller:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
-        self.work.mkdir(parents=True, exist_ok=True)
         previous = state_file.load(self.work)
-        if previous is None:
-            for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
-                stale.unlink(missing_ok=True)
         if previous is not None:
             self._take_over(previous)
         done = committed_iteration(self.ckpt_dir)
@@ -189,7 +185,11 @@ class Controller:
         nodes = self.source.poll(0.0, done or 0)
         logger.info("node source: %s; now %s (%d GPU(s))", self.source.describe(), describe_nodes(nodes),
                     total(availability_of(nodes)))
-        choice, assignment = self.plan_on(nodes)         # InputError: exit 2, nothing started
+        choice, assignment = self.plan_on(nodes)         # InputError: exit 2, nothing written or started
+        self.work.mkdir(parents=True, exist_ok=True)
+        if previous is None:
+            for stale in [self.metrics, *self.work.glob("control_*"), *self.work.glob("go_*")]:
+                stale.unlink(missing_ok=True)
         reason = "resume" if previous is not None else "start"
         rec = Reconfiguration(reason, time.time(), total(availability_of(nodes)), choice.plan_s, "initial plan",
                               None, choice.plan.world_size, resume_hint=done or 0)

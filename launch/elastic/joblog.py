@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from planner.schema.checkpoint_meta import digest
+
 _COMMITTED = re.compile(r"^iter_(\d{7})$")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 _TORCHRUN_NOISE = ("ChildFailedError", "torch.distributed.elastic", "SignalException")
@@ -48,7 +50,8 @@ def committed_iteration(ckpt_dir: Path) -> int | None:
     """Iteration of the newest committed checkpoint under ``ckpt_dir`` (None: none).
 
     A committed folder ``iter_N`` is renamed from ``iter_N.tmp`` only after its ``meta.json`` is written, so
-    the name is trusted; the iteration is read from ``meta.json`` and must agree with the name."""
+    the name is trusted; ``meta.json`` must carry its writer's seal (``meta_sha256``) and its iteration must
+    agree with the name."""
     if not ckpt_dir.is_dir():
         return None
     for p in sorted((p for p in ckpt_dir.iterdir() if _COMMITTED.match(p.name)), key=lambda p: p.name,
@@ -56,7 +59,9 @@ def committed_iteration(ckpt_dir: Path) -> int | None:
         try:
             meta = json.loads((p / "meta.json").read_text(encoding="utf-8"))
             it = int(meta["iteration"])
-        except (OSError, ValueError, KeyError, TypeError):
+            if meta.get("meta_sha256") != digest(meta):      # not sealed by its writer: not trusted
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if it == int(_COMMITTED.match(p.name).group(1)):   # type: ignore[union-attr]
             return it

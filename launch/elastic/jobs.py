@@ -8,7 +8,7 @@ workers. ``job_K.log`` holds node 0's output, ``job_K.nR.log`` node R's.
 Restarts: a single-node job keeps torchrun's ``--max-restarts`` (its worker group restarts from the last
 checkpoint; ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` so a restarted gloo group does not read the dead
 group's addresses, pytorch/pytorch#135712). A multi-node job needs torchrun's agent store for the plan-rank
-remap (``SAILOR_RANK_MAP``, launch.ranks), which that variable would disable, so it runs with
+remap (``SAILOR_RANK_MAP``, planner.rank_env), which that variable would disable, so it runs with
 ``--max-restarts=0`` and the controller relaunches it on the nodes then present.
 """
 from __future__ import annotations

@@ -149,8 +149,13 @@ class LocalNodes:
 
     def poll(self, elapsed_s: float, iteration: int) -> Nodes:
         av = self.source.poll(elapsed_s, iteration)
-        return tuple(Node(host=self.host, gpu_type=k.partition("@")[0], zone=k.partition("@")[2] or "local",
-                          gpus_per_node=v, name="local-" + k.replace("@", ".")) for k, v in sorted(av.items()) if v > 0)
+        out = []
+        for k, v in sorted(av.items()):
+            gpu_type, _, zone = k.partition("@")
+            if v > 0:
+                out.append(Node(host=self.host, gpu_type=gpu_type, zone=zone or "local", gpus_per_node=v,
+                                name=f"local.{gpu_type}.{zone or 'local'}"))
+        return tuple(out)
 
     def describe(self) -> str:
         return f"{self.source.describe()} (this machine)"

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from megatron_sailor.runtime.data import MicroBatch
 from megatron_sailor.runtime.init_weights import init_stage_weights
+from megatron_sailor.runtime.groups import new_group
 from megatron_sailor.runtime.optimizer import OptimizerConfig, make_adamw
 from megatron_sailor.profiler.timing import (AllocatorMeter, SavedTensorMeter, make_timer, median_s,
                                             timed_repeats)
@@ -93,7 +94,7 @@ def _tp_groups(world: int, tp: int, rank: int, timeout: timedelta) -> tuple[Any,
     mine, members = None, None
     for start in range(0, world - world % tp, tp):
         ranks = list(range(start, start + tp))
-        g = dist.new_group(ranks=ranks, timeout=timeout)
+        g = new_group(ranks, timeout)
         if rank in ranks:
             mine, members = g, ranks
     return mine, members
@@ -228,7 +229,7 @@ def profile_model(model: ModelSpec, cfg: ProfileConfig, gpu_type: str, timeout_s
     rank, world = dist.get_rank(), dist.get_world_size()
     timeout = timedelta(seconds=timeout_s)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    singles = [dist.new_group(ranks=[r], timeout=timeout) for r in range(world)]
+    singles = [new_group([r], timeout) for r in range(world)]
     from megatron_sailor.runtime.rank_runtime import seed_megatron_rng
     seed_megatron_rng(cfg.seed)
     costs: list[LayerCosts] = []

@@ -8,9 +8,10 @@ again before it creates anything.
 from __future__ import annotations
 
 from planner.errors import InputError
+from planner.hardware import GPUCatalog
 from planner.plan import Plan
 
-SUPPORTED_PRECISIONS = ("fp32",)
+SUPPORTED_PRECISIONS = ("fp32", "bf16", "fp16")
 SUPPORTED_OPTIMIZERS = ("adamw",)
 
 
@@ -20,8 +21,13 @@ def unsupported_options(plan: Plan) -> list[str]:
     if plan.precision not in SUPPORTED_PRECISIONS:
         msgs.append(f"precision '{plan.precision}' is not implemented by the runtime yet "
                     f"(supported: {', '.join(SUPPORTED_PRECISIONS)})")
-    if plan.recompute_activations:
-        msgs.append("recompute_activations true is not implemented by the runtime yet")
+    if plan.precision == "bf16":
+        catalog = GPUCatalog()
+        lacking = sorted({rep.gpu_type for _, _, rep in plan.replicas()
+                          if rep.gpu_type in catalog and not catalog.get(rep.gpu_type).supports_bf16})
+        if lacking:
+            msgs.append(f"precision 'bf16' is not supported by GPU type {lacking[0]} (no bf16 units): "
+                        "use precision fp16")
     if plan.distributed_optimizer:
         msgs.append("distributed_optimizer true is not implemented by the runtime yet")
     if plan.optimizer not in SUPPORTED_OPTIMIZERS:
@@ -34,5 +40,4 @@ def check_runtime_supports(plan: Plan, source: str | None = None) -> None:
     """Raise :class:`InputError` naming the first plan option the runtime cannot honour."""
     msgs = unsupported_options(plan)
     if msgs:
-        raise InputError(f"plan field {msgs[0]}: refusing to train something else than the plan",
-                         source=source)
+        raise InputError(f"plan field {msgs[0]}", source=source)

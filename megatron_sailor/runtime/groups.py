@@ -1,4 +1,4 @@
-"""The only module that creates process groups.
+"""The only module that creates process groups (other parts call :func:`new_group`, never torch's).
 
 Every rank calls :func:`create_groups` with the same layout; it calls ``new_group`` for every group of
 the plan in one fixed order (torch requires all ranks to take part in every ``new_group`` call) and
@@ -51,6 +51,11 @@ class RankGroups:
 
 def _new(ranks: tuple[int, ...], timeout: timedelta) -> Any:
     return dist.new_group(ranks=list(ranks), timeout=timeout)
+
+
+def new_group(ranks: tuple[int, ...] | list[int], timeout: timedelta) -> Any:
+    """One group for a layout that is not a plan's (the profiler's TP blocks); collective like every group here."""
+    return _new(tuple(ranks), timeout)
 
 
 def _zones_of(layout: RankLayout, members: tuple[int, ...]) -> dict[str, tuple[int, ...]]:

@@ -14,6 +14,9 @@ class StepMetrics:
     iteration_time_s: float
     tokens_per_s: float
     grad_norm: float
+    skipped: bool = False        # fp16: the step was skipped on every rank (inf/nan gradient)
+    loss_scale: float = 1.0      # the loss scale this iteration used (fp16), 1 otherwise
+    memory: dict | None = None   # this rank's bytes (runtime.memory); the metrics file lists every rank's
 
 
 class MetricsWriter:

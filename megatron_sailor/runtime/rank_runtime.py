@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import timedelta
 from dataclasses import dataclass, replace
@@ -15,7 +16,9 @@ from megatron_sailor.runtime.dropout import DropoutConfig, DropoutContext, insta
 from megatron_sailor.runtime.grad_sync import GradSync
 from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
 from megatron_sailor.runtime.init_weights import init_stage_weights
+from megatron_sailor.runtime.memory import model_state_bytes
 from megatron_sailor.runtime.metrics import StepMetrics
+from megatron_sailor.runtime.mixed_precision import DTYPES, DynamicLossScaler, LossScaleConfig, MainParams
 from megatron_sailor.runtime.optimizer import OptimizerConfig, clip_and_step, make_adamw, reduce_norm_and_loss
 from megatron_sailor.runtime.p2p import StageP2P
 from megatron_sailor.runtime.schedule import StageRole, StageStep, run_1f1b
@@ -36,6 +39,7 @@ class RunConfig:
     timeout_s: float = 120.0         # collectives and point-to-point receives
     hidden_dropout: float = 0.0      # Megatron's --hidden-dropout (the CLI defaults to Megatron's 0.1)
     attention_dropout: float = 0.0   # Megatron's --attention-dropout
+    loss_scale: LossScaleConfig = LossScaleConfig()   # fp16 plans only
 
 
 def seed_megatron_rng(seed: int) -> None:
@@ -86,8 +90,11 @@ class RankRuntime:
         role = StageRole(self.me.stage, plan.num_stages)
         self.stage = StageSpec(first_layer=stage.first_layer, num_layers=stage.num_layers,
                                pre_process=role.is_first, post_process=role.is_last,
-                               tp=self.me.tp, tp_rank=self.me.tp_rank, tied=plan.tie_embeddings)
-        self.model = build_stage_model(model, self.stage, self.groups, cfg.hidden_dropout, cfg.attention_dropout)
+                               tp=self.me.tp, tp_rank=self.me.tp_rank, tied=plan.tie_embeddings,
+                               recompute=plan.recompute)
+        dtype = DTYPES[plan.precision]
+        self.model = build_stage_model(model, self.stage, self.groups, cfg.hidden_dropout, cfg.attention_dropout,
+                                       dtype)
         self.dropout_ctx = DropoutContext()
         install_dropout(self.model, DropoutConfig(cfg.hidden_dropout, cfg.attention_dropout, cfg.seed),
                         self.dropout_ctx, stage.first_layer, self.me.tp_rank)
@@ -96,15 +103,18 @@ class RankRuntime:
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
         self.model.to(self.device)
-        self.optimizer = make_adamw(self.model, cfg.optimizer)
-        self.grad_sync = GradSync.for_stage(self.model, self.layout, self.groups, cfg.emulation)
-        self.tied_sync = GradSync.for_tied_embedding(self.model, self.layout, self.groups, cfg.emulation)
+        # what the optimizer trains: the model itself (fp32) or its fp32 main weights (bf16 / fp16)
+        self.master = self.model if dtype == torch.float32 else MainParams(self.model)
+        self.scaler = DynamicLossScaler(cfg.loss_scale) if plan.precision == "fp16" else None
+        self.optimizer = make_adamw(self.master, cfg.optimizer)
+        self.grad_sync = GradSync.for_stage(self.master, self.layout, self.groups, cfg.emulation)
+        self.tied_sync = GradSync.for_tied_embedding(self.master, self.layout, self.groups, cfg.emulation)
         global_tokens = plan.global_batch_size * model.seq_length
         self.step_fn = StageStep(self.model, role, model.seq_length, plan.micro_batch_size, global_tokens,
                                  cfg.emulation, device=self.device, dropout_ctx=self.dropout_ctx,
                                  tp_group=self.groups.tp)
         shape = (model.seq_length, plan.micro_batch_size, model.hidden_size)
-        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, emulation=cfg.emulation,
+        self.p2p = StageP2P.for_rank(self.layout, rank, self.groups.p2p, shape, dtype=dtype, emulation=cfg.emulation,
                                      timeout=timeout, device=self.device)
         self.microbatch_ids = pipeline_microbatch_ids(plan.microbatch_counts, self.me.replica)
         # first sample of iteration i = i * gbs + sample_offset (non-zero only after resuming a checkpoint
@@ -132,21 +142,45 @@ class RankRuntime:
         return get
 
     def train_step(self, iteration: int) -> StepMetrics:
-        """One iteration: 1F1B, gradient sync, global-norm clipping, AdamW step."""
+        """One iteration: 1F1B, gradient sync, global-norm clipping, AdamW step (skipped on every rank
+        together when an fp16 gradient overflowed)."""
         start_s = time.perf_counter()
         self.model.train()
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        self.step_fn.grad_scale = scale
         loss_share = run_1f1b(self.step_fn, self.p2p, self._batches(iteration), len(self.microbatch_ids))
         self.grad_sync.sync()
         self.tied_sync.sync()
-        grad_norm, loss = reduce_norm_and_loss(self.model, self.me, loss_share, self.groups.world)
-        clip_and_step(self.model, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
+        if self.master is not self.model:
+            self.master.unscale_(scale)
+        grad_norm, loss = reduce_norm_and_loss(self.master, self.me, loss_share, self.groups.world)
+        skipped = not math.isfinite(grad_norm)       # the same world all-reduce on every rank
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=False)
+        else:
+            clip_and_step(self.master, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
+            if self.master is not self.model:
+                self.master.copy_to_model()
+        if self.scaler is not None:
+            self.scaler.update(skipped)
         elapsed_s = time.perf_counter() - start_s
         tokens = self.plan.global_batch_size * self.spec.seq_length
         return StepMetrics(iteration=iteration, loss=loss, iteration_time_s=elapsed_s,
-                           tokens_per_s=tokens / elapsed_s, grad_norm=grad_norm)
+                           tokens_per_s=tokens / elapsed_s, grad_norm=grad_norm, skipped=skipped,
+                           loss_scale=scale, memory=self.memory_bytes())
+
+    def memory_bytes(self) -> dict[str, int]:
+        """What this rank holds (megatron_sailor.runtime.memory): model states now, activations at peak."""
+        out = model_state_bytes(self.model, self.master, self.optimizer)
+        out["peak_saved_activation_bytes"] = self.step_fn.saved.peak_bytes
+        if self.device.type == "cuda":
+            out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
+        return out
 
     def full_state(self) -> dict[str, torch.Tensor]:
-        """This rank's parameters under their global names (for checks against a reference)."""
+        """This rank's parameters under their global names (for checks against a reference); the fp32
+        main weights when the model is 16-bit."""
         from megatron_sailor.runtime.init_weights import global_name
-        return {global_name(n, self.stage.first_layer): p.detach().clone()
-                for n, p in self.model.named_parameters()}
+        values = [p.detach().clone() for p in self.master.parameters()]
+        return {global_name(n, self.stage.first_layer): v
+                for (n, _), v in zip(self.model.named_parameters(), values)}

@@ -31,6 +31,7 @@ class StageSpec:
     tp: int
     tp_rank: int
     tied: bool = False          # LM head reuses the word embedding (a copy on the last stage when S > 1)
+    recompute: tuple[str | None, str | None, int | None] = (None, None, None)   # Plan.recompute
 
 
 def padded_vocab_size(model: ModelSpec) -> int:
@@ -62,7 +63,8 @@ def activation_function(name: str):  # noqa: ANN201
 
 
 def _transformer_config(model: ModelSpec, num_layers: int, tp: int, hidden_dropout: float = 0.0,
-                        attention_dropout: float = 0.0) -> object:
+                        attention_dropout: float = 0.0, dtype: torch.dtype = torch.float32,
+                        recompute: tuple[str | None, str | None, int | None] = (None, None, None)) -> object:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     def _init(tensor: torch.Tensor) -> torch.Tensor:  # weights are overwritten by init_weights
@@ -71,17 +73,30 @@ def _transformer_config(model: ModelSpec, num_layers: int, tp: int, hidden_dropo
     return TransformerConfig(
         num_layers=num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_heads,
         num_query_groups=model.kv_heads, ffn_hidden_size=model.ffn_hidden_size,
-        tensor_model_parallel_size=tp, use_cpu_initialization=True, params_dtype=torch.float32,
+        tensor_model_parallel_size=tp, use_cpu_initialization=True, params_dtype=dtype,
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
         hidden_dropout=hidden_dropout, attention_dropout=attention_dropout, add_bias_linear=model.bias,
         gated_linear_unit=model.gated_mlp, activation_func=activation_function(model.activation),
         bias_activation_fusion=False, masked_softmax_fusion=False,
         persist_layer_norm=False, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native",
-        init_method=_init, output_layer_init_method=_init)
+        init_method=_init, output_layer_init_method=_init, **_recompute_fields(recompute, num_layers))
+
+
+def _recompute_fields(recompute: tuple[str | None, str | None, int | None], num_layers: int) -> dict:
+    """megatron-core's recompute settings for a stage of ``num_layers`` layers (a group of full recompute
+    never spans more layers than the stage has; a stage without layers recomputes nothing)."""
+    granularity, method, group = recompute
+    if granularity is None or num_layers == 0:
+        return {}
+    if granularity == "selective":
+        return {"recompute_granularity": "selective"}
+    return {"recompute_granularity": "full", "recompute_method": method,
+            "recompute_num_layers": min(group, num_layers)}
 
 
 def build_stage_model(model: ModelSpec, stage: StageSpec, groups: object, hidden_dropout: float = 0.0,
-                      attention_dropout: float = 0.0) -> torch.nn.Module:
+                      attention_dropout: float = 0.0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A megatron-core ``GPTModel`` for one stage; ``groups`` is a :class:`~megatron_sailor.runtime.groups.RankGroups`.
 
     Dropout probabilities go into the config; the runtime then swaps megatron's dropout modules for the
@@ -100,12 +115,14 @@ def build_stage_model(model: ModelSpec, stage: StageSpec, groups: object, hidden
                                  pos_embd=g.single, dp=g.single, dp_cp=g.single, mp=g.tp)
     if parallel_state._GLOBAL_MEMORY_BUFFER is None:
         parallel_state._set_global_memory_buffer()
-    config = _transformer_config(model, stage.num_layers, stage.tp, hidden_dropout, attention_dropout)
+    config = _transformer_config(model, stage.num_layers, stage.tp, hidden_dropout, attention_dropout, dtype,
+                                 stage.recompute)
     position = "learned_absolute" if model.learned_position_embeddings else "rope"
     gpt = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=padded_vocab_size(model),
                    max_sequence_length=model.max_position_embeddings, pre_process=stage.pre_process,
                    post_process=stage.post_process, share_embeddings_and_output_weights=stage.tied,
                    position_embedding_type=position, pg_collection=pgc)
+    gpt.to(dtype)        # norms are created in fp32 whatever params_dtype says (Megatron's Float16Module casts)
     if stage.tied and stage.pre_process != stage.post_process:   # first or last of several stages
         weight = gpt.shared_embedding_or_output_weight()
         weight.sailor_tied = True

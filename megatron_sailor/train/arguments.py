@@ -16,6 +16,7 @@ from planner.plan import Plan
 from planner.sailor_plan import load_any_plan
 
 from megatron_sailor.runtime.capabilities import check_runtime_supports
+from megatron_sailor.runtime.mixed_precision import LossScaleConfig
 from megatron_sailor.runtime.groups import SYNC_FLAT, SYNC_HIERARCHICAL
 from megatron_sailor.runtime.optimizer import OptimizerConfig
 from megatron_sailor.runtime.stage_model import check_model_fits_plan
@@ -49,6 +50,7 @@ class TrainConfig:
     wait_file: str | None = None           # start up, then wait for this file before loading the checkpoint
     hidden_dropout: float = 0.0            # Megatron's --hidden-dropout (plan-independent masks)
     attention_dropout: float = 0.0         # Megatron's --attention-dropout
+    loss_scale: LossScaleConfig = LossScaleConfig()   # fp16 only (Megatron's loss-scale flags)
     # Megatron-LM habits (issue 16): schedule, evaluation, loggers
     lr_schedule: LRSchedule | None = None  # None: constant --lr
     eval_interval: int = 1000
@@ -107,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--attention-dropout", type=float, default=0.1)
     r.add_argument("--untie-embeddings-and-output-weights", action="store_true",
                    help="separate LM head (a Sailor plan_config ties by default; our plan's tie_embeddings decides)")
+    m = p.add_argument_group("mixed precision (Megatron's names; our plan's 'precision' decides, a Sailor plan_config takes them)")
+    pm = m.add_mutually_exclusive_group()
+    pm.add_argument("--bf16", action="store_true")
+    pm.add_argument("--fp16", action="store_true")
+    m.add_argument("--loss-scale", type=float, default=None, help="static fp16 loss scale (default: dynamic)")
+    m.add_argument("--initial-loss-scale", type=float, default=2.0 ** 32)
+    m.add_argument("--min-loss-scale", type=float, default=1.0)
+    m.add_argument("--loss-scale-window", type=int, default=1000)
+    m.add_argument("--hysteresis", type=int, default=2)
+    rc = p.add_argument_group("activation recomputation (Megatron's names; our plan decides, a Sailor plan_config takes them)")
+    rc.add_argument("--recompute-granularity", choices=("full", "selective"), default=None)
+    rc.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
+    rc.add_argument("--recompute-num-layers", type=int, default=None)
+    rc.add_argument("--recompute-activations", action="store_true", help="= --recompute-granularity selective")
     e = p.add_argument_group("emulation (one machine standing in for several zones; demos and tests)")
     e.add_argument("--emulate-cross-zone-latency-s", type=float, default=0.0,
                    help="extra seconds per message between ranks of different zones")
@@ -204,12 +220,47 @@ def check_against_plan(args: argparse.Namespace, plan: Plan) -> None:
 def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bool) -> Plan:
     """Our plan format decides every option that changes time or memory (a contradicting flag is an error);
     a Sailor plan_config carries none of them, so there the flags decide (Megatron's defaults)."""
+    flag_precision = "bf16" if args.bf16 else "fp16" if args.fp16 else None
+    recompute = _flag_recompute(args)
     if sailor_format:
-        return replace(plan, tie_embeddings=not args.untie_embeddings_and_output_weights)
+        g, m, n = recompute or (None, None, None)
+        try:
+            return replace(plan, tie_embeddings=not args.untie_embeddings_and_output_weights,
+                           precision=flag_precision or "fp32", recompute_granularity=g, recompute_method=m,
+                           recompute_num_layers=n)
+        except InputError as exc:
+            raise InputError(f"recompute flags: {exc}") from None
+    if recompute is not None and recompute != plan.recompute:
+        raise InputError(f"--recompute-* flags {recompute} contradict the plan's recompute {plan.recompute}",
+                         source=args.sailor_plan)
     if args.untie_embeddings_and_output_weights and plan.tie_embeddings:
         raise InputError("--untie-embeddings-and-output-weights contradicts the plan (tie_embeddings true)",
                          source=args.sailor_plan)
+    if flag_precision and flag_precision != plan.precision:
+        raise InputError(f"--{flag_precision} contradicts the plan (precision '{plan.precision}')",
+                         source=args.sailor_plan)
     return plan
+
+
+def _flag_recompute(args: argparse.Namespace) -> tuple[str | None, str | None, int | None] | None:
+    """(granularity, method, layers) the recompute flags ask for; None when none is given."""
+    g = args.recompute_granularity or ("selective" if args.recompute_activations else None)
+    if g is None and args.recompute_method is None and args.recompute_num_layers is None:
+        return None
+    if g == "full":
+        return g, args.recompute_method, args.recompute_num_layers if args.recompute_num_layers is not None else 1
+    return g, args.recompute_method, args.recompute_num_layers
+
+
+def _loss_scale(args: argparse.Namespace, plan: Plan) -> LossScaleConfig:
+    cfg = LossScaleConfig(static=args.loss_scale, initial=args.initial_loss_scale, minimum=args.min_loss_scale,
+                          window=args.loss_scale_window, hysteresis=args.hysteresis)
+    if plan.precision == "fp16" and cfg.problems():
+        raise InputError(cfg.problems()[0])
+    if plan.precision != "fp32" and (args.save or args.load):
+        raise InputError(f"--save / --load with precision '{plan.precision}' is not implemented yet "
+                         "(checkpoints hold fp32 runs only)")
+    return cfg
 
 
 def _check_dropout(args: argparse.Namespace) -> None:
@@ -228,6 +279,7 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
     plan = resolve_plan_options(args, plan, sailor_info is not None)
     check_runtime_supports(plan, source=args.sailor_plan)
     _check_dropout(args)
+    loss_scale = _loss_scale(args, plan)
     model = model_from_args(args, plan)
     check_against_plan(args, plan)
     check_model_fits_plan(model, plan)
@@ -260,7 +312,7 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
                        async_save=args.async_save,
                        control_file=args.elastic_control, events_file=args.elastic_events,
                        wait_file=args.elastic_wait, hidden_dropout=args.hidden_dropout,
-                       attention_dropout=args.attention_dropout, **extras)
+                       attention_dropout=args.attention_dropout, loss_scale=loss_scale, **extras)
 
 
 def _apply_tokenizer(args: argparse.Namespace) -> None:

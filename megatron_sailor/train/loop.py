@@ -62,7 +62,7 @@ def train(cfg, env) -> None:  # noqa: ANN001
     layout = build_layout(cfg.plan)
     run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
                         timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
-                        attention_dropout=cfg.attention_dropout)
+                        attention_dropout=cfg.attention_dropout, loss_scale=cfg.loss_scale)
     groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
     events.emit("dist_ready")
     if rank == 0:
@@ -146,6 +146,18 @@ class _Saver:
             self.save(done)
 
 
+def _with_every_ranks_memory(cfg, rt, m):  # noqa: ANN001, ANN202
+    """--metrics-file: rank 0's line lists every rank's memory bytes (index = rank); one gather."""
+    if not cfg.metrics_file:
+        return m
+    import dataclasses
+
+    import torch.distributed as dist
+    everyone = [None] * dist.get_world_size() if rt.me.rank == 0 else None
+    dist.gather_object(m.memory, everyone, dst=0, group=rt.groups.world)
+    return dataclasses.replace(m, memory=everyone)
+
+
 def _train_loop(cfg, rank: int, rt, events, valid=None) -> None:  # noqa: ANN001
     """Resume (--load), train to --train-iters, save (--save-interval, end, stop request)."""
     from megatron_sailor.train.elastic_hooks import FaultInjector, MetricsAppender, stop_requested
@@ -161,7 +173,7 @@ def _train_loop(cfg, rank: int, rt, events, valid=None) -> None:  # noqa: ANN001
         hooks.before_step(it)
         m = rt.train_step(it)
         saver.finish()                 # an asynchronous save had this iteration to write its files
-        writer.write(m)
+        writer.write(_with_every_ranks_memory(cfg, rt, m))
         events.emit("step", iteration=it, loss=m.loss, first_sample=rt.consumed_samples(it),
                     consumed_samples=rt.consumed_samples(it + 1))
         if it == start_it:

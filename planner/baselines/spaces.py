@@ -21,15 +21,20 @@ from __future__ import annotations
 from planner.errors import InputError
 from planner.search.space import SearchSpace
 
-GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True)
-SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True)
-SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last")
+GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True,
+                         recompute=(False,))
+SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True,
+                                 recompute=(False,))
+SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last", recompute=(False,))
 PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE,
             "sailor-space": SAILOR_SPACE_HOMOGENEOUS}
 
 
-def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None) -> SearchSpace:
+def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None,
+                   recompute: bool = True) -> SearchSpace:
+    """The named space; ``recompute=False`` keeps activation recomputation out of it."""
     from dataclasses import replace
     if name not in PLANNERS:
         raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
-    return replace(PLANNERS[name], precision=precision, max_stages=max_stages)
+    space = replace(PLANNERS[name], precision=precision, max_stages=max_stages)
+    return space if recompute else replace(space, recompute=(False,))

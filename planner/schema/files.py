@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, RootModel, model_validator
+from pydantic import ConfigDict, Field, RootModel, field_validator, model_validator
 
 from planner.schema.base import (MAX_GPUS, MAX_LAYERS, Batch, Bool, Count, Layers, Name, NonNeg, Number,
                                  PosCount, Positive, Strict, Text)
@@ -40,7 +40,17 @@ class PlanFile(Strict):
     recompute_activations: Bool = False
     distributed_optimizer: Bool = False
     tie_embeddings: Bool = False
+    recompute_granularity: Optional[Literal["full", "selective"]] = None
+    recompute_method: Optional[Literal["uniform", "block"]] = None
+    recompute_num_layers: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]] = None
     microbatches_per_pipeline: Optional[list[Batch]] = Field(default=None, max_length=MAX_GPUS)
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _not_bool(cls, v: object) -> object:
+        if isinstance(v, bool):                     # Literal[1] alone would take true (true == 1)
+            raise ValueError("must be 1")
+        return v
 
     @model_validator(mode="after")
     def _gpus(self) -> "PlanFile":
@@ -153,6 +163,10 @@ class ProfileEntryIn(Strict):
 
 
 class ProfileFile(Strict):
+    """Top-level extras (``param_bytes``, ``device``, ``timer``, ``settings``, ``emulated_from``...) are
+    documented as ignored by the planner (megatron_sailor/profiler/io.py), so they are allowed here."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
     format: Literal["megatron-sailor-profile/1"]
     gpu_type: Name
     entries: list[ProfileEntryIn] = Field(min_length=1, max_length=100_000)

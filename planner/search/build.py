@@ -27,5 +27,6 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     counts = cand.microbatches
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
-                precision=cand.precision, optimizer=cand.optimizer, tie_embeddings=tie_embeddings,
+                precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
+                tie_embeddings=tie_embeddings,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)

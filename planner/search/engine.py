@@ -99,7 +99,7 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
         task = tasks[i]
         if not refined:
             b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs, objective,
-                           cache, sync_out=sync_tables.setdefault(i, {}))
+                           cache, sync_out=sync_tables.setdefault(i, {}), recompute=task.recompute)
             heapq.heappush(heap, (max(b, bound), 1, i))
             continue
         _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
@@ -147,9 +147,8 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
               objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
               sync_lb: np.ndarray | None = None) -> None:
     n_mb = gbs // task.mbs
-    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages) for g, tp in task.tps]
-    fits = np.logical_and.reduce([a.fits for a in arrs])
-    idx = np.nonzero(fits)[0]
+    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
@@ -178,7 +177,7 @@ def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: L
     by_col = {}
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for g, tp in task.tps:
-        arr = tables.arrays(g, tp, task.mbs, task.num_stages)
+        arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
             by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
                                         n_mb)
@@ -231,7 +230,7 @@ def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Obj
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,
                key: float, n_mb: int, space: SearchSpace) -> Candidate:
     g0, tp0 = task.tps[0]
-    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages).counts[k])
+    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages, task.recompute).counts[k])
     used = [(p, int(d)) for p, d in zip(pools, row) if d > 0]
     if space.uniform_microbatches:
         counts = [[n_mb // int(row.sum())] * d for _, d in used]
@@ -242,4 +241,4 @@ def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: 
         pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
         microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
         cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]), precision=space.precision,
-        optimizer=space.optimizer)
+        optimizer=space.optimizer, recompute=task.recompute)

@@ -62,7 +62,8 @@ class SearchSpace:
       ``"even_last"`` (Sailor's space: L split evenly, the extra layers on the last stages; in the family);
     - ``tp_rule``: ``"any"`` or ``"min_fit"`` (Sailor: the smallest TP whose stages fit memory);
     - ``uniform_microbatches``: every pipeline runs N / D micro-batches (D must divide N);
-    - ``max_gpu_types`` / ``single_zone``: at most that many GPU types; all pipelines in one zone.
+    - ``max_gpu_types`` / ``single_zone``: at most that many GPU types; all pipelines in one zone;
+    - ``recompute``: the full-activation-recomputation settings searched (trades compute for memory).
     """
 
     max_stages: int | None = None
@@ -75,8 +76,11 @@ class SearchSpace:
     single_zone: bool = False
     precision: str = "fp32"
     optimizer: str = "adamw"
+    recompute: tuple[bool, ...] = (False, True)
 
     def __post_init__(self) -> None:
+        if not self.recompute or any(not isinstance(r, bool) for r in self.recompute):
+            raise InputError(f"recompute must be a non-empty tuple of booleans, got {self.recompute!r}")
         if self.split not in ("family", "even_ids", "even", "even_last"):
             raise InputError(f"split must be family, even_ids, even or even_last, got {self.split!r}")
         if self.tp_rule not in ("any", "min_fit"):
@@ -106,6 +110,7 @@ class Candidate:
     gpus: int
     precision: str = "fp32"                 # from the SearchSpace: the one way precision reaches a plan
     optimizer: str = "adamw"
+    recompute: bool = False                 # full activation recomputation
 
 
 @dataclass

@@ -72,8 +72,9 @@ class StageArrays:
 
 
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
-                 optimizer: str) -> StageArrays:
-    """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt``."""
+                 optimizer: str, recompute: bool = False) -> StageArrays:
+    """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt`` (``recompute``: full
+    activation recomputation)."""
     k, s_num = counts.shape
     ends = np.cumsum(counts, axis=1)
     starts = ends - counts
@@ -82,25 +83,26 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     last = np.zeros(s_num, dtype=bool)
     last[-1] = True
     fwd = tt.cum_fwd_s[ends] - tt.cum_fwd_s[starts]
-    bwd = tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts]
+    bwd = F.recompute_bwd_s(fwd, tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts], recompute)
     fwd = fwd + first * tt.emb_fwd_s + last * tt.head_fwd_s
     bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
     scale = ctx.settings.compute_scale
     compute = F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s)
     params = counts * tt.layer_params + first * tt.emb_params + last * tt.head_params
-    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer)
+    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
     return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
                        update_s=F.update_s(tt.update_s_per_param, params, 1, False),
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 
 def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
-            last: np.ndarray, precision: str, optimizer: str) -> np.ndarray:
+            last: np.ndarray, precision: str, optimizer: str, recompute: bool) -> np.ndarray:
     st = ctx.settings
     s_num = counts.shape[1]
     inflight = np.arange(s_num, 0, -1)            # S - s (declared: fit with a full pipeline in flight)
-    act = counts * tt.layer_act_bytes + first * tt.emb_act_bytes + last * tt.head_act_bytes
     boundary = ctx.model.boundary_activation_bytes(tt.mbs, F.bytes_per_element(precision))
+    act = F.layer_activation_bytes(counts, tt.layer_act_bytes, boundary, recompute) + first * tt.emb_act_bytes \
+        + last * tt.head_act_bytes
     biggest = np.where(counts > 0, tt.layer_act_bytes, 0.0)
     biggest = np.where(last, np.maximum(biggest, tt.head_act_bytes), biggest)
     terms = F.memory_terms(params, act, inflight, biggest, boundary, F.state_bytes_per_param(precision, optimizer),

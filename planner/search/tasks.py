@@ -26,6 +26,7 @@ class Task:
     mbs: int
     tps: tuple[tuple[str, int], ...]        # (gpu type, tp) of every used type, sorted by type
     bound: float
+    recompute: bool = False
 
 
 def mbs_tp_options(ctx: SimContext, gpu_type: str, node_size: int, space: SearchSpace) -> list[tuple[int, int]]:
@@ -75,7 +76,7 @@ class Tables:
     def __init__(self, ctx: SimContext, space: SearchSpace) -> None:
         self.ctx, self.space = ctx, space
         self._tt: dict[tuple[str, int, int], TypeTable] = {}
-        self._arr: dict[tuple[str, int, int, int], StageArrays | None] = {}
+        self._arr: dict[tuple[str, int, int, int, bool], StageArrays | None] = {}
         self.min_overflow_bytes: float | None = None
 
     def table(self, g: str, tp: int, mbs: int) -> TypeTable:
@@ -84,14 +85,14 @@ class Tables:
             self._tt[key] = build_type_table(self.ctx, g, tp, mbs, self.space.precision)
         return self._tt[key]
 
-    def arrays(self, g: str, tp: int, mbs: int, s_num: int) -> StageArrays | None:
-        key = (g, tp, mbs, s_num)
+    def arrays(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool = False) -> StageArrays | None:
+        key = (g, tp, mbs, s_num, recompute)
         if key not in self._arr:
             counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
-                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer)
+                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute)
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
                     self.min_overflow_bytes = over
@@ -99,6 +100,17 @@ class Tables:
                     arr = None
             self._arr[key] = arr
         return self._arr[key]
+
+    def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:
+        """[K] splits of the task where every used type fits. With recomputation, splits that also fit
+        without it are dropped when the objective is monotone in compute (``dp_sync_waits_for_all``):
+        recomputation only adds backward seconds there, so the same plan without it is at least as good."""
+        fits = np.logical_and.reduce([self.arrays(g, t, mbs, s_num, recompute).fits for g, t in combo])
+        if recompute and self.ctx.settings.dp_sync_waits_for_all:
+            plain = [self.arrays(g, t, mbs, s_num, False) for g, t in combo]
+            if all(a is not None for a in plain):
+                fits = fits & ~np.logical_and.reduce([a.fits for a in plain])
+        return fits
 
 
 @lru_cache(maxsize=4096)
@@ -115,33 +127,33 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     mbs_all = sorted({m for g in types for m, _ in options[g]})
     tasks = []
-    for s_num in range(1, max_s + 1):
-        for mbs in mbs_all:
-            if gbs % mbs:
-                continue
-            choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
-                           and tables.arrays(g, t, mbs, s_num) is not None] for g in types}
-            if space.tp_rule == "min_fit":
-                choices = {g: c[:1] for g, c in choices.items()}
-            for k in range(1, max_types + 1):
-                for subset in combinations(types, k):
-                    for tps in product(*(choices[g] for g in subset)):
-                        combo = tuple(zip(subset, tps))
-                        b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
-                                       with_sync=False)
-                        if b < np.inf:
-                            tasks.append(Task(s_num, mbs, combo, b))
+    for s_num, mbs, rc in product(range(1, max_s + 1), mbs_all, space.recompute):
+        if gbs % mbs:
+            continue
+        choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
+                       and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
+        if space.tp_rule == "min_fit":
+            choices = {g: c[:1] for g, c in choices.items()}
+        for k in range(1, max_types + 1):
+            for subset in combinations(types, k):
+                for tps in product(*(choices[g] for g in subset)):
+                    combo = tuple(zip(subset, tps))
+                    b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
+                                   with_sync=False, recompute=rc)
+                    if b < np.inf:
+                        tasks.append(Task(s_num, mbs, combo, b, rc))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
     return tasks
 
 
 def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
-               objective: Objective, cache: LinkCache, with_sync: bool = True, sync_out: dict | None = None) -> float:
+               objective: Objective, cache: LinkCache, with_sync: bool = True, sync_out: dict | None = None,
+               recompute: bool = False) -> float:
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
     gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
     sync lower bound per total pipeline count d (index d)."""
-    arrs = [tables.arrays(g, t, mbs, s_num) for g, t in combo]
-    fits = np.logical_and.reduce([a.fits for a in arrs])
+    arrs = [tables.arrays(g, t, mbs, s_num, recompute) for g, t in combo]
+    fits = tables.task_fits(combo, mbs, s_num, recompute)
     if not fits.any():
         return np.inf
     upd = max(float(a.update_s[fits].max(axis=1).min()) for a in arrs)

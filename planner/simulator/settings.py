@@ -83,7 +83,9 @@ SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, d
                                    p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
                                    grad_sync="flat", grad_bucket_elems=500_000_000,
                                    **{k: float(calibration()[k]) for k in _CALIBRATED_KEYS})
-OURS = RuntimeSettings()
+# megatron-sailor sends each activation from TP rank 0 of the sender to every TP rank of the receiver
+# (megatron_sailor/runtime/p2p.py): one concurrent transfer per boundary, not one per TP rank.
+OURS = RuntimeSettings(p2p_all_tp_ranks=False)
 PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
 
 

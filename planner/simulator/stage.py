@@ -7,6 +7,7 @@ from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
+from planner.simulator.activations import stage_layers_bytes
 from planner.simulator.tied import head_params_for_plan
 
 
@@ -54,8 +55,12 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     params = lp * stage.num_layers
     boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     # full-layer recompute keeps only each layer's input; one layer's activations live while recomputed
-    act = float(F.layer_activation_bytes(stage.num_layers, la, boundary, plan.recompute_activations))
-    bwd = float(F.recompute_bwd_s(fwd, bwd, plan.recompute_activations))
+    if plan.recompute_granularity is None:
+        act = float(F.layer_activation_bytes(stage.num_layers, la, boundary, plan.recompute_activations))
+        bwd = float(F.recompute_bwd_s(fwd, bwd, plan.recompute_activations))
+    else:   # megatron-core's explicit recompute fields: uniform / block groups, selective (activations.py)
+        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp)
+        bwd += recomputed * fwd
     biggest = la if stage.num_layers else 0.0
     if s == 0:
         fwd += costs.embedding_fwd_s

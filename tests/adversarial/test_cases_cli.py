@@ -147,3 +147,12 @@ def test_without_torch_the_extra_is_named(tool: str, tmp_path: Path, capsys: pyt
         from megatron_sailor.profiler.cli import main
         argv = ["--model", "tiny", "-o", str(tmp_path / "p.json")]
     assert_refused(main, argv, capsys, tmp_path, "megatron-sailor[runtime]")
+
+
+def test_plan_schema_knows_every_plan_key() -> None:
+    """The schema and planner/plan.py must agree on the keys (a new plan field needs both)."""
+    from planner import plan as plan_mod
+    from planner.schema.files import PlanFile, ReplicaIn, StageIn
+    assert set(PlanFile.model_fields) == plan_mod._PLAN_KEYS
+    assert set(StageIn.model_fields) == {"first_layer", "num_layers", "replicas"}
+    assert set(ReplicaIn.model_fields) == {"gpu_type", "tp", "zone"}

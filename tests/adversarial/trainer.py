@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.helpers.launch import REPO, free_port
+from tests.helpers.launch import REPO, free_port, tiny_model_args
 
 PLAN = REPO / "tests" / "helpers" / "plans" / "sailor_1rank.json"
-MODEL = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-         "--max-position-embeddings", "32", "--vocab-size", "128", "--make-vocab-size-divisible-by", "8"]
+MODEL = tiny_model_args()
 
 
 def train(monkeypatch, iters: int, *args: str) -> int:  # noqa: ANN001

@@ -13,8 +13,12 @@ from launch.elastic.plans import demo_plan_dict
 from tests.helpers.launch import torchrun
 
 ITERS = 10
-COMMON = ["--mock-data", "--seed", "3", "--adam-eps", "1e-4", "--lr", "3e-3"]
+COMMON = ["--mock-data", "--seed", "3", "--adam-eps", "1e-4", "--lr", "3e-3", "--hidden-dropout", "0.1",
+          "--attention-dropout", "0.1"]          # dropout on: a resume under another plan must reproduce its masks
 EAGER = {"TORCH_COMPILE_DISABLE": "1"}     # what sailor-elastic's cpu-demo jobs run with
+# elastic jobs: a job held at a trace change point waits up to half the collective timeout for the controller;
+# at load averages of 20+ on 2 cores a new job's start-up exceeds the default 60 s, so hold up to 300 s
+ELASTIC_JOB = ["--save-interval", "4", "--distributed-timeout-s", "600", *COMMON]
 
 
 def _events(paths: list[Path]) -> list[dict]:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from launch.elastic.plans import demo_plan_dict
-from tests.elastic.reference import (COMMON, EAGER, ITERS, _check_losses, _check_samples, _events, _full,
-                                     _max_diff, _plan, _steps)
+from tests.elastic.reference import (COMMON, EAGER, ELASTIC_JOB, ITERS, _check_losses, _check_samples, _events,
+                                     _full, _max_diff, _plan, _steps)
 from tests.helpers.launch import free_port, python, torchrun
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def _elastic(tmp: Path, trace: list[dict], extra_env: dict | None = None, timeou
     (tmp / "trace.json").write_text(json.dumps(trace))
     return python(["-m", "launch.elastic.cli", "--trace", str(tmp / "trace.json"), "--time-unit", "iter",
                    "--planner", "cpu-demo", "--gbs", "8", "--train-iters", str(ITERS), "--work-dir", str(tmp / "work"),
-                   "--max-restarts", "2", "--max-failures", "1", "--", "--save-interval", "4", *COMMON],
+                   "--max-restarts", "2", "--max-failures", "1", "--", *ELASTIC_JOB],
                   timeout_s=timeout_s, extra_env=extra_env)
 
 

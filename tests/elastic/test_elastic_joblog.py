@@ -29,10 +29,12 @@ def test_last_error_line_falls_back_to_the_exception(tmp_path: Path) -> None:
     assert last_error_line([empty, tmp_path / "absent.log"]) == ""
 
 
-def _commit(root: Path, it: int, meta_it: int | None = None) -> None:
+def _commit(root: Path, it: int, meta_it: int | None = None, sealed: bool = True) -> None:
+    from planner.schema.checkpoint_meta import seal
     d = root / f"iter_{it:07d}"
     d.mkdir(parents=True)
-    (d / "meta.json").write_text(json.dumps({"iteration": it if meta_it is None else meta_it}))
+    meta = {"iteration": it if meta_it is None else meta_it}
+    (d / "meta.json").write_text(json.dumps(seal(meta) if sealed else meta))
 
 
 def test_committed_iteration_ignores_tmp_and_inconsistent(tmp_path: Path) -> None:
@@ -40,6 +42,7 @@ def test_committed_iteration_ignores_tmp_and_inconsistent(tmp_path: Path) -> Non
     _commit(tmp_path, 4)
     (tmp_path / "iter_0000008.tmp").mkdir()
     _commit(tmp_path, 12, meta_it=3)            # name and meta disagree: not trusted
+    _commit(tmp_path, 16, sealed=False)         # no writer's seal: not trusted
     assert committed_iteration(tmp_path) == 4
 
 

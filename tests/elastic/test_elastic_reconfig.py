@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.elastic.reference import COMMON, ITERS, _check_losses, _check_samples, _events, _steps
+from tests.elastic.reference import ELASTIC_JOB, ITERS, _check_losses, _check_samples, _events, _steps
 from tests.helpers.launch import REPO, python
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def _args(tmp: Path, trace: list[dict], nodes: list[dict] | None = None, max_fai
         extra = ["--nodes-file", str(tmp / "nodes.yaml")]
     return ["-m", "launch.elastic.cli", "--trace", str(tmp / "trace.json"), "--time-unit", "iter", *extra,
             "--planner", "cpu-demo", "--gbs", "8", "--train-iters", str(ITERS), "--work-dir", str(tmp / "work"),
-            "--max-restarts", "2", "--max-failures", str(max_failures), "--", "--save-interval", "4", *COMMON]
+            "--max-restarts", "2", "--max-failures", str(max_failures), "--", *ELASTIC_JOB]
 
 
 def _check_run(work: Path, reference: dict) -> dict:

@@ -15,10 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # tiny GPT of every multi-process test (= planner's built-in "tiny": 4 layers, hidden 64, 4 heads, seq 32)
-def tiny_model_args(num_layers: int = 4, hidden_size: int = 64, seq_length: int = 32) -> list[str]:
-    """Megatron-style model flags of a tiny GPT (4 attention heads, vocabulary 128)."""
+def tiny_model_args(num_layers: int = 4, hidden_size: int = 64, seq_length: int = 32,
+                    vocab_size: int | None = 128) -> list[str]:
+    """Megatron-style model flags of a tiny GPT (4 attention heads; ``vocab_size=None``: no --vocab-size, for
+    tests where the tokenizer sets it)."""
     return ["--num-layers", str(num_layers), "--hidden-size", str(hidden_size), "--num-attention-heads", "4",
-            "--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length), "--vocab-size", "128",
+            "--seq-length", str(seq_length), "--max-position-embeddings", str(seq_length),
+            *(["--vocab-size", str(vocab_size)] if vocab_size is not None else []),
             "--make-vocab-size-divisible-by", "8"]
 
 

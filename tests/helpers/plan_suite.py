@@ -2,7 +2,8 @@
 
 Usage: torchrun --nproc-per-node N plan_suite.py CASES.json OUT.json
 CASES.json: {"iterations": 3, "seed": 7, "cases": [{"name": ..., "plan": {...}, "sync_mode": ...,
-"adam_eps": 1e-8, "dropout": [hidden, attention]}, ...]} (adam_eps defaults to spec_eps(), dropout to 0).
+"adam_eps": 1e-8, "dropout": [hidden, attention], "loss_scale": {LossScaleConfig fields}}, ...]}
+(adam_eps defaults to spec_eps(), dropout to 0; precision comes from the plan).
 Every plan must use exactly N ranks. Rank 0 computes the plain-torch reference once per (global batch,
 tied, dropout, eps), gathers every rank's parameters (with their TP slicing) and writes the comparison.
 """
@@ -23,6 +24,7 @@ from megatron_sailor.runtime.data import MockTokens  # noqa: E402
 from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed  # noqa: E402
 from megatron_sailor.runtime.dropout import DropoutConfig  # noqa: E402
 from megatron_sailor.runtime.init_weights import LM_HEAD, WORD_EMBEDDING, shard_of  # noqa: E402
+from megatron_sailor.runtime.mixed_precision import LossScaleConfig  # noqa: E402
 from megatron_sailor.runtime.optimizer import OptimizerConfig  # noqa: E402
 from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig  # noqa: E402
 from patches import apply_cpu_patches  # noqa: E402
@@ -54,30 +56,62 @@ def compare(ref_params: dict, gathered: list) -> tuple[float, int]:
     return worst, checked
 
 
+def _rel(xs: list[float], ys: list[float]) -> float:
+    return max(abs(x - y) / abs(y) for x, y in zip(xs, ys))
+
+
+def _references(case: dict, plan: Plan, model, data, iterations: int, seed: int, cfg: RunConfig,
+                refs: dict) -> dict:
+    """The reference run (and, for 16-bit plans, two runs summing in other orders: the noise bar)."""
+    hidden, attention = cfg.hidden_dropout, cfg.attention_dropout
+    common = dict(tied=plan.tie_embeddings, dropout=DropoutConfig(hidden, attention, seed),
+                  precision=plan.precision, loss_scale=cfg.loss_scale.static or 1.0,
+                  head_copy=plan.tie_embeddings and plan.num_stages > 1)
+    key = (plan.global_batch_size, plan.micro_batch_size, json.dumps(common, default=str), cfg.optimizer.eps)
+    if key in refs:
+        return refs[key]
+    gbs, mbs = plan.global_batch_size, plan.micro_batch_size
+    out = {"a": reference_run(model, data, gbs, iterations, seed, cfg.optimizer, micro_batch_size=mbs, **common)}
+    if plan.precision != "fp32":
+        # the 16-bit noise bar: the largest difference between two of seven 1-process runs that differ only
+        # in summation order (micro-batch accumulation, TP-2 / 4 / 8 style split matmuls)
+        orders = ((gbs, 1), (gbs, 2), (mbs, 2), (gbs, 4), (mbs, 4), (gbs, 8))
+        runs = [out["a"]] + [reference_run(model, data, gbs, iterations, seed, cfg.optimizer, micro_batch_size=m,
+                                           split_k=k, **common) for m, k in orders]
+        pairs = [(x, y) for i, x in enumerate(runs) for y in runs[i + 1:]]
+        out["noise_loss"] = max(_rel(x[0], y[0]) for x, y in pairs)
+        out["noise_norm"] = max(_rel(x[1], y[1]) for x, y in pairs)
+    refs[key] = out
+    return out
+
+
 def run_case(case: dict, env, iterations: int, seed: int, data, model, refs: dict) -> dict:
     plan = Plan.from_dict(case["plan"])
     hidden, attention = case.get("dropout", (0.0, 0.0))
     eps = float(case.get("adam_eps", spec_eps()))
     cfg = RunConfig(seed=seed, sync_mode=case.get("sync_mode", "hierarchical"),
-                    optimizer=OptimizerConfig(eps=eps), hidden_dropout=hidden, attention_dropout=attention)
+                    optimizer=OptimizerConfig(eps=eps), hidden_dropout=hidden, attention_dropout=attention,
+                    loss_scale=LossScaleConfig(**case.get("loss_scale", {})))
     rt = RankRuntime(plan, model, env.rank, data, cfg)
+    start = [p.detach().clone() for p in rt.master.parameters()]
     metrics = [rt.train_step(it) for it in range(iterations)]
+    moved = max(float((p.detach() - s).abs().max()) for p, s in zip(rt.master.parameters(), start))
     mine = [(n, rt.me.tp, rt.me.tp_rank, p.detach(),
              p.partition_dim if getattr(p, "tensor_model_parallel", False) else None)
-            for n, p in zip(rt.full_state().keys(), rt.model.parameters())]
+            for n, p in zip(rt.full_state().keys(), rt.master.parameters())]
+    per_rank = {"skipped": [m.skipped for m in metrics], "moved": moved, "scales": [m.loss_scale for m in metrics],
+                "memory": metrics[-1].memory, "stage": rt.me.stage}
     gathered = [None] * env.world_size if env.rank == 0 else None
-    dist.gather_object(mine, gathered, dst=0, group=rt.groups.world)
+    dist.gather_object((mine, per_rank), gathered, dst=0, group=rt.groups.world)
     if env.rank != 0:
         return {}
-    key = (plan.global_batch_size, plan.tie_embeddings, hidden, attention, eps)
-    if key not in refs:
-        refs[key] = reference_run(model, data, plan.global_batch_size, iterations, seed, cfg.optimizer,
-                                  tied=plan.tie_embeddings, dropout=DropoutConfig(hidden, attention, seed))
-    ref_losses, ref_norms, ref_params = refs[key]
-    worst, checked = compare(ref_params, gathered)
+    ref = _references(case, plan, model, data, iterations, seed, cfg, refs)
+    ref_losses, ref_norms, ref_params = ref["a"]
+    worst, checked = compare(ref_params, [g[0] for g in gathered])
     return {"name": case["name"], "losses": [m.loss for m in metrics], "ref_losses": ref_losses,
             "grad_norms": [m.grad_norm for m in metrics], "ref_grad_norms": ref_norms, "adam_eps": eps,
-            "max_param_abs_diff": worst,
+            "precision": plan.precision, "noise_loss": ref.get("noise_loss"), "noise_norm": ref.get("noise_norm"),
+            "per_rank": [g[1] for g in gathered], "max_param_abs_diff": worst,
             "params_checked": checked, "ref_param_count": len(ref_params),
             "cross_zone_bytes_rank0": rt.grad_sync.cross_zone_bytes()}
 

@@ -124,7 +124,8 @@ def test_every_sailor_plan_config_imports_and_simulates(sd, sailor_data_dir):
 def sailor_plan(reps_per_stage, split=((0, 13), (13, 26))):
     return {"pipeline_list": [{"num_stages": len(reps_per_stage),
                                "layers_per_stage": [list(range(*r)) for r in split],
-                               "tmp_per_stage": [[[[[g, n, z]], tp] for g, n, z, tp in reps] for reps in reps_per_stage],
+                               "tmp_per_stage": [[[[[g, n, z]], tp] for g, n, z, tp in reps]
+                                                 for reps in reps_per_stage],
                                "dp": [len(r) for r in reps_per_stage]}], "mbs": 1, "gbs": 8}
 
 

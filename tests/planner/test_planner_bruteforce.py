@@ -28,8 +28,9 @@ def in_family(split: tuple[int, ...]) -> bool:
 
 
 def balanced(caps: list[int], subset: tuple[int, ...], d: int) -> list[int] | None:
-    """Water-filling: repeatedly give one pipeline to the chosen zone with the fewest (earliest on ties)."""
-    if d < len(subset) or d > sum(caps[i] for i in subset):
+    """Water-filling: repeatedly give one pipeline to the chosen zone with the fewest (earliest on ties). A zone
+    with room for no pipeline gets none (a subset holding one is not a choice)."""
+    if d < len(subset) or d > sum(caps[i] for i in subset) or any(caps[i] < 1 for i in subset):
         return None
     cur = [0] * len(caps)
     for i in subset:
@@ -68,32 +69,35 @@ def count_splits(total: int, sizes: list[int]):
                 yield (seq,) + tail
 
 
-def _plan(split, replicas, mbs, gbs, counts) -> Plan:
+def _plan(split, replicas, mbs, gbs, counts, recompute=False) -> Plan:
     stages, first = [], 0
     for n in split:
         stages.append(Stage(first, n, tuple(replicas)))
         first += n
     return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
-                microbatches_per_pipeline=tuple(counts))
+                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute)
 
 
-def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts):
-    """Every (split, mbs, pools with pipeline counts) of the space whose memory fits (S - s in flight)."""
+def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts,
+               recompute_opts=(False, True)):
+    """Every (split, mbs, pools with pipeline counts, recompute) of the space whose memory fits (S - s in
+    flight)."""
     L = ctx.model.num_layers
     types = cluster.gpu_types()
     zones = {g: sorted(p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0) for g in types}
     for S in range(1, min(L, max_stages) + 1):
         for split in filter(in_family, compositions(L, S)):
-            for mbs in mbs_opts:
+            for mbs, rc in product(mbs_opts, recompute_opts):
                 if gbs % mbs:
                     continue
                 for tps in product(*[[0] + [t for t in tp_opts if t <= ctx.node_size(g)] for g in types]):
                     if not any(tps):
                         continue
-                    yield from _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones)
+                    for choice in _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones, rc):
+                        yield choice + (rc,)
 
 
-def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones):
+def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute):
     per_type = []
     for g, t in tps.items():
         if not t:
@@ -113,24 +117,25 @@ def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones):
         if d > gbs // mbs:
             continue
         replicas = [Replica(g, t, z) for g, z, t, n in pools for _ in range(n)]
-        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d)
+        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d, recompute)
         if simulate(probe, ctx).fits_in_memory:
             yield split, mbs, pools, replicas
 
 
-def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts):
+def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute_opts=(False, True)):
     """(best objective value, best plan, number of plans scored)."""
     best, best_plan, n = float("inf"), None, 0
-    for split, mbs, pools, replicas in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts):
+    for split, mbs, pools, replicas, rc in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
+                                                      recompute_opts):
         for per_pool in count_splits(gbs // mbs, [p[3] for p in pools]):
             counts = [m for seq in per_pool for m in seq]
-            est = simulate(_plan(split, replicas, mbs, gbs, counts), ctx)
+            est = simulate(_plan(split, replicas, mbs, gbs, counts, rc), ctx)
             n += 1
             if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                 continue
             key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
             if key < best:
-                best, best_plan = key, (split, mbs, pools, counts)
+                best, best_plan = key, (split, mbs, pools, counts, rc)
     return best, best_plan, n
 
 
@@ -167,10 +172,10 @@ def bf_ctx(settings=OURS, small_memory: bool = False) -> tuple[SimContext, GPUCa
     return SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, settings), catalog
 
 
-def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2)):
-    space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts)
+def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2), recompute=(False, True)):
+    space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts, recompute=recompute)
     res = plan_search(ctx, cluster, gbs, objective, space)
-    best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts)
+    best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute)
     assert n > 0
     if best_plan is None:
         assert res.best is None
@@ -271,3 +276,32 @@ def test_split_dominance_keeps_the_optimum(sailor_ctx, monkeypatch, gpus, kind):
     monkeypatch.setattr(engine, "pareto_min", lambda crit: np.arange(len(crit)))
     full = plan_search(sailor_ctx, cluster, 1024, objective, space).best
     assert fast.key == pytest.approx(full.key, rel=1e-12)
+
+
+@pytest.mark.parametrize("gpus,objective", [
+    ("V100-16@us-a=4,V100-16@us-b=2", Objective("throughput")),                 # unequal zone capacities
+    ("V100-16@us-a=5,V100-16@us-b=1,A100-40@us-b=2", Objective("throughput")),  # a zone with room for none
+    ("V100-16@us-a=3,A100-40@us-a=1,A100-40@us-b=3", Objective("cost", min_throughput_iters_per_s=4.0)),
+])
+def test_search_matches_brute_force_unequal_zones_and_recompute(gpus, objective):
+    """Memory-bound GPUs, pools of unequal size per zone within one type (water-filling under caps, zones that
+    host no pipeline left out); activation recomputation searched (it makes splits fit that do not without)."""
+    catalog = GPUCatalog().with_entries({"V100-16": {"memory_bytes": int(3.2 * GIB)},
+                                         "A100-40": {"memory_bytes": int(3.6 * GIB)}})
+    ctx = SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, max_stages=3, mbs_opts=(1,), tp_opts=(1, 2))
+
+
+def test_recompute_is_chosen_when_memory_demands_it():
+    """On GPUs too small for any plan without recomputation, the search returns a recomputing plan (and the
+    brute force agrees on its value); with recomputation left out nothing fits."""
+    catalog = GPUCatalog().with_entries({"V100-16": {"memory_bytes": int(2.0 * GIB)}})
+    ctx = SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    cluster = parse_gpus("V100-16@us-a=4", catalog)
+    plain = SearchSpace(max_stages=4, mbs_options=(1,), tp_options=(1, 2), recompute=(False,))
+    assert plan_search(ctx, cluster, 8, Objective("throughput"), plain).best is None
+    best = plan_search(ctx, cluster, 8, Objective("throughput"), SearchSpace(max_stages=4, mbs_options=(1,),
+                                                                             tp_options=(1, 2))).best
+    assert best is not None and best.recompute
+    assert simulate(build_plan(best, 4, 8, None), ctx).fits_in_memory
+    check_exact(ctx, cluster, 8, Objective("throughput"), max_stages=4, mbs_opts=(1,), tp_opts=(1, 2))

@@ -93,3 +93,59 @@ def test_without_matplotlib_the_cli_says_how_to_install(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert out.returncode == 2 and 'pip install -e ".[plot]"' in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "t.png").exists()
+
+
+# ---- agreement figures that docs/SIMULATOR.md cites (measured; the tolerances are the doc's) --------------
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SAILOR_DIR = Path(os.environ.get("SAILOR_DATA", ROOT.parent / "shared" / "data" / "sailor"))
+
+
+@pytest.mark.parametrize("runtime", ["sailor-deepspeed", "megatron-sailor"])
+def test_gh200_validation_plans_agree_within_0_7_percent(runtime):
+    import glob
+    from planner import api
+    from planner.sailor_plan import load_any_plan
+    paths = sorted(glob.glob(str(SAILOR_DIR / "sailor/Planner/simulations/validation/clariden/OPT-350/*/*.json")))
+    assert len(paths) == 15, f"expected the 15 GH200 validation runs under {SAILOR_DIR}"
+    network = str(ROOT / "planner" / "data" / "network_clariden_gh200.json")
+    worst = 0.0
+    for path in paths:
+        pl, info = load_any_plan(path)
+        source = api.DataSource(model="OPT-350", sailor_data=str(SAILOR_DIR), network=network)
+        bundle = api.load_data(source, pl.precision)
+        ctx = api.make_context(bundle, runtime, gpus_per_node=info.gpus_per_node)
+        closed = api.simulate(pl, ctx).iteration_time_s
+        worst = max(worst, abs(simulate_events(pl, ctx).makespan_s - closed) / closed)
+    assert worst <= 0.007
+
+
+def test_random_heterogeneous_plans_agree_with_closed_form_in_the_median():
+    """300 random plans (1-6 stages, 1-3 pipelines with their own micro-batch counts 1-12, A100-40 / V100-16 /
+    GH-96 with TP 1-2 over three zones in two regions, Sailor's OPT-350 profiles, the built-in class-link network
+    (Sailor's fitted pairs do not link GH-96 with the other types), either runtime preset)."""
+    import statistics
+    from planner import api
+    bundle = api.load_data(api.DataSource(model="OPT-350", sailor_data=str(SAILOR_DIR)))
+    rng = random.Random(0)
+    zones = ["us-central1-a", "us-central1-b", "us-west1-b"]
+    signed = []
+    for _ in range(300):
+        S, D = rng.randint(1, 6), rng.randint(1, 3)
+        bounds = [0] + sorted(rng.sample(range(1, 24), S - 1)) + [24]
+        stages = tuple(Stage(bounds[s], bounds[s + 1] - bounds[s], tuple(
+            Replica(rng.choice(["A100-40", "V100-16", "GH-96"]), rng.choice([1, 2]), rng.choice(zones))
+            for _ in range(D))) for s in range(S))
+        counts = tuple(rng.randint(1, 12) for _ in range(D))
+        pl = Plan(num_layers=24, stages=stages, micro_batch_size=1, global_batch_size=sum(counts),
+                  microbatches_per_pipeline=counts)
+        ctx = SimContext(bundle.model, bundle.profiles, NetworkModel(bundle.catalog), bundle.catalog,
+                         rng.choice([OURS, SAILOR_DEEPSPEED]), dict(bundle.gpus_per_node))
+        closed = simulate(pl, ctx).iteration_time_s
+        signed.append((simulate_events(pl, ctx).makespan_s - closed) / closed)
+    diffs = [abs(d) for d in signed]
+    assert statistics.median(diffs) <= 0.01
+    assert sum(d <= 0.01 for d in diffs) >= 0.5 * len(diffs)
+    assert -0.25 <= min(signed) and max(signed) <= 0.10     # closed form up to 25% longer, events up to 10%

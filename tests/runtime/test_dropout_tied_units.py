@@ -67,3 +67,22 @@ def test_embedding_group_spans_first_and_last_stage_across_tp() -> None:
     assert embedding_fine_shards(layout) == 2
     assert embedding_shards_of(layout, 1) == (1,) and embedding_shards_of(layout, 2) == (0, 1)
     assert embedding_group(layout, 0) == (0, 2, 3, 4) and embedding_group(layout, 1) == (1, 2, 3, 4)
+
+
+def test_dynamic_loss_scaler_follows_megatrons_rule() -> None:
+    from megatron_sailor.runtime.mixed_precision import DynamicLossScaler, LossScaleConfig
+    s = DynamicLossScaler(LossScaleConfig(initial=1024.0, minimum=256.0, window=3, hysteresis=2))
+    s.update(True)
+    assert s.scale == 1024.0                      # hysteresis: the first overflow keeps the scale
+    s.update(True)
+    assert s.scale == 512.0
+    s.update(True)
+    s.update(True)
+    assert s.scale == 256.0                       # never below --min-loss-scale
+    for _ in range(3):
+        s.update(False)
+    assert s.scale == 512.0                       # grown after a window of clean steps
+    static = DynamicLossScaler(LossScaleConfig(static=8.0))
+    static.update(True)
+    assert static.scale == 8.0
+    assert LossScaleConfig(initial=1.0, minimum=2.0).problems()

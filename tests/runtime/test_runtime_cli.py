@@ -59,7 +59,10 @@ def _losses(path: Path) -> list[float]:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["iteration"] for r in rows] == list(range(len(rows)))
     for r in rows:
-        assert set(r) == {"iteration", "loss", "iteration_time_s", "tokens_per_s", "grad_norm"}
+        assert set(r) == {"iteration", "loss", "iteration_time_s", "tokens_per_s", "grad_norm", "skipped",
+                          "loss_scale", "memory"}
+        assert all(mem["params_bytes"] > 0 and mem["optimizer_bytes"] == 2 * mem["params_bytes"]
+                   and mem["peak_saved_activation_bytes"] > 0 for mem in r["memory"]), r["memory"]
         assert r["iteration_time_s"] > 0 and r["tokens_per_s"] > 0
     return [r["loss"] for r in rows]
 
@@ -115,9 +118,11 @@ def test_unsupported_plan_options_are_refused_not_warned():
     check_runtime_supports(Plan(**base, tie_embeddings=True))
     msgs = unsupported_options(Plan(**base, precision="bf16", recompute_activations=True,
                                     distributed_optimizer=True, optimizer="sgd"))
-    assert len(msgs) == 4
-    with pytest.raises(InputError, match="precision 'bf16'"):
-        check_runtime_supports(Plan(**base, precision="bf16"))
+    assert len(msgs) == 2
+    check_runtime_supports(Plan(**base, precision="bf16"))       # "cpu" is a label: not in the catalog
+    check_runtime_supports(Plan(**base, recompute_activations=True))
+    with pytest.raises(InputError, match="distributed_optimizer"):
+        check_runtime_supports(Plan(**base, distributed_optimizer=True))
 
 
 def _our_plan(tmp_path: Path, **fields) -> Path:
@@ -132,8 +137,15 @@ def _our_plan(tmp_path: Path, **fields) -> Path:
 PLAN_BAD_INPUTS = {
     "untie_contradicts_plan": ({"tie_embeddings": True}, ["--untie-embeddings-and-output-weights"],
                                "--untie-embeddings-and-output-weights contradicts the plan"),
-    "precision_not_implemented": ({"precision": "bf16"}, [], "precision 'bf16' is not implemented"),
-    "recompute_not_implemented": ({"recompute_activations": True}, [], "recompute_activations true"),
+    "bf16_on_v100": ({"precision": "bf16", "stages": [{"first_layer": 0, "num_layers": 4, "replicas": [
+        {"gpu_type": "V100-16", "tp": 1, "zone": "z"}]}]}, [], "not supported by GPU type V100-16 (no bf16 units): use precision fp16"),
+    "bf16_flag_contradicts_plan": ({}, ["--bf16"], "--bf16 contradicts the plan (precision 'fp32')"),
+    "fp16_min_above_initial": ({"precision": "fp16"}, ["--initial-loss-scale", "64", "--min-loss-scale", "128"],
+                               "--min-loss-scale 128.0 must be > 0 and <= --initial-loss-scale 64.0"),
+    "bf16_checkpoint": ({"precision": "bf16"}, ["--save", "/tmp/nowhere-h12"], "--save / --load with precision 'bf16'"),
+    "recompute_flag_contradicts_plan": ({}, ["--recompute-activations"],
+                                        "--recompute-* flags ('selective', None, None) contradict the plan"),
+    "distributed_optimizer_not_implemented": ({"distributed_optimizer": True}, [], "distributed_optimizer true"),
     "dropout_out_of_range": ({}, ["--hidden-dropout", "1.5"], "--hidden-dropout must be in [0, 1)"),
 }
 
@@ -159,3 +171,12 @@ def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
     assert parse_config(["--sailor-plan", sailor, *base], 1).plan.tie_embeddings          # Megatron ties
     untied = parse_config(["--sailor-plan", sailor, *base, "--untie-embeddings-and-output-weights"], 1)
     assert not untied.plan.tie_embeddings and not untied.model.tied_embeddings
+    assert parse_config(["--sailor-plan", sailor, *base, "--fp16"], 1).plan.precision == "fp16"
+    full = parse_config(["--sailor-plan", sailor, *base, "--recompute-granularity", "full", "--recompute-method",
+                         "block", "--recompute-num-layers", "2"], 1).plan
+    assert full.recompute == ("full", "block", 2)
+    assert parse_config(["--sailor-plan", sailor, *base, "--recompute-activations"], 1).plan.recompute[0] == "selective"
+    ours = _our_plan(tmp_path, recompute_granularity="selective")
+    assert parse_config(["--sailor-plan", str(ours), *base, "--recompute-activations"], 1).plan.recompute[0] == "selective"
+    assert parse_config(["--sailor-plan", str(_our_plan(tmp_path, precision="bf16")), *base, "--bf16"],
+                        1).plan.precision == "bf16"

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from planner.errors import InputError
-from tests.helpers.launch import REPO
+from tests.helpers.launch import REPO, tiny_model_args
 
 PLAN = str(REPO / "tests" / "helpers" / "plans" / "sailor_5rank_mixed.json")   # gbs 8, mbs 2, 4 layers
-MODEL = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-         "--max-position-embeddings", "32", "--make-vocab-size-divisible-by", "8"]
+MODEL = tiny_model_args(vocab_size=None)
 VOCAB = ["--vocab-size", "128"]
 
 

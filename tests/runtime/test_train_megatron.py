@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, python, torchrun
+from tests.helpers.launch import REPO, python, tiny_model_args, torchrun
 
 PLANS = REPO / "tests" / "helpers" / "plans"
-MODEL = ["--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
-         "--max-position-embeddings", "32", "--make-vocab-size-divisible-by", "8"]
+MODEL = tiny_model_args(vocab_size=None)
 VALID_RE = re.compile(r"^validation loss at iteration (\d+) \| lm loss value: (\S+) \| lm loss PPL: (\S+) \|$")
 
 

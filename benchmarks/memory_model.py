@@ -1,0 +1,171 @@
+"""Memory truth: bytes each rank holds (counted by the runtime) vs the simulator's per-stage prediction.
+
+    python benchmarks/memory_model.py          # launches itself under torchrun on 4 CPU ranks (~2-4 min)
+
+Runs 9 plans of the tiny GPT on 4 gloo ranks, 2 iterations each (fp32 / bf16 / fp16, full and selective
+recompute, uneven stages, mixed TP, tied embeddings, dropout 0.1), and takes every rank's counted bytes
+from the runtime (``megatron_sailor.runtime.memory``: parameters, gradients, fp32 main weights + optimizer
+states, peak activations saved for backward via saved_tensors_hooks). It compares them with what
+``sailor-sim``'s cost model (``planner.simulator``, preset ``megatron-sailor``, analytic profiles) predicts for
+the same replica: weights, gradients (without the constant overhead or transient buffers), optimizer
+(fp32 main weights + Adam states) and in-flight activations. The distributed optimizer is not in the table:
+the runtime refuses it. Error = (predicted - counted) / counted. Table, then one summary line:
+``memory model: model states within X% (goal 5%), activations within Y% (goal 10%) over N ranks of M plans``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+NPROC = 4
+ITERS = 2
+
+
+def _plan(stages: list[tuple[int, list[int]]], **fields) -> dict:
+    out, first = [], 0
+    for layers, tps in stages:
+        out.append({"first_layer": first, "num_layers": layers,
+                    "replicas": [{"gpu_type": "A100-40", "tp": t, "zone": "z-a"} for t in tps]})
+        first += layers
+    return {"schema_version": 1, "num_layers": 4, "micro_batch_size": 2, "global_batch_size": 8, "stages": out,
+            **fields}
+
+
+UNEVEN = [(1, [1, 1]), (3, [1, 1])]
+FULL = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+CASES = [
+    ("fp32 uneven 1|3, DP 2", _plan(UNEVEN), {}),
+    ("bf16 uneven 1|3, DP 2", _plan(UNEVEN, precision="bf16"), {}),
+    ("fp16 uneven 1|3, DP 2", _plan(UNEVEN, precision="fp16"), {"loss_scale": 1024.0}),
+    ("fp32 full recompute", _plan(UNEVEN, **FULL), {}),
+    ("bf16 full recompute + dropout", _plan(UNEVEN, precision="bf16", **FULL), {"dropout": 0.1}),
+    ("bf16 selective recompute", _plan(UNEVEN, precision="bf16", recompute_granularity="selective"), {}),
+    ("fp32 tied, TP 2 | 1 | 1", _plan([(2, [2]), (1, [1]), (1, [1])], tie_embeddings=True), {}),
+    ("bf16 mixed TP 1,1,2 one stage", _plan([(4, [1, 1, 2])], global_batch_size=12), {}),
+    ("fp32 tied, emb-only | TP 2 | head-only", _plan([(0, [1]), (4, [2]), (0, [1])], tie_embeddings=True), {}),
+]
+CASES[7][1]["precision"] = "bf16"
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def worker(out_path: str) -> None:
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+
+    from megatron_sailor.runtime.data import MockTokens
+    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
+    from megatron_sailor.runtime.mixed_precision import LossScaleConfig
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
+    from patches import apply_cpu_patches
+    from planner.model import get_model
+    from planner.plan import Plan
+    torch.set_num_threads(1)
+    env = env_from_torchrun()
+    apply_cpu_patches()
+    init_distributed(env, timeout_s=120)
+    model = get_model("tiny")
+    data = MockTokens(seed=3, seq_length=model.seq_length, vocab_size=model.vocab_size)
+    results = []
+    for name, plan_dict, opts in CASES:
+        plan = Plan.from_dict(plan_dict)
+        p = opts.get("dropout", 0.0)
+        cfg = RunConfig(seed=3, hidden_dropout=p, attention_dropout=p,
+                        loss_scale=LossScaleConfig(static=opts.get("loss_scale")))
+        rt = RankRuntime(plan, model, env.rank, data, cfg)
+        for it in range(ITERS):
+            mem = rt.train_step(it).memory
+        info = (rt.me.stage, rt.me.replica, rt.me.tp_rank, mem)
+        everyone = [None] * env.world_size if env.rank == 0 else None
+        dist.gather_object(info, everyone, dst=0)
+        results.append({"name": name, "ranks": everyone})
+        dist.barrier()
+    if env.rank == 0:
+        with open(out_path, "w") as fh:
+            json.dump(results, fh)
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------- predictions
+def predict(plan_dict: dict) -> dict[tuple[int, int], dict[str, float]]:
+    """{(stage, replica): predicted bytes per term} from the simulator's own functions."""
+    from planner.hardware import GPUCatalog
+    from planner.model import get_model
+    from planner.network import NetworkModel
+    from planner.plan import Plan
+    from planner.profiles import ProfileStore
+    from planner.simulator import OURS, SimContext
+    from planner.simulator.memory import inflight_microbatches, replica_memory, state_bytes_per_param
+    from planner.simulator.stage import all_replica_costs
+    plan = Plan.from_dict(plan_dict)
+    model = get_model("tiny")
+    cat = GPUCatalog()
+    ctx = SimContext(model, ProfileStore(model, cat, plan.precision), NetworkModel(cat), cat, OURS)
+    w, g, _ = state_bytes_per_param(plan)
+    out = {}
+    for row in all_replica_costs(plan, ctx):
+        for c in row:
+            mem = replica_memory(plan, ctx, c)
+            act = c.act_bytes_per_mb * inflight_microbatches(plan, c.stage, c.replica)
+            out[(c.stage, c.replica)] = {"weights": w * c.params, "grads": g * c.params,
+                                         "optimizer": mem.optimizer_bytes, "activations": act}
+    return out
+
+
+def _err(pred: float, counted: float) -> float:
+    return (pred - counted) / counted if counted else (0.0 if pred == 0 else float("inf"))
+
+
+def report(results: list[dict]) -> int:
+    cases = {name: plan for name, plan, _ in CASES}
+    header = (f"{'plan':40s} {'rank':>4} {'st':>2} {'weights B':>10} {'err':>6} {'grads B':>10} {'err':>6} "
+              f"{'optim B':>10} {'err':>6} {'act peak B':>11} {'pred B':>11} {'err':>7}")
+    print(header)
+    worst_states, worst_act, n = 0.0, 0.0, 0
+    for res in results:
+        pred = predict(cases[res["name"]])
+        for rank, (stage, replica, _tp_rank, mem) in enumerate(res["ranks"]):
+            p = pred[(stage, replica)]
+            counted = {"weights": mem["params_bytes"], "grads": mem["grads_bytes"],
+                       "optimizer": mem["main_weights_bytes"] + mem["optimizer_bytes"],
+                       "activations": mem["peak_saved_activation_bytes"]}
+            errs = {k: _err(p[k], counted[k]) for k in counted}
+            worst_states = max(worst_states, *(abs(errs[k]) for k in ("weights", "grads", "optimizer")))
+            worst_act = max(worst_act, abs(errs["activations"]))
+            n += 1
+            print(f"{res['name']:40s} {rank:>4} {stage:>2} {counted['weights']:>10,} {errs['weights']:>+6.1%} "
+                  f"{counted['grads']:>10,} {errs['grads']:>+6.1%} {counted['optimizer']:>10,} "
+                  f"{errs['optimizer']:>+6.1%} {counted['activations']:>11,} {p['activations']:>11,.0f} "
+                  f"{errs['activations']:>+7.1%}")
+    print(f"memory model: model states within {worst_states:.1%} (goal 5%), activations within {worst_act:.1%} "
+          f"(goal 10%) over {n} ranks of {len(results)} plans")
+    return 0
+
+
+def main() -> int:
+    if "WORLD_SIZE" in os.environ:
+        worker(sys.argv[1])
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "memory.json")
+        env = dict(os.environ, OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-port",
+               os.environ.get("MASTER_PORT", "29741"), __file__, out]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        with open(out) as fh:
+            results = json.load(fh)
+    return report(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

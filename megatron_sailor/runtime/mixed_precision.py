@@ -1,0 +1,110 @@
+"""Mixed precision as Megatron does it: 16-bit model, fp32 main weights, fp32 gradient accumulation.
+
+The stage model holds bf16 / fp16 parameters and computes in 16 bits. :class:`MainParams` keeps one fp32
+copy of every trainable parameter (taken from the 16-bit value, as Megatron's optimizer does) with an fp32
+gradient: a post-accumulate hook adds each 16-bit gradient to it (so micro-batches accumulate in fp32) and
+frees the 16-bit one. Gradient sync, the global norm, clipping and AdamW all work on the fp32 copies (the
+:class:`MainParams` module has the same parameter order and sharding attributes as the model); after the
+step the fp32 weights are copied back into the 16-bit model.
+
+fp16 adds dynamic loss scaling (:class:`DynamicLossScaler`, Megatron's rule): the loss is multiplied by
+the scale before backward, the fp32 gradients divided by it after the sync; an inf/nan anywhere makes the
+global norm (one world all-reduce) non-finite on every rank, so every rank skips the step together; the
+scale then shrinks after ``hysteresis`` such steps and grows after ``window`` clean ones.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_ATTRS = ("tensor_model_parallel", "partition_dim", "partition_stride", "sailor_tied", "sailor_tied_copy")
+
+
+@dataclass(frozen=True)
+class LossScaleConfig:
+    """Megatron's ``--loss-scale`` (static; None = dynamic), ``--initial-loss-scale``, ``--min-loss-scale``,
+    ``--loss-scale-window``, ``--hysteresis``."""
+
+    static: float | None = None
+    initial: float = 2.0 ** 32
+    minimum: float = 1.0
+    window: int = 1000
+    hysteresis: int = 2
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.static is not None and not self.static > 0:
+            out.append(f"--loss-scale must be > 0, got {self.static}")
+        if not 0 < self.minimum <= self.initial:
+            out.append(f"--min-loss-scale {self.minimum} must be > 0 and <= --initial-loss-scale {self.initial}")
+        if self.window < 1 or self.hysteresis < 1:
+            out.append(f"--loss-scale-window {self.window} and --hysteresis {self.hysteresis} must be >= 1")
+        return out
+
+
+class DynamicLossScaler:
+    """Megatron's dynamic scaler: shrink x0.5 after ``hysteresis`` overflows, grow x2 after ``window``
+    clean steps (a static scale never changes)."""
+
+    def __init__(self, cfg: LossScaleConfig) -> None:
+        self.cfg = cfg
+        self.scale = float(cfg.static if cfg.static is not None else cfg.initial)
+        self._clean = 0
+        self._hysteresis_left = cfg.hysteresis
+
+    def update(self, found_inf: bool) -> None:
+        if self.cfg.static is not None:
+            return
+        if found_inf:
+            self._clean = 0
+            self._hysteresis_left -= 1
+            if self._hysteresis_left <= 0:
+                self.scale = max(self.scale * 0.5, self.cfg.minimum)
+            return
+        self._clean += 1
+        if self._clean == self.cfg.window:
+            self._clean = 0
+            self._hysteresis_left = self.cfg.hysteresis
+            self.scale *= 2.0
+
+
+class MainParams(torch.nn.Module):
+    """fp32 main weights and gradients of a 16-bit model (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model_params = [p for p in model.parameters() if p.requires_grad]
+        self.main = torch.nn.ParameterList()
+        for p in self.model_params:
+            m = torch.nn.Parameter(p.detach().float().clone())
+            for a in _ATTRS:
+                if hasattr(p, a):
+                    setattr(m, a, getattr(p, a))
+            m.grad = torch.zeros_like(m)
+            self.main.append(m)
+            p.register_post_accumulate_grad_hook(self._accumulate_into(m))
+
+    @staticmethod
+    def _accumulate_into(main: torch.nn.Parameter):  # noqa: ANN205 - hook factory
+        def hook(param: torch.Tensor) -> None:
+            main.grad.add_(param.grad.float())
+            param.grad = None
+        return hook
+
+    @torch.no_grad()
+    def unscale_(self, scale: float) -> None:
+        if scale != 1.0:
+            for m in self.main:
+                m.grad.mul_(1.0 / scale)
+
+    @torch.no_grad()
+    def copy_to_model(self) -> None:
+        for p, m in zip(self.model_params, self.main):
+            p.copy_(m)
+
+
+def is_finite(norm: float) -> bool:
+    return math.isfinite(norm)
