@@ -72,3 +72,17 @@ def test_sailor_plan_frontier_cli(tmp_path):
     plan_cost = json.loads(out.stdout)["estimate"]["cost_per_iteration_usd"]
     assert chosen[0]["cost_per_iteration_usd"] == pytest.approx(plan_cost, rel=1e-9)
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_frontier_text_names_the_points_the_picture_draws():
+    """The text printed with --frontier lists the picture's chosen point and grid square (issue 16: the text
+    said no grid plan was feasible while the picture showed one)."""
+    from planner.frontier import Frontier, FrontierPoint, frontier_lines
+    pts = (FrontierPoint(0.3, 0.2, 64, "4x10 32 A100-40+32 V100-16", True, chosen=True),
+           FrontierPoint(0.1, 0.1, 8, "1x8 8 A100-40", True))
+    grid = FrontierPoint(0.28, 0.12, 32, "grid: 1x32 32 A100-40", False)
+    lines = frontier_lines(Frontier(pts, grid, 0.2, None))
+    assert lines[0] == "frontier: 2 plans scored, 2 on the Pareto front"
+    assert "4x10 32 A100-40+32 V100-16, 0.3000 it/s" in lines[1] and "(red star)" in lines[1]
+    assert "grid: 1x32 32 A100-40, 0.2800 it/s" in lines[2] and "(orange square)" in lines[2]
+    assert "no homogeneous grid plan" in frontier_lines(Frontier(pts, None, None, None))[-1]

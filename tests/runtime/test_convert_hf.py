@@ -112,6 +112,7 @@ def test_train_hf_model_under_heterogeneous_plan_and_back(arch: str, tmp_path: P
     proc = torchrun(5, "examples/gpt/pretrain_gpt.py",
                     ["--sailor-plan", str(REPO / "examples" / "plans" / "gpt_small_hetero.json"), *train_args,
                      "--save", str(ckpt), "--mock-data", "--seed", str(seed), "--train-iters", "3", "--lr", "1e-3",
+                     "--hidden-dropout", "0", "--attention-dropout", "0",
                      "--eval-iters", "1", "--metrics-file", str(tmp_path / "m.jsonl")], timeout_s=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])["loss"]

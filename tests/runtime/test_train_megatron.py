@@ -27,12 +27,12 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(700)
 def test_schedule_validation_and_tensorboard_match_one_rank(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard", reason="extra 'tensorboard' (CI installs .[all])")
     prefix = str(tmp_path / "corpus")
     proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", prefix, "--vocab-size", "128"], timeout_s=120)
+                   "--output-prefix", prefix, "--vocab-size", "128"], timeout_s=300)
     assert proc.returncode == 0, proc.stderr
     common = [*MODEL, "--vocab-size", "128", "--data-path", prefix, "--train-iters", "8", "--lr", "3e-3",
               "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--adam-eps", "1e-4",
@@ -61,14 +61,14 @@ def test_schedule_validation_and_tensorboard_match_one_rank(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(700)
 def test_megatron_readme_gpt_command_scaled_down_runs_with_only_the_plan_added(tmp_path: Path) -> None:
     """Megatron-LM's README GPT example (GPT_ARGS, DATA_ARGS, OUTPUT_ARGS, --save/--load), sizes scaled
     down and --fp16 left out (precision is the runtime issue's), plus --sailor-plan."""
     pytest.importorskip("tokenizers", reason="extra 'text' (CI installs .[all])")
     data = str(tmp_path / "my-gpt2_text_document")
     proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", data, "--train-bpe", "512", "--append-eod"], timeout_s=120)
+                   "--output-prefix", data, "--train-bpe", "512", "--append-eod"], timeout_s=300)
     assert proc.returncode == 0, proc.stderr
     vocab, merges = f"{data}-bpe/vocab.json", f"{data}-bpe/merges.txt"
     ckpt = str(tmp_path / "ckpt")
