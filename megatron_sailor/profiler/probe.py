@@ -29,7 +29,7 @@ from megatron_sailor.runtime.data import MicroBatch
 from megatron_sailor.runtime.init_weights import init_stage_weights
 from megatron_sailor.runtime.groups import new_group
 from megatron_sailor.runtime.optimizer import OptimizerConfig, make_adamw
-from megatron_sailor.profiler.timing import (AllocatorMeter, SavedTensorMeter, make_timer, median_s,
+from megatron_sailor.profiler.timing import (AllocatorMeter, make_timer, median_s,
                                             timed_repeats)
 from megatron_sailor.runtime.schedule import StageRole, StageStep
 from megatron_sailor.runtime.stage_model import StageSpec, build_stage_model
@@ -164,13 +164,16 @@ class _StageTiming:
             out, _ = self.step.forward(inp, self.batch)
             nbytes = meter.stop()
         else:
-            meter = SavedTensorMeter(torch)
-            params = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
-            if inp is not None:
-                params.add(inp.untyped_storage().data_ptr())   # the received input is the sender's output
-            with meter.recording(params):
+            # the stage step counts what its forward saves (runtime.memory; an outer saved-tensor hook would
+            # see nothing inside its inner one); the received input is the sender's output: not counted here
+            counter = self.step.saved
+            extra = {inp.untyped_storage().data_ptr()} - counter.param_storages if inp is not None else set()
+            counter.param_storages |= extra
+            try:
                 out, _ = self.step.forward(inp, self.batch)
-            nbytes = float(meter.nbytes)
+            finally:
+                counter.param_storages -= extra
+            nbytes = float(self.step.last_saved_bytes)
         self.step.backward(inp, out, self._grad_for(out))
         return nbytes
 

@@ -64,29 +64,6 @@ def make_timer(torch_module: Any) -> "WallTimer | CudaEventTimer":
     return CudaEventTimer(torch_module.cuda) if torch_module.cuda.is_available() else WallTimer()
 
 
-class SavedTensorMeter:
-    """CPU: bytes of the tensors autograd saves for backward during a forward (tensor sizes), each storage
-    counted once, parameters excluded. Use as ``with meter.recording(exclude): forward()``."""
-
-    def __init__(self, torch_module: Any) -> None:
-        self.torch = torch_module
-        self.nbytes = 0
-
-    def recording(self, exclude_storages: Iterable[int] = ()):  # noqa: ANN201 - a context manager
-        seen: set[int] = set(exclude_storages)
-        self.nbytes = 0
-
-        def pack(t: Any) -> Any:
-            storage = t.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr not in seen:
-                seen.add(ptr)
-                self.nbytes += storage.nbytes()
-            return t
-
-        return self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-
-
 def activation_bytes_from_allocator(allocated_before: int, allocated_after: int,
                                     output_bytes: int = 0) -> float:
     """CUDA: bytes a forward keeps alive for backward = growth of ``memory_allocated`` across the forward

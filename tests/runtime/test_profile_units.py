@@ -144,14 +144,16 @@ def test_allocator_meter_reports_growth_and_peak() -> None:
     assert pt.activation_bytes_from_allocator(10, 110, output_bytes=40) == 60.0
 
 
-def test_saved_tensor_meter_counts_saved_activations_not_parameters() -> None:
+def test_saved_activation_counter_counts_saved_activations_not_parameters() -> None:
+    """The one saved-tensor counter (runtime.memory), which the profiler's probes read through StageStep."""
     torch = pytest.importorskip("torch")
-    w = torch.nn.Parameter(torch.randn(8, 8))
+    from megatron_sailor.runtime.memory import SavedActivationCounter
+    lin = torch.nn.Linear(8, 8, bias=False)
     x = torch.randn(4, 8)
-    meter = pt.SavedTensorMeter(torch)
-    with meter.recording({w.untyped_storage().data_ptr()}):
-        y = torch.tanh(x @ w)                 # saves x (for dW) and tanh's output (for its backward)
-    assert meter.nbytes == 2 * 4 * 8 * 4
+    counter, sink = SavedActivationCounter(lin), [0]
+    with counter.counting(sink):
+        y = torch.tanh(lin(x))                # saves x (for dW) and tanh's output (for its backward)
+    assert sink[0] == 2 * 4 * 8 * 4
     y.sum().backward()
 
 
