@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 GIB = 1024 ** 3
 
