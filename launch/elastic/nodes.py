@@ -17,15 +17,14 @@ A bad inventory raises :class:`planner.errors.InputError` naming the file or com
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import yaml
 
 from planner.errors import InputError
+from planner.schema.base import parse_yaml
 
-from launch.elastic.sources import Availability
+from launch.elastic.sources import Availability, command_output
 from launch.inventory import Inventory, Node, inventory_from_data, load_inventory
 
 Nodes = tuple[Node, ...]
@@ -85,13 +84,8 @@ class CommandNodes:
     timeout_s: float = 10.0
 
     def poll(self, elapsed_s: float, iteration: int) -> Nodes:
-        out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s)
-        if out.returncode != 0:
-            raise InputError(f"exit status {out.returncode}: {out.stderr.strip()[:200]}", source=self.command)
-        try:
-            data = yaml.safe_load(out.stdout)
-        except yaml.YAMLError as exc:
-            raise InputError(f"cannot parse inventory ({str(exc).splitlines()[0]})", source=self.command) from None
+        # the inventory it prints is untrusted like an inventory file: the strict YAML reader (no aliases)
+        data = parse_yaml(command_output(self.command, self.timeout_s), self.command)
         return _inventory_data(data, self.command)
 
     def describe(self) -> str:

@@ -138,6 +138,15 @@ class FileSource:
         return f"file {self.path}"
 
 
+def command_output(command: str, timeout_s: float) -> str:
+    """Standard output of the operator's own ``--*-command`` (a command-line flag, run through the shell as
+    written; never a string from a file); a failure is one InputError naming the command."""
+    out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout_s)
+    if out.returncode != 0:
+        raise InputError(f"exit status {out.returncode}: {out.stderr.strip()[:200]}", source=command)
+    return out.stdout
+
+
 @dataclass(frozen=True)
 class CommandSource:
     """A shell command printing the availability."""
@@ -147,10 +156,7 @@ class CommandSource:
     timeout_s: float = 10.0
 
     def poll(self, elapsed_s: float, iteration: int) -> Availability:
-        out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s)
-        if out.returncode != 0:
-            raise InputError(f"exit status {out.returncode}: {out.stderr.strip()[:200]}", source=self.command)
-        return parse_availability(out.stdout, self.default_pool, self.command)
+        return parse_availability(command_output(self.command, self.timeout_s), self.default_pool, self.command)
 
     def describe(self) -> str:
         return f"command {self.command!r}"

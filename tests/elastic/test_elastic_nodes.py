@@ -237,3 +237,13 @@ def test_slurm_mode_submits_the_next_hetjob_and_stops_the_running_one(tmp_path: 
     (c.work / "job_1.log").write_text("error: rank 0: distributed failure: timeout\n")
     c._step()                                             # failed: resubmitted on the nodes present
     assert c.failures == 1 and c.job.index == 2 and (fake / "job_1003").exists()
+
+
+def test_nodes_command_output_is_read_like_an_inventory_file(tmp_path: Path) -> None:
+    """--nodes-command's output is untrusted like an inventory file: the strict YAML reader refuses aliases;
+    a failing command is one error naming it."""
+    (tmp_path / "inv.yaml").write_text("a: &x [1, 2]\nb: *x\n")
+    with pytest.raises(InputError, match="alias"):
+        CommandNodes(f"cat {tmp_path / 'inv.yaml'}").poll(0, 0)
+    with pytest.raises(InputError, match="exit status 3"):
+        CommandNodes("exit 3").poll(0, 0)
