@@ -6,7 +6,7 @@
 # 1. declares a small local "cluster": A100-40 x3 in zone local-a, RTX-3090 x2 in zone local-b (GPU types are
 #    labels on CPU); 2. gets a plan: by default the built-in heterogeneous plan below (uneven layers 2|4,
 #    replicas with TP 2 and TP 1, two zones, 5|3 micro-batches per pipeline; bf16, tied embeddings, full
-#    activation recomputation and
+#    activation recomputation, the distributed optimizer and
 #    Megatron's default dropout 0.1); PLAN_SOURCE=planner asks
 #    sailor-plan for the declared cluster instead (for this tiny model it sensibly picks fewer GPUs);
 # 3. builds the byte-level corpus; 4. trains under torchrun (gloo) with zone-hierarchical gradient sync.
@@ -120,7 +120,7 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
  "precision": "bf16", "tie_embeddings": true, "recompute_granularity": "full", "recompute_method": "uniform",
- "recompute_num_layers": 1,
+ "recompute_num_layers": 1, "distributed_optimizer": true,
  "microbatches_per_pipeline": [5, 3],
  "stages": [
   {"first_layer": 0, "num_layers": 2, "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "local-a"},
