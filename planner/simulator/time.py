@@ -93,8 +93,15 @@ def _ring_s(n: int, nbytes: float, link: Link) -> float:
     return F.ring_s(n, link.checked_time_s(nbytes / n))
 
 
+def sync_rule(plan: Plan, ctx: SimContext, s: int) -> str:
+    """The sync mode stage s is modelled with: the plan's ``grad_sync`` for that stage when it names one (the
+    runtime runs exactly that), else the preset's rule (``auto``: the faster of flat and hierarchical)."""
+    return plan.stages[s].grad_sync or ctx.settings.grad_sync
+
+
 def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -> SyncCost:
-    """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups)."""
+    """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups); the mode is
+    :func:`sync_rule`'s. One zone: both modes are the runtime's flat all-reduce."""
     reps = plan.stages[s].replicas
     d = len(reps)
     if d == 1:
@@ -115,7 +122,8 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     flat_t = _ring_s(d, grad_bytes, worst(ring_pairs))
     zone_list = sorted(zones)
     flat_bytes = _ring_cross_bytes(zone_list, d, full_bytes)
-    if len(zones) == 1 or ctx.settings.grad_sync == "flat":
+    rule = sync_rule(plan, ctx, s)
+    if len(zones) == 1 or rule == "flat":
         return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
     inner = 0.0
     for z in zone_list:
@@ -129,7 +137,7 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
                                                     for i in range(len(leaders))]))
     hier_t = inner + cross
     hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), full_bytes)
-    if ctx.settings.grad_sync == "auto" and flat_t < hier_t:
+    if rule == "auto" and flat_t < hier_t:
         return SyncCost(flat_t, flat_bytes, "flat")
     return SyncCost(hier_t, hier_bytes, "hierarchical")
 
