@@ -167,6 +167,12 @@ def update_s(update_s_per_param, params, dp, distributed: bool):
     return t / dp if distributed else t
 
 
+def ring_halves_s(n, grad_halves, grad_chunk_s, param_halves, param_chunk_s):
+    """Ring collectives of the distributed optimizer: each half is ``n - 1`` steps of one chunk; a ring
+    all-reduce of gradients is 2 gradient halves, reduce-scatter + all-gather is 1 gradient + 1 parameter half."""
+    return (n - 1) * (grad_halves * grad_chunk_s + param_halves * param_chunk_s)
+
+
 def ring_s(n, chunk_s):
     """Ring all-reduce over ``n`` members: 2 (n - 1) steps of one chunk (``chunk_s`` = one chunk's time)."""
     return 2 * (n - 1) * chunk_s

@@ -29,6 +29,8 @@ class RuntimeSettings:
     p2p_blocking: bool = False           # True: a stage's sends/receives sit on its critical path
     p2p_all_tp_ranks: bool = True        # True (ours): TP rank 0 sends the whole activation to every TP rank
                                          # of the next stage; False (DeepSpeed): each TP rank sends 1/TP of it
+    p2p_from_plan: bool = False          # True (ours): the plan's p2p_pattern decides (p2p_all_tp_ranks is
+                                         # then what the default pattern does, for the search)
     grad_sync: str = "auto"              # "flat" ring, "hierarchical" (zone-aware) or "auto" (the faster)
     dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
     per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
@@ -90,9 +92,11 @@ SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, d
                                    p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
                                    grad_sync="flat", grad_bucket_elems=500_000_000, activation_model="korthikanti",
                                    **{k: float(calibration()[k]) for k in _CALIBRATED_KEYS})
-# megatron-sailor sends each activation from TP rank 0 of the sender to every TP rank of the receiver
-# (megatron_sailor/runtime/p2p.py): one concurrent transfer per boundary, not one per TP rank.
-OURS = RuntimeSettings(p2p_all_tp_ranks=False)
+# megatron-sailor: the plan's p2p_pattern; its one pattern ("tp0-to-all", megatron_sailor/runtime/p2p.py) sends
+# the whole activation from TP rank 0 of the sender to each TP rank of the receiver: k = the receiver's TP
+# messages leave one rank. Dropout: the runtime's defaults (Megatron's --hidden-dropout / --attention-dropout
+# 0.1); their masks are kept for backward.
+OURS = RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, hidden_dropout=0.1, attention_dropout=0.1)
 PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
 
 

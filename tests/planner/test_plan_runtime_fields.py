@@ -92,3 +92,64 @@ def test_chosen_modes_are_the_auto_choice_and_writing_them_changes_nothing():
     single = plan(split=(2, 2), d=1, gbs=4)
     assert chosen_sync_modes(single, ctx) == (None, None)
     assert with_chosen_sync_modes(single, ctx) == single
+
+
+def test_tp0_to_all_sends_one_copy_per_receiving_tp_rank_through_the_sender_node():
+    """megatron-sailor: TP rank 0 of the sender sends the whole activation to each of the receiver's k TP ranks;
+    on a shared node-pair link (Sailor's fits) the k messages share it: k x bytes / bw."""
+    from planner.network import Link
+    from planner.simulator import SAILOR_DEEPSPEED
+    from planner.simulator.time import p2p_seconds
+    bw = 1e9
+    pl = plan(split=(2, 2), d=1, gbs=4, tps=[2])
+    for settings, k in ((OURS, 2), (SAILOR_DEEPSPEED, 1)):
+        ctx = ctx_with(settings)
+        ctx.network = ctx.network.with_class_links({"inter_node": Link(bw, 0.0, shared=True)})
+        nbytes = ctx.model.boundary_activation_bytes(1, 4)
+        assert p2p_seconds(pl, ctx, 0)[0] == pytest.approx(k * nbytes / bw, rel=1e-12)
+
+
+def test_cross_zone_p2p_bytes_count_every_copy_sent():
+    from tests.planner.test_simulator import costs
+    a = plan(tps=[1]).stages[0].replicas[0]
+    pl = Plan(num_layers=4, stages=(Stage(0, 2, (a,)), Stage(2, 2, (replace(a, tp=2, zone="z-b"),))),
+              micro_batch_size=1, global_batch_size=4)
+    ctx = ctx_with(OURS, entries=[costs(), costs(tp=2)])
+    est = simulate(pl, ctx)
+    nbytes = ctx.model.boundary_activation_bytes(1, 4)
+    # forward: 2 copies (receiver TP 2), backward: 1 copy (sender TP 1), 4 micro-batches
+    assert est.cross_zone_bytes_per_iteration == pytest.approx(4 * nbytes * (2 + 1))
+
+
+def test_distributed_optimizer_sync_is_reduce_scatter_plus_all_gather():
+    """fp32: the same bytes as an all-reduce; bf16: the all-gather moves 2-byte parameters, so less time."""
+    from planner.network import Link
+    for precision in ("fp32", "bf16"):
+        base = plan(split=(4,), d=4, gbs=8, zones=ZONES, precision=precision)
+        dist = replace(base, distributed_optimizer=True)
+        ctx = ctx_with(OURS)
+        ctx.network = ctx.network.with_class_links({"inter_node": Link(1e9, 0.0), "cross_zone": Link(5e8, 0.0)})
+        for mode in ("flat", "hierarchical"):
+            pb = replace(base, stages=(replace(base.stages[0], grad_sync=mode),))
+            pd = replace(dist, stages=(replace(dist.stages[0], grad_sync=mode),))
+            a, b = simulate(pb, ctx), simulate(pd, ctx)
+            if precision == "fp32":
+                assert b.sync_s == pytest.approx(a.sync_s, rel=1e-12)
+                assert b.cross_zone_bytes_per_iteration == pytest.approx(a.cross_zone_bytes_per_iteration)
+            else:
+                assert b.sync_s < a.sync_s
+                assert b.cross_zone_bytes_per_iteration < a.cross_zone_bytes_per_iteration
+
+
+def test_distributed_optimizer_flat_time_hand_computed():
+    from planner.network import Link
+    pl = plan(split=(4,), d=4, gbs=8, precision="bf16", distributed_optimizer=True)
+    ctx = ctx_with(OURS)
+    ctx.network = ctx.network.with_class_links({"inter_node": Link(1e9, 0.0)})
+    est = simulate(pl, ctx)
+    params = simulate(replace(pl, distributed_optimizer=False), ctx).stages[0]
+    from planner.simulator.stage import all_replica_costs
+    p = all_replica_costs(pl, ctx)[0][0].params
+    expected = 3 * (4.0 * p / 4 / 1e9) + 3 * (2.0 * p / 4 / 1e9)     # (n-1) steps of grad + param chunks
+    assert est.stages[0].sync_s == pytest.approx(expected, rel=1e-12)
+    assert params.sync_s == pytest.approx(2 * 3 * (4.0 * p / 4 / 1e9), rel=1e-12)
