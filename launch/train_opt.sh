@@ -62,6 +62,7 @@ if [[ $SLURM == 1 ]]; then
 fi
 OUT=${OUT:-runs/train_opt}
 ITERS=${ITERS:-40}
+GRAD_SYNC_FLAG=(); [[ -n "${GRAD_SYNC:-}" ]] && GRAD_SYNC_FLAG=(--grad-sync "$GRAD_SYNC")  # else the plan's, or hierarchical
 GRAD_SYNC=${GRAD_SYNC:-hierarchical}
 PLAN_SOURCE=${PLAN_SOURCE:-builtin}
 ZONE_LATENCY_S=${ZONE_LATENCY_S:-0.002}
@@ -151,7 +152,7 @@ fi
 # Megatron-LM's arguments: cosine schedule with warm-up, validation loss every 10 iterations on 2 global batches
 TRAIN_ARGS=("${MODEL_ARGS[@]}" "${TOKENIZER_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --min-lr 3e-4
             --lr-decay-style cosine --lr-warmup-iters 4 --adam-beta2 0.95 --seed 1234 --data-path "$DATA_PATH"
-            --eval-interval 10 --eval-iters 2 --grad-sync "$GRAD_SYNC" --metrics-file "$OUT/metrics.jsonl"
+            --eval-interval 10 --eval-iters 2 "${GRAD_SYNC_FLAG[@]}" --metrics-file "$OUT/metrics.jsonl"
             --log-interval 5 "${EXTRA[@]}")
 filter_warnings() { grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2; }
 

@@ -108,7 +108,7 @@ class DistributedOptimizer:
         self.fp32_grads = Fp32Grads(model) if self.dtype != torch.float32 else None
         syncs = ((GradSync.for_stage(model, layout, groups), True),
                  (GradSync.for_tied_embedding(model, layout, groups), False))
-        self.units = [_Unit(sync, shard, ShardComm(shard.groups, groups.sync_mode, layout, groups.rank, emulation),
+        self.units = [_Unit(sync, shard, ShardComm(shard.groups, shard.groups.mode, layout, groups.rank, emulation),
                             stage_sync)
                       for sync, stage_sync in syncs for shard in sync.shards]
         # fp32 main weights of the owned segments (16-bit models); fp32 models pack theirs every step
