@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 NPROC = 4
 WARMUP_ITERS = 5
-BLOCKS = 6
-ITERS_PER_BLOCK = 10
+BLOCKS = 20
+ITERS_PER_BLOCK = 5
 VARIANTS = (("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True))   # (precision, distributed optimizer)
 _CUDA_FACTORY_MODULES = ("megatron.core.optimizer", "megatron.core.optimizer.optimizer",
                          "megatron.core.optimizer.distrib_optimizer", "megatron.core.optimizer.clip_grads",
