@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from planner.progress import status  # noqa: E402
 from tests.test_readme import RUN_BLOCKS, default_jobs, run_readme  # noqa: E402
 
 
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    outcomes = run_readme(root, jobs)
+    with status(f"running {len(RUN_BLOCKS)} README commands, {jobs} block(s) at a time"):
+        outcomes = run_readme(root, jobs)
     wall_s = time.perf_counter() - start
     load_after = os.getloadavg()[0]
     print(f"{'block':>5} {'wall s':>7} {'CPU s':>7} {'exit':>4}  command")
