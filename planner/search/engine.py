@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
+from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, level_periods, pool_model, score_batch
@@ -77,6 +78,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         stats.tasks += len(tasks)
         _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
                None if progress is None else (lambda i, n: progress(i, n, time.perf_counter() - t0)))
+    search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats)
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
     found = best.sorted()
     if verify:

@@ -101,6 +101,15 @@ class Tables:
             self._arr[key] = arr
         return self._arr[key]
 
+    def raw_arrays(self, g: str, tp: int, mbs: int, counts: np.ndarray, recompute: bool) -> StageArrays:
+        """Stage arrays of splits ``counts`` on (g, tp, mbs), kept even where no split fits (chain plans fit
+        per stage)."""
+        key = ("raw", g, tp, mbs, counts.tobytes(), counts.shape, recompute)
+        if key not in self._arr:
+            self._arr[key] = stage_arrays(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
+                                          self.space.optimizer, recompute)
+        return self._arr[key]
+
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:
         """[K] splits of the task where every used type fits. With recomputation, splits that also fit
         without it are dropped when the objective is monotone in compute (``dp_sync_waits_for_all``):
