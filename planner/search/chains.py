@@ -336,3 +336,33 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
                 cost_usd=float(cost[i]), gpus=int(gpus[i]), precision=space.precision,
                 optimizer=space.optimizer, recompute=rc,
                 chain=tuple(grp.names[g] for g in sc.gs[c])))
+
+
+def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+                chain: tuple[tuple[str, str, int], ...], pipelines: int, mbs: int, gbs: int,
+                recompute: bool = False) -> Candidate | None:
+    """The search's score of one chain plan (``chain``: (type, zone, tp) per stage, ``pipelines`` = D), as
+    :func:`search_chains` computes it; None when a stage does not fit or the pools lack room for D."""
+    options = {g: [(mbs, tp)] for g, _, tp in chain}
+    options = {g: sorted({(mbs, tp) for g2, _, tp in chain if g2 == g}) for g in options}
+    grp = chain_groups(cluster, options, mbs, ctx)
+    s_num, n_mb = len(chain), gbs // mbs
+    q, r = divmod(ctx.model.num_layers, s_num)
+    counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+    tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
+                     tables.space.precision)
+    gs = np.array([[grp.names.index(c) for c in chain]], dtype=np.int64)
+    if not tab.fits[gs[0], np.arange(s_num)].all():
+        return None
+    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    if sc.d_max[0] < pipelines:
+        return None
+    for d, _, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False):
+        if d == pipelines:
+            q2, r2 = divmod(n_mb, d)
+            return Candidate(key=float(keys[0]), num_stages=s_num, mbs=mbs,
+                             layers_per_stage=tuple(int(x) for x in counts[0]), pools=(),
+                             microbatches=tuple([q2 + 1] * r2 + [q2] * (d - r2)), iteration_s=float(it[0]),
+                             cost_usd=float(cost[0]), gpus=int(gpus[0]), precision=tables.space.precision,
+                             optimizer=tables.space.optimizer, recompute=recompute, chain=tuple(chain))
+    return None
