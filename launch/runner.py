@@ -6,8 +6,10 @@ names the node and nothing is launched. If one node's torchrun fails, the others
 Every command's stderr passes through :class:`StderrRelay`: lines are forwarded as they come, except that a
 ``Traceback`` block is held back; if a worker printed an ``error: ...`` line (our one-line contract, exit
 status 2) and its torchrun failed, the held-back torchrun traceback (ChildFailedError) is dropped, the
-worker's line is printed last and the status is 2. ``python -m launch.runner -- CMD ...`` applies the same
-to one local command (used by launch/train_opt.sh).
+worker's line is printed last and the status is 2. ``python -m launch.runner [--status LABEL]
+[--drop-torchrun-warnings] -- CMD ...`` applies the same to one local command (used by launch/train_opt.sh):
+``--status`` shows a start-up spinner on a terminal until CMD's first output (launch.startup),
+``--drop-torchrun-warnings`` leaves out torchrun's own warning lines.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import IO, Callable, Sequence
 
 from planner.errors import InputError
 from launch.inventory import is_loopback
+from launch.startup import StartupStatus, is_torchrun_noise, relay_stdout
 from launch.torchrun_cmds import NodeCommand
 
 logger = logging.getLogger(__name__)
@@ -58,8 +61,11 @@ def process_argv(cmd: NodeCommand, workdir: str,
 class StderrRelay:
     """Forward a child's stderr line by line, holding back traceback blocks; remember worker error lines."""
 
-    def __init__(self, stream: IO[str], out: IO[str] | None = None) -> None:
+    def __init__(self, stream: IO[str], out: IO[str] | None = None, drop_noise: bool = False,
+                 on_line: Callable[[], None] | None = None) -> None:
+        """``drop_noise``: leave out torchrun's warning lines; ``on_line``: called before a line is written."""
         self.out = out or sys.stderr
+        self.drop_noise, self.on_line = drop_noise, on_line
         self.error_line: str | None = None
         self.held: list[str] = []
         self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
@@ -74,6 +80,10 @@ class StderrRelay:
             if self.held or text.startswith("Traceback (most recent call last)"):
                 self.held.append(line)
                 continue
+            if self.drop_noise and is_torchrun_noise(text):
+                continue
+            if self.on_line is not None:
+                self.on_line()
             self.out.write(line)
             self.out.flush()
 
@@ -133,21 +143,45 @@ def run_commands(commands: Sequence[NodeCommand], workdir: str | None = None, po
     return 2 if code and 2 in results else code
 
 
+def _options(args: list[str]) -> tuple[str | None, bool, list[str]]:
+    """(status label, drop torchrun warnings, command) of ``[--status L] [--drop-torchrun-warnings] -- CMD``."""
+    label, drop = None, False
+    while args and args[0] != "--":
+        if args[0] == "--status" and len(args) >= 2:
+            label, args = args[1], args[2:]
+        elif args[0] == "--drop-torchrun-warnings":
+            drop, args = True, args[1:]
+        else:
+            break
+    return label, drop, args[1:] if args[:1] == ["--"] else args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m launch.runner -- CMD ...``: run CMD here with the stderr contract above."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--"]:
-        args = args[1:]
+    """``python -m launch.runner [--status LABEL] [--drop-torchrun-warnings] -- CMD ...``: run CMD here with
+    the stderr contract above."""
+    label, drop, args = _options(list(sys.argv[1:] if argv is None else argv))
     if not args:
-        print("error: python -m launch.runner -- CMD ...: no command given", file=sys.stderr)
+        print("error: python -m launch.runner [--status LABEL] [--drop-torchrun-warnings] -- CMD ...: "
+              "no command given", file=sys.stderr)
         return 2
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, errors="replace")
-    relay = StderrRelay(proc.stderr)
+    status = StartupStatus(label or "")
+    show = label is not None and status.enabled
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"} if show else None
+    if show:
+        status.start()        # before the relays: their first line stops it
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE if show else None, stderr=subprocess.PIPE, text=True,
+                            errors="replace", env=env)
+    relay = StderrRelay(proc.stderr, drop_noise=drop, on_line=status.done if show else None)
+    out_thread = relay_stdout(proc.stdout, status) if show else None
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
         code = proc.wait()
+    finally:
+        if out_thread is not None:
+            out_thread.join(timeout=10.0)
+        status.done()
     return relay.finish(code)
 
 

@@ -177,8 +177,10 @@ else
        --emulate-cross-zone-latency-s "$ZONE_LATENCY_S" --emulate-cross-zone-gbps "$ZONE_GBPS")
   if [[ $DRY_RUN == 1 ]]; then echo "${CMD[*]}"; exit 0; fi
   echo "training on $NPROC CPU ranks (gloo), grad sync: $GRAD_SYNC, emulated cross-zone link: ${ZONE_LATENCY_S} s + ${ZONE_GBPS} Gbit/s"
-  # launch.runner: a worker's "error: ..." line comes last (not torchrun's ChildFailedError) and the status is 2
-  python -m launch.runner -- "${CMD[@]}" 2> >(filter_warnings)
+  # launch.runner: a worker's "error: ..." line comes last (not torchrun's ChildFailedError) and the status is 2;
+  # on a terminal a spinner shows until the first output (imports, rendezvous, process groups take seconds)
+  python -m launch.runner --status "starting $NPROC ranks (torch imports, rendezvous, process groups)" \
+      --drop-torchrun-warnings -- "${CMD[@]}"
 fi
 python - "$OUT/metrics.jsonl" <<'PY'
 import json, statistics, sys

@@ -1,13 +1,20 @@
-"""Draw the cost / throughput frontier (matplotlib, optional extra ``[plot]``)."""
+"""Draw the cost / throughput frontier (matplotlib, optional extra ``[plot]``); a spinner on a terminal while
+it draws (planner.progress)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from planner.frontier import Frontier
+from planner.progress import status
 from planner.simulator.timeline_plot import require_matplotlib
 
 
 def draw_frontier(fr: Frontier, path: str | Path, title: str = "") -> None:
+    with status(f"drawing {path}"):
+        _draw(fr, path, title)
+
+
+def _draw(fr: Frontier, path: str | Path, title: str) -> None:
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(10, 6.5))
     others = [p for p in fr.points if not p.on_front]

@@ -14,8 +14,8 @@ JSON form (``schema_version`` 1)::
     {"schema_version": 1, "model": "opt-350m", "num_layers": 24,
      "micro_batch_size": 8, "global_batch_size": 1024, "precision": "fp32", "optimizer": "adamw",
      "recompute_activations": false, "distributed_optimizer": false, "tie_embeddings": false,
-     "microbatches_per_pipeline": null,
-     "stages": [{"first_layer": 0, "num_layers": 11,
+     "microbatches_per_pipeline": null, "p2p_pattern": "tp0-to-all",
+     "stages": [{"first_layer": 0, "num_layers": 11, "grad_sync": "hierarchical",
                  "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "us-central1-a"}, ...]}, ...]}
 
 ``recompute_granularity`` (optional: null, "full" or "selective"), ``recompute_method`` ("uniform" or "block",
@@ -24,6 +24,17 @@ full only) and ``recompute_num_layers`` (>= 1, full only): megatron-core's activ
 
 ``tie_embeddings`` (optional, default false): the LM head reuses the input word embedding; with several
 stages the first and last stage each hold a copy and sum its gradient (Megatron's embedding group).
+
+``stages[s].grad_sync`` (optional): how stage ``s`` reduces its gradients across its replicas, ``"flat"`` (one
+all-reduce over every replica) or ``"hierarchical"`` (reduce inside each zone, all-reduce among zone leaders,
+broadcast back). ``null`` (the default, and every older plan): the runtime's ``--grad-sync`` flag decides
+(default ``hierarchical``) and the simulator uses its preset's rule (``auto``: the faster of the two, what
+``sailor-plan`` writes into the plans it returns, see :func:`planner.simulator.chosen_sync_modes`). Inside one
+zone both modes are the same flat all-reduce.
+
+``p2p_pattern`` (optional, default ``"tp0-to-all"``): who sends a stage boundary's activation (and, backwards,
+its gradient). ``"tp0-to-all"``: TP rank 0 of the sending replica sends the whole tensor to every TP rank of
+the receiving replica (``megatron_sailor/runtime/p2p.py``); it is the one pattern the runtime implements.
 
 Unknown keys are rejected; every error names the field and the value.
 """
@@ -39,6 +50,9 @@ from planner.errors import InputError, check_keys
 SCHEMA_VERSION = 1
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 OPTIMIZERS = ("adamw", "adam", "sgd")
+GRAD_SYNC_MODES = ("flat", "hierarchical")     # a stage's gradient reduction; None: the runtime's flag decides
+P2P_PATTERNS = ("tp0-to-all",)                 # who sends a boundary's activation (see the module docstring)
+DEFAULT_P2P_PATTERN = "tp0-to-all"
 
 
 def _require_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -83,12 +97,15 @@ class Stage:
     first_layer: int
     num_layers: int
     replicas: tuple[Replica, ...]
+    grad_sync: str | None = None      # "flat" | "hierarchical" | None (the runtime's --grad-sync decides)
 
     def __post_init__(self) -> None:
         _require_int(self.first_layer, "first_layer", 0)
         _require_int(self.num_layers, "num_layers", 0)
         if not isinstance(self.replicas, tuple) or not self.replicas:
             raise InputError(f"field 'replicas' must be a non-empty list, got {self.replicas!r}")
+        if self.grad_sync is not None and self.grad_sync not in GRAD_SYNC_MODES:
+            raise InputError(f"field 'grad_sync' must be null, 'flat' or 'hierarchical', got {self.grad_sync!r}")
 
     @property
     def layer_end(self) -> int:
@@ -100,7 +117,7 @@ class Stage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"first_layer": self.first_layer, "num_layers": self.num_layers,
-                "replicas": [r.to_dict() for r in self.replicas]}
+                "replicas": [r.to_dict() for r in self.replicas], "grad_sync": self.grad_sync}
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,7 @@ class Plan:
     recompute_num_layers: int | None = None
     microbatches_per_pipeline: tuple[int, ...] | None = None
     model: str | None = None
+    p2p_pattern: str = DEFAULT_P2P_PATTERN
     schema_version: int = SCHEMA_VERSION
     _counts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -138,6 +156,8 @@ class Plan:
             if not isinstance(getattr(self, flag), bool):
                 raise InputError(f"field '{flag}' must be true or false, got {getattr(self, flag)!r}")
         self._check_recompute()
+        if self.p2p_pattern not in P2P_PATTERNS:
+            raise InputError(f"field 'p2p_pattern' must be one of {list(P2P_PATTERNS)}, got {self.p2p_pattern!r}")
         if not isinstance(self.stages, tuple) or not self.stages:
             raise InputError(f"field 'stages' must be a non-empty list, got {self.stages!r}")
         self._check_layers()
@@ -266,6 +286,7 @@ class Plan:
             "recompute_granularity": self.recompute_granularity,
             "recompute_method": self.recompute_method,
             "recompute_num_layers": self.recompute_num_layers,
+            "p2p_pattern": self.p2p_pattern,
             "microbatches_per_pipeline": (list(self.microbatches_per_pipeline)
                                           if self.microbatches_per_pipeline is not None else None),
             "stages": [s.to_dict() for s in self.stages],
@@ -313,12 +334,14 @@ class Plan:
 
 _PLAN_KEYS = {"schema_version", "model", "num_layers", "micro_batch_size", "global_batch_size", "precision",
               "optimizer", "recompute_activations", "distributed_optimizer", "microbatches_per_pipeline",
-              "stages", "tie_embeddings", "recompute_granularity", "recompute_method", "recompute_num_layers"}
+              "stages", "tie_embeddings", "recompute_granularity", "recompute_method", "recompute_num_layers",
+              "p2p_pattern"}
 
 
 def _stage_from_dict(data: Any, index: int) -> Stage:
     where = f"stages[{index}]"
-    check_keys(data, {"first_layer", "num_layers", "replicas"}, {"first_layer", "num_layers", "replicas"}, where)
+    check_keys(data, {"first_layer", "num_layers", "replicas", "grad_sync"}, {"first_layer", "num_layers", "replicas"},
+               where)
     reps = data["replicas"]
     if not isinstance(reps, list) or not reps:
         raise InputError(f"{where}.replicas must be a non-empty list, got {reps!r}")
@@ -331,7 +354,8 @@ def _stage_from_dict(data: Any, index: int) -> Stage:
         except InputError as exc:
             raise InputError(f"{rw}: {exc}") from None
     try:
-        return Stage(first_layer=data["first_layer"], num_layers=data["num_layers"], replicas=tuple(replicas))
+        return Stage(first_layer=data["first_layer"], num_layers=data["num_layers"], replicas=tuple(replicas),
+                     grad_sync=data.get("grad_sync"))
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
 

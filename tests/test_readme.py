@@ -5,14 +5,22 @@ Rules (README.md says so too):
 - ``pip install ...`` is checked, not run (no network in CI): every extra it names exists in setup.py;
 - ``python -m pytest ...`` is checked, not run (this test is part of that suite): CI runs the same commands;
 - console scripts (``sailor-sim`` ...) run this checkout's code through shims built from setup.py;
-- the copy holds the tracked and untracked-but-not-ignored files, with ``../shared`` linked next to it, so
-  commands that write ``runs/...`` never touch the working tree.
-The fast tests check the parsing and that every file a command names exists; the slow test runs them all.
+- each ```bash block runs, its commands in order, in its own fresh copy of the repository (tracked and
+  untracked-but-not-ignored files, ``../shared`` linked next to it), so commands that write ``runs/...`` never
+  touch the working tree and every block runs on its own, as a reader may start at any section;
+- blocks run side by side, ``README_TEST_JOBS`` at a time (default: 2, or 1 on a 1-core machine), each with
+  its own ``PET_MASTER_PORT`` (torchrun's environment default for ``--master-port``) so two torchruns never
+  share a port; the commands themselves are unchanged.
+The fast tests check the parsing and that every file a command names exists; the slow test runs them all
+and fails for each command that exits non-zero. ``benchmarks/readme_commands.py`` prints how long each takes.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 import shlex
 import shutil
 import subprocess
@@ -21,15 +29,18 @@ from pathlib import Path
 
 import pytest
 
+from planner.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 TEST_ARGS = re.compile(r"\s+#\s*README test:\s*(?P<args>.*)$")
 
 
-def readme_commands(text: str) -> list[str]:
-    """Logical commands of the ```bash blocks: continuation lines joined, comment-only lines dropped."""
-    commands: list[str] = []
+def readme_blocks(text: str) -> list[list[str]]:
+    """Logical commands of each ```bash block: continuation lines joined, comment-only lines dropped."""
+    blocks: list[list[str]] = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        commands: list[str] = []
         current = ""
         for line in block.splitlines():
             if not current and (not line.strip() or line.lstrip().startswith("#")):
@@ -39,7 +50,12 @@ def readme_commands(text: str) -> list[str]:
                 continue
             commands.append((current + line.strip()).strip())
             current = ""
-    return commands
+        blocks.append(commands)
+    return blocks
+
+
+def readme_commands(text: str) -> list[str]:
+    return [c for block in readme_blocks(text) for c in block]
 
 
 def runnable(command: str) -> str:
@@ -68,6 +84,9 @@ def _to_run(command: str) -> str | None:
 
 
 RUN = [c for c in map(_to_run, COMMANDS) if c is not None]
+# (block number, command) of every command the slow test runs, in README order
+RUN_BLOCKS = [(b, c) for b, block in enumerate(readme_blocks(README.read_text(encoding="utf-8")))
+              for c in map(_to_run, block) if c is not None]
 
 
 def _console_scripts() -> dict[str, str]:
@@ -79,6 +98,7 @@ def test_readme_has_the_expected_blocks() -> None:
     assert len(RUN) >= 25 and not any(_kind(p) != "run" for c in RUN for p in c.split("&&")), RUN
     assert any("from-hf" in c for c in COMMANDS) and any("--sailor-plan" in c for c in COMMANDS)
     assert runnable("bash x.sh     # README test: --iters 6") == "bash x.sh --iters 6"
+    assert [c for _, c in RUN_BLOCKS] == RUN and len({b for b, _ in RUN_BLOCKS}) >= 5
 
 
 def test_every_file_a_command_names_exists() -> None:
@@ -101,9 +121,9 @@ def test_pip_and_pytest_lines_match_setup_and_ci() -> None:
                 assert "pytest" in ci and ("-m slow" in ci) == ("-m slow" in part or "-m slow" in ci), part
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    root = tmp_path_factory.mktemp("readme")
+def make_sandbox(root: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the repository under ``root/repo`` (``../shared`` linked next to it), console-script shims
+    running that copy's code, and the environment the commands run with."""
     repo = root / "repo"
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, check=True).stdout.decode().split("\0")
@@ -128,16 +148,64 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     torchrun.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m torch.distributed.run \"$@\"\n")
     torchrun.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", PYTHONPATH=str(repo),
-               OMP_NUM_THREADS="1", MPLBACKEND="Agg", WANDB_MODE="offline")
+               OMP_NUM_THREADS="1", MPLBACKEND="Agg", WANDB_MODE="offline", PET_MASTER_PORT=str(free_port()))
     return repo, env
+
+
+@dataclass(frozen=True)
+class Outcome:
+    command: str
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+def run_block(commands: list[str], root: Path, timeout_s: float = 900.0) -> list[Outcome]:
+    """Run one block's commands in order in a fresh sandbox under ``root`` (every command runs, even after
+    one failed, so each is reported)."""
+    repo, env = make_sandbox(root)
+    out = []
+    for command in commands:
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(["bash", "-o", "pipefail", "-c", runnable(command)], cwd=repo, env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+            result = (proc.returncode, proc.stdout, proc.stderr)
+        except subprocess.TimeoutExpired as exc:
+            result = (124, str(exc.stdout or ""), f"timed out after {timeout_s:.0f} s")
+        out.append(Outcome(command, *result, wall_s=time.perf_counter() - start))
+    return out
+
+
+def default_jobs() -> int:
+    value = os.environ.get("README_TEST_JOBS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"README_TEST_JOBS must be a positive integer, got {value!r}")
+        return int(value)
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def run_readme(root: Path, jobs: int) -> list[Outcome]:
+    """Every runnable README command (the order of ``RUN``), blocks ``jobs`` at a time."""
+    blocks: dict[int, list[str]] = {}
+    for b, command in RUN_BLOCKS:
+        blocks.setdefault(b, []).append(command)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_block, cmds, root / f"block{b}") for b, cmds in blocks.items()]
+        return [o for f in futures for o in f.result()]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
+    return run_readme(tmp_path_factory.mktemp("readme"), default_jobs())
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("index", range(len(RUN)), ids=[c[:60] for c in RUN])
-def test_readme_command_runs(index: int, sandbox: tuple[Path, dict[str, str]]) -> None:
-    command = RUN[index]
-    repo, env = sandbox
-    proc = subprocess.run(["bash", "-o", "pipefail", "-c", runnable(command)], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{command}\nexit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+def test_readme_command_runs(index: int, outcomes: list[Outcome]) -> None:
+    o = outcomes[index]
+    assert o.command == RUN[index]
+    assert o.returncode == 0, f"{o.command}\nexit {o.returncode}\n{o.stdout[-2000:]}\n{o.stderr[-3000:]}"

@@ -1,12 +1,16 @@
 """``python -m megatron_sailor.convert``: Hugging Face OPT / GPT-2 checkpoints in and out.
 
     python -m megatron_sailor.convert from-hf HF_DIR --out CKPT [--seq-length N] [--make-vocab-size-divisible-by D]
+                                              [--untie-embeddings-and-output-weights]
     python -m megatron_sailor.convert to-hf CKPT --out HF_DIR [--arch gpt2|opt]
 
 ``from-hf`` reads ``config.json`` and ``model.safetensors`` (or a sharded ``model.safetensors.index.json``, or
 ``pytorch_model.bin`` with ``torch.load(weights_only=True)``), writes CKPT as a ``--load``-able checkpoint
 folder (iteration 0, fresh optimizer) plus ``CKPT/hf_config.json``, ``CKPT/hf_extra.safetensors`` and the
-tokenizer files under ``CKPT/hf_tokenizer/``, and prints the training arguments that match it. ``to-hf``
+tokenizer files under ``CKPT/hf_tokenizer/``, and prints the training arguments that match it. A model
+that ties its LM head to the word embedding (GPT-2 and OPT do by default) gives a tied checkpoint: train
+it under a plan with ``"tie_embeddings": true`` (a Sailor plan_config ties unless
+``--untie-embeddings-and-output-weights``); ``--untie-embeddings-and-output-weights`` converts it untied. ``to-hf``
 converts the newest verified checkpoint in CKPT (a converted one or one written by training) into a
 Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files). Bad input: one
 ``error: ...`` line, exit 2, nothing written. Needs the ``hf`` extra (safetensors; transformers only to
@@ -19,6 +23,7 @@ import json
 import shlex
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +85,9 @@ def _copy_tokenizer(src: Path, dst: Path) -> list[str]:
     return found
 
 
-def from_hf(src: Path, out: Path, seq_length: int | None, divisible_by: int) -> list[str]:
-    """Convert; returns the training arguments that describe the model."""
+def from_hf(src: Path, out: Path, seq_length: int | None, divisible_by: int, untie: bool = False
+            ) -> tuple[list[str], bool]:
+    """Convert; returns (the training arguments that describe the model, whether it is tied)."""
     from planner.model import ModelSpec
     from megatron_sailor.convert.hf_maps import arch_of, dims_of, from_hf as convert
     from megatron_sailor.train.checkpoint import CheckpointError, list_checkpoints, write_full_checkpoint
@@ -91,7 +97,8 @@ def from_hf(src: Path, out: Path, seq_length: int | None, divisible_by: int) -> 
     arch = arch_of(config)
     dims = dims_of(arch, config, seq_length)
     spec = ModelSpec(name=f"hf-{arch}", make_vocab_size_divisible_by=divisible_by, **dims)
-    conv = convert(arch, config, sd, spec.padded_vocab_size, seq_length)
+    conv = convert(arch, config, sd, spec.padded_vocab_size, seq_length, untie=untie)
+    spec = replace(spec, tied_embeddings=conv.tied)
     try:
         write_full_checkpoint(str(out), spec, conv.params, meta_extra={"hf_arch": arch, "hf_source": str(src)})
     except CheckpointError as exc:
@@ -105,9 +112,11 @@ def from_hf(src: Path, out: Path, seq_length: int | None, divisible_by: int) -> 
             "--make-vocab-size-divisible-by", divisible_by]
     if dims["activation"] != "gelu":
         args += ["--activation", dims["activation"]]
+    if not conv.tied:
+        args += ["--untie-embeddings-and-output-weights"]
     if "tokenizer.json" in tok:
         args += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(out / "hf_tokenizer")]
-    return [str(a) for a in args] + ["--load", str(out)]
+    return [str(a) for a in args] + ["--load", str(out)], conv.tied
 
 
 def to_hf(ckpt: Path, out: Path, arch: str | None) -> Path:
@@ -135,7 +144,8 @@ def to_hf(ckpt: Path, out: Path, arch: str | None) -> Path:
     extra = _safetensors().load_file(str(extra_path)) if extra_path.is_file() else {}
     dims = {k: v for k, v in spec.to_dict().items()}
     dims.setdefault("activation", "gelu")
-    sd, tied = convert(arch, dims, params, extra)
+    tied = spec.tied_embeddings
+    sd = convert(arch, dims, params, extra, tied)
     out.mkdir(parents=True, exist_ok=True)
     _safetensors().save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"),
                              metadata={"format": "pt"})
@@ -155,6 +165,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seq-length", type=int, default=None, help="training sequence length (default: max positions)")
     a.add_argument("--make-vocab-size-divisible-by", type=int, default=128,
                    help="pad the vocabulary as the training run will (1: no padding, logits equal HF's)")
+    a.add_argument("--untie-embeddings-and-output-weights", action="store_true",
+                   help="an untied LM head (initialised with the word embedding) even when the model ties them")
     b = sub.add_parser("to-hf", help="checkpoint folder -> Hugging Face folder")
     b.add_argument("ckpt", help="checkpoint folder (--save of a run, or from-hf's --out)")
     b.add_argument("--out", required=True, help="new Hugging Face model folder")
@@ -168,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "from-hf":
             if args.make_vocab_size_divisible_by < 1 or (args.seq_length is not None and args.seq_length < 1):
                 raise InputError("--make-vocab-size-divisible-by and --seq-length must be >= 1")
-            train_args = from_hf(Path(args.src), Path(args.out), args.seq_length, args.make_vocab_size_divisible_by)
-            print(f"wrote checkpoint folder {args.out} (iteration 0) from {args.src}")
+            train_args, tied = from_hf(Path(args.src), Path(args.out), args.seq_length,
+                                       args.make_vocab_size_divisible_by, args.untie_embeddings_and_output_weights)
+            print(f"wrote checkpoint folder {args.out} (iteration 0) from {args.src}, "
+                  + ("tied embeddings: train under a plan with \"tie_embeddings\": true" if tied
+                     else "untied LM head"))
             print("train with: " + shlex.join(train_args))
         else:
             used = to_hf(Path(args.ckpt), Path(args.out), args.arch)

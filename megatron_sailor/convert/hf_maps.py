@@ -7,13 +7,18 @@ model that have no place in ours (OPT's two unused position rows) so a round tri
 :func:`to_hf` is its inverse. Layout facts (re-derived from the two libraries' documented module layouts): GPT-2's ``Conv1D`` weights
 are ``[in, out]`` (transposed against ``nn.Linear``); megatron's fused QKV weight interleaves per attention
 head ``[q_h; k_h; v_h]`` while GPT-2 concatenates ``[Q; K; V]`` and OPT keeps three matrices; OPT's learned
-positions are offset by 2 rows. The word embedding is padded with zero rows to the padded vocabulary and
-copied into the (untied) output layer: the runtime has no tied embeddings, so the copies can drift apart
-in training; :func:`to_hf` writes a tied model while they are bitwise equal, an untied one otherwise.
-Unsupported variants are one-line :class:`InputError` s.
+positions are offset by 2 rows. The word embedding is padded with zero rows to the padded vocabulary.
+Tied embeddings follow transformers' rule (:func:`hf_ties`: the config's ``tie_word_embeddings``, true by
+default for GPT-2 and OPT): a tied model converts to a tied checkpoint (``tied_embeddings``; the plan's
+``tie_embeddings`` must be true) whose ``output_layer.weight`` entry is the copy a several-stage plan's
+last stage holds (equal to the word embedding); ``untie=True`` gives an untied head initialised with the
+embedding. :func:`to_hf` writes a tied model exactly when the checkpoint's model is tied. Unsupported
+variants (OPT-350m's post-LayerNorm layers and projected embeddings among them) are one-line
+:class:`InputError` s.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +38,7 @@ class Converted:
     dims: dict[str, Any]                  # ModelSpec fields
     params: dict[str, torch.Tensor]       # our global names -> full tensors
     extra: dict[str, torch.Tensor]        # Hugging Face tensors with no place in our model
+    tied: bool = False                    # the checkpoint's model ties the LM head to the word embedding
 
 
 def arch_of(config: dict[str, Any]) -> str:
@@ -63,11 +69,7 @@ def dims_of(arch: str, c: dict[str, Any], seq_length: int | None) -> dict[str, A
                 raise InputError(f"config.json: {key} = true is not supported")
     else:
         h = _need(c, "hidden_size")
-        if not c.get("do_layer_norm_before", True) or c.get("word_embed_proj_dim", h) != h \
-                or c.get("_remove_final_layer_norm") or not c.get("enable_bias", True) \
-                or not c.get("layer_norm_elementwise_affine", True):
-            raise InputError("config.json: only pre-LayerNorm OPT with biases, affine norms and "
-                             "word_embed_proj_dim == hidden_size is supported (e.g. not OPT-350m)")
+        _check_opt_variant(c, h)
         d = dict(num_layers=_need(c, "num_hidden_layers"), hidden_size=h, num_heads=_need(c, "num_attention_heads"),
                  ffn_hidden_size=_need(c, "ffn_dim"), max_position_embeddings=_need(c, "max_position_embeddings"),
                  vocab_size=_need(c, "vocab_size"))
@@ -77,6 +79,32 @@ def dims_of(arch: str, c: dict[str, Any], seq_length: int | None) -> dict[str, A
     d["seq_length"] = seq_length or d["max_position_embeddings"]
     d["activation"] = _HF_ACT[act]
     return d
+
+
+def _check_opt_variant(c: dict[str, Any], hidden: int) -> None:
+    """OPT variants the runtime's pre-LayerNorm GPT layers cannot express: one line naming the field."""
+    refusals = (("do_layer_norm_before", True, "post-LayerNorm layers, as in OPT-350m"),
+                ("word_embed_proj_dim", hidden, "a projected word embedding, as in OPT-350m"),
+                ("_remove_final_layer_norm", False, "no final LayerNorm"),
+                ("enable_bias", True, "linears without bias"),
+                ("layer_norm_elementwise_affine", True, "LayerNorms without weight and bias"))
+    for key, supported, what in refusals:
+        value = c.get(key, supported)
+        if value != supported:
+            raise InputError(f"config.json: {key} = {json.dumps(value)} ({what}) is not supported: the runtime "
+                             f"trains pre-LayerNorm GPT layers with biases (needs {key} = {json.dumps(supported)})")
+
+
+def hf_ties(config: dict[str, Any], sd: dict[str, torch.Tensor]) -> bool:
+    """Whether the Hugging Face model ties its LM head to the word embedding (transformers' rule: the
+    config's ``tie_word_embeddings``, default true for GPT-2 and OPT; a file's ``lm_head.weight`` is then
+    ignored)."""
+    tie = config.get("tie_word_embeddings", True)
+    if not isinstance(tie, bool):
+        raise InputError(f"config.json: field 'tie_word_embeddings' must be true or false, got {tie!r}")
+    if not tie and "lm_head.weight" not in sd:
+        raise InputError("weights: tensor 'lm_head.weight' missing (config.json: tie_word_embeddings is false)")
+    return tie
 
 
 def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -103,7 +131,9 @@ def _get(sd: dict[str, torch.Tensor], name: str) -> torch.Tensor:
 
 
 def from_hf(arch: str, config: dict[str, Any], sd: dict[str, torch.Tensor], padded_vocab: int,
-            seq_length: int | None = None) -> Converted:
+            seq_length: int | None = None, untie: bool = False) -> Converted:
+    """``untie``: a tied Hugging Face model becomes an untied checkpoint (head initialised with the embedding)."""
+    tied = hf_ties(config, sd)
     dims = dims_of(arch, config, seq_length)
     heads, L = dims["num_heads"], dims["num_layers"]
     p: dict[str, torch.Tensor] = {}
@@ -146,10 +176,8 @@ def from_hf(arch: str, config: dict[str, Any], sd: dict[str, torch.Tensor], padd
     p["embedding.position_embeddings.weight"] = pos.clone()
     p["decoder.final_layernorm.weight"] = _get(sd, final + ".weight").clone()
     p["decoder.final_layernorm.bias"] = _get(sd, final + ".bias").clone()
-    head = sd.get("lm_head.weight")
-    tied = head is None or bool(config.get("tie_word_embeddings", True)) or torch.equal(head.float(), wte)
-    p["output_layer.weight"] = _pad_rows(wte if tied else head.to(torch.float32), padded_vocab)
-    return Converted(dims, p, extra)
+    p["output_layer.weight"] = _pad_rows(wte if tied else _get(sd, "lm_head.weight"), padded_vocab)
+    return Converted(dims, p, extra, tied=tied and not untie)
 
 
 def hf_config(arch: str, dims: dict[str, Any], tied: bool, base: dict[str, Any] | None) -> dict[str, Any]:
@@ -174,12 +202,18 @@ def hf_config(arch: str, dims: dict[str, Any], tied: bool, base: dict[str, Any] 
     return out
 
 
-def to_hf(arch: str, dims: dict[str, Any], p: dict[str, torch.Tensor],
-          extra: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], bool]:
-    """Our full parameters -> (Hugging Face state dict, tied). Padded vocabulary rows are dropped."""
+def to_hf(arch: str, dims: dict[str, Any], p: dict[str, torch.Tensor], extra: dict[str, torch.Tensor],
+          tied: bool) -> dict[str, torch.Tensor]:
+    """Our full parameters -> Hugging Face state dict (no ``lm_head.weight`` when ``tied``). Padded
+    vocabulary rows are dropped. A tied checkpoint's head copy (several-stage runs save it) must equal
+    the word embedding."""
     heads, L, V = dims["num_heads"], dims["num_layers"], dims["vocab_size"]
-    wte, head = p["embedding.word_embeddings.weight"], p["output_layer.weight"]
-    tied = torch.equal(wte, head)
+    wte, head = p["embedding.word_embeddings.weight"], p.get("output_layer.weight")
+    if tied and head is not None and not torch.equal(wte, head):
+        raise InputError("checkpoint: tied_embeddings is true but output_layer.weight differs from the word "
+                         "embedding")
+    if not tied and head is None:
+        raise InputError("checkpoint: output_layer.weight missing (tied_embeddings is false)")
     sd: dict[str, torch.Tensor] = {}
     if arch == "gpt2":
         pre = "transformer."
@@ -222,4 +256,4 @@ def to_hf(arch: str, dims: dict[str, Any], p: dict[str, torch.Tensor],
     sd[final + ".bias"] = p["decoder.final_layernorm.bias"].clone()
     if not tied:
         sd["lm_head.weight"] = head[:V].clone()
-    return sd, tied
+    return sd

@@ -28,8 +28,6 @@ def unsupported_options(plan: Plan) -> list[str]:
         if lacking:
             msgs.append(f"precision 'bf16' is not supported by GPU type {lacking[0]} (no bf16 units): "
                         "use precision fp16")
-    if plan.distributed_optimizer:
-        msgs.append("distributed_optimizer true is not implemented by the runtime yet")
     if plan.optimizer not in SUPPORTED_OPTIMIZERS:
         msgs.append(f"optimizer '{plan.optimizer}' is not implemented by the runtime "
                     f"(supported: {', '.join(SUPPORTED_OPTIMIZERS)})")

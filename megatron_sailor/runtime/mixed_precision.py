@@ -55,6 +55,23 @@ class DynamicLossScaler:
         self._clean = 0
         self._hysteresis_left = cfg.hysteresis
 
+    STATE_KEYS = ("loss_scale", "loss_scale_clean_steps", "loss_scale_hysteresis_left")
+
+    def state(self) -> dict[str, float]:
+        """Scalars that resume the scaler exactly (checkpoint meta ``extra``)."""
+        return {"loss_scale": float(self.scale), "loss_scale_clean_steps": float(self._clean),
+                "loss_scale_hysteresis_left": float(self._hysteresis_left)}
+
+    def load_state(self, state: dict[str, float]) -> None:
+        """Restore :meth:`state` (a static scale keeps its flag value); ValueError when malformed."""
+        vals = [state.get(k) for k in self.STATE_KEYS]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals) \
+                or vals[0] <= 0 or vals[1] < 0 or vals[1] != int(vals[1]) or vals[2] != int(vals[2]):
+            raise ValueError(f"loss-scaler state {vals} is not (scale > 0, clean steps >= 0, hysteresis)")
+        if self.cfg.static is None:
+            self.scale = float(vals[0])
+        self._clean, self._hysteresis_left = int(vals[1]), int(vals[2])
+
     def update(self, found_inf: bool) -> None:
         if self.cfg.static is not None:
             return
@@ -104,6 +121,30 @@ class MainParams(torch.nn.Module):
     def copy_to_model(self) -> None:
         for p, m in zip(self.model_params, self.main):
             p.copy_(m)
+
+
+class Fp32Grads:
+    """fp32 gradient accumulators of a 16-bit model without fp32 main weights (the distributed optimizer
+    keeps main weights only for the slice each rank owns): ``grad_of[id(p)]`` receives every micro-batch's
+    16-bit gradient of ``p`` (post-accumulate hook, the 16-bit one freed), as :class:`MainParams` does."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.grad_of: dict[int, torch.Tensor] = {}
+        for p in model.parameters():
+            if p.requires_grad:
+                g = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                self.grad_of[id(p)] = g
+                p.register_post_accumulate_grad_hook(self._accumulate_into(g))
+
+    @staticmethod
+    def _accumulate_into(grad: torch.Tensor):  # noqa: ANN205 - hook factory
+        def hook(param: torch.Tensor) -> None:
+            grad.add_(param.grad.float())
+            param.grad = None
+        return hook
+
+    def tensors(self) -> list[torch.Tensor]:
+        return list(self.grad_of.values())
 
 
 def is_finite(norm: float) -> bool:

@@ -12,6 +12,7 @@ import torch
 
 from megatron_sailor.runtime.capabilities import check_runtime_supports
 from megatron_sailor.runtime.data import MicroBatch, TokenSource, microbatch, pipeline_microbatch_ids
+from megatron_sailor.runtime.dist_optimizer import DistributedOptimizer
 from megatron_sailor.runtime.dropout import DropoutConfig, DropoutContext, install_dropout
 from megatron_sailor.runtime.grad_sync import GradSync
 from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
@@ -19,7 +20,8 @@ from megatron_sailor.runtime.init_weights import init_stage_weights
 from megatron_sailor.runtime.memory import model_state_bytes
 from megatron_sailor.runtime.metrics import StepMetrics
 from megatron_sailor.runtime.mixed_precision import DTYPES, DynamicLossScaler, LossScaleConfig, MainParams
-from megatron_sailor.runtime.optimizer import OptimizerConfig, clip_and_step, make_adamw, reduce_norm_and_loss
+from megatron_sailor.runtime.optimizer import (OptimizerConfig, clip_and_step, local_sq_norm, make_adamw,
+                                               reduce_sq_norm_and_loss)
 from megatron_sailor.runtime.p2p import StageP2P
 from megatron_sailor.runtime.schedule import StageRole, StageStep, run_1f1b
 from megatron_sailor.runtime.stage_model import StageSpec, build_stage_model
@@ -103,10 +105,13 @@ class RankRuntime:
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
         self.model.to(self.device)
-        # what the optimizer trains: the model itself (fp32) or its fp32 main weights (bf16 / fp16)
-        self.master = self.model if dtype == torch.float32 else MainParams(self.model)
+        # what the optimizer trains: the model itself (fp32) or its fp32 main weights (bf16 / fp16); with the
+        # distributed optimizer each rank's owned slices of them (runtime.dist_optimizer)
+        self.dist_opt = DistributedOptimizer(self.model, self.layout, self.groups, cfg.optimizer, cfg.emulation) \
+            if plan.distributed_optimizer else None
+        self.master = self.model if dtype == torch.float32 or self.dist_opt else MainParams(self.model)
         self.scaler = DynamicLossScaler(cfg.loss_scale) if plan.precision == "fp16" else None
-        self.optimizer = make_adamw(self.master, cfg.optimizer)
+        self.optimizer = self.dist_opt.optimizer if self.dist_opt else make_adamw(self.master, cfg.optimizer)
         self.grad_sync = GradSync.for_stage(self.master, self.layout, self.groups, cfg.emulation)
         self.tied_sync = GradSync.for_tied_embedding(self.master, self.layout, self.groups, cfg.emulation)
         global_tokens = plan.global_batch_size * model.seq_length
@@ -149,18 +154,10 @@ class RankRuntime:
         scale = self.scaler.scale if self.scaler is not None else 1.0
         self.step_fn.grad_scale = scale
         loss_share = run_1f1b(self.step_fn, self.p2p, self._batches(iteration), len(self.microbatch_ids))
-        self.grad_sync.sync()
-        self.tied_sync.sync()
-        if self.master is not self.model:
-            self.master.unscale_(scale)
-        grad_norm, loss = reduce_norm_and_loss(self.master, self.me, loss_share, self.groups.world)
-        skipped = not math.isfinite(grad_norm)       # the same world all-reduce on every rank
-        if skipped:
-            self.optimizer.zero_grad(set_to_none=False)
+        if self.dist_opt is not None:
+            grad_norm, loss, skipped = self._distributed_step(scale, loss_share)
         else:
-            clip_and_step(self.master, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
-            if self.master is not self.model:
-                self.master.copy_to_model()
+            grad_norm, loss, skipped = self._replicated_step(scale, loss_share)
         if self.scaler is not None:
             self.scaler.update(skipped)
         elapsed_s = time.perf_counter() - start_s
@@ -169,18 +166,81 @@ class RankRuntime:
                            tokens_per_s=tokens / elapsed_s, grad_norm=grad_norm, skipped=skipped,
                            loss_scale=scale, memory=self.memory_bytes())
 
+    def _replicated_step(self, scale: float, loss_share: float) -> tuple[float, float, bool]:
+        """All-reduce gradient sync, every replica steps its full optimizer: (norm, loss, skipped)."""
+        self.grad_sync.sync()
+        self.tied_sync.sync()
+        if self.master is not self.model:
+            self.master.unscale_(scale)
+        grad_norm, loss = reduce_sq_norm_and_loss(local_sq_norm(self.master, self.me), self.me, loss_share,
+                                                  self.groups.world, self.device)
+        skipped = not math.isfinite(grad_norm)       # the same world all-reduce on every rank
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=False)
+        else:
+            clip_and_step(self.master, self.optimizer, grad_norm, self.cfg.optimizer.clip_grad)
+            if self.master is not self.model:
+                self.master.copy_to_model()
+        return grad_norm, loss, skipped
+
+    def _distributed_step(self, scale: float, loss_share: float) -> tuple[float, float, bool]:
+        """Reduce-scatter, sharded AdamW, all-gather (runtime.dist_optimizer): (norm, loss, skipped)."""
+        self.dist_opt.reduce_scatter_grads(unscale=scale)
+        grad_norm, loss = reduce_sq_norm_and_loss(self.dist_opt.local_sq_norm(), self.me, loss_share,
+                                                  self.groups.world, self.device)
+        skipped = not math.isfinite(grad_norm)       # the same world all-reduce on every rank
+        if not skipped:
+            self.dist_opt.step(grad_norm, self.cfg.optimizer.clip_grad)
+        self.dist_opt.zero_grad()
+        return grad_norm, loss, skipped
+
     def memory_bytes(self) -> dict[str, int]:
         """What this rank holds (megatron_sailor.runtime.memory): model states now, activations at peak."""
-        out = model_state_bytes(self.model, self.master, self.optimizer)
+        out = self.dist_opt.memory_bytes() if self.dist_opt else \
+            model_state_bytes(self.model, self.master, self.optimizer)
         out["peak_saved_activation_bytes"] = self.step_fn.saved.peak_bytes
         if self.device.type == "cuda":
             out["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
         return out
 
+    def trained_state(self) -> list[tuple[str, torch.nn.Parameter, dict[str, Any]]]:
+        """``(local name, model parameter, {"param", "exp_avg", "exp_avg_sq": fp32 tensors of the parameter's
+        TP-local shape, "step": float})`` per parameter: what the optimizer trains (fp32 main weights of a
+        16-bit model) and its AdamW states. Collective under the distributed optimizer (the owned segments
+        are all-gathered); AdamW states are zeros with step 0 before the first step."""
+        if self.dist_opt is not None:
+            local = self.dist_opt.gather_local_state()
+            return [(n, p, local[id(p)]) for n, p in self.model.named_parameters()]
+        out = []
+        for (n, p), m in zip(self.model.named_parameters(), self.master.parameters()):
+            st = self.optimizer.state.get(m, {})
+            entry: dict[str, Any] = {"param": m.detach().float()}
+            for k in ("exp_avg", "exp_avg_sq"):
+                entry[k] = st[k] if k in st else torch.zeros(m.shape)
+            entry["step"] = float(st["step"]) if "step" in st else 0.0
+            out.append((n, p, entry))
+        return out
+
+    @torch.no_grad()
+    def load_trained_state(self, state: dict[int, dict[str, Any]]) -> None:
+        """Inverse of :meth:`trained_state`, keyed by ``id(model parameter)``: sets the model (cast to its
+        dtype), the fp32 main weights and the AdamW states (step 0: no state). No communication."""
+        for p in self.model.parameters():
+            p.copy_(state[id(p)]["param"].to(p.device, p.dtype))
+        if self.dist_opt is not None:
+            self.dist_opt.load_local_state(state)
+            return
+        for p, m in zip(self.model.parameters(), self.master.parameters()):
+            e = state[id(p)]
+            if m is not p:
+                m.copy_(e["param"].to(m.device))
+            self.optimizer.state.pop(m, None)
+            if e["step"] > 0:
+                self.optimizer.state[m] = {"step": torch.tensor(float(e["step"]), dtype=torch.float32),
+                                           **{k: e[k].to(m.device).clone() for k in ("exp_avg", "exp_avg_sq")}}
+
     def full_state(self) -> dict[str, torch.Tensor]:
         """This rank's parameters under their global names (for checks against a reference); the fp32
-        main weights when the model is 16-bit."""
+        main weights when the model is 16-bit. Collective under the distributed optimizer."""
         from megatron_sailor.runtime.init_weights import global_name
-        values = [p.detach().clone() for p in self.master.parameters()]
-        return {global_name(n, self.stage.first_layer): v
-                for (n, _), v in zip(self.model.named_parameters(), values)}
+        return {global_name(n, self.stage.first_layer): e["param"].clone() for n, _, e in self.trained_state()}

@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     pm = m.add_mutually_exclusive_group()
     pm.add_argument("--bf16", action="store_true")
     pm.add_argument("--fp16", action="store_true")
+    m.add_argument("--use-distributed-optimizer", action="store_true",
+                   help="shard fp32 main weights and AdamW states over each stage's replicas (our plan's "
+                   "'distributed_optimizer' decides; a Sailor plan_config takes the flag)")
     m.add_argument("--loss-scale", type=float, default=None, help="static fp16 loss scale (default: dynamic)")
     m.add_argument("--initial-loss-scale", type=float, default=2.0 ** 32)
     m.add_argument("--min-loss-scale", type=float, default=1.0)
@@ -227,7 +230,7 @@ def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bo
         try:
             return replace(plan, tie_embeddings=not args.untie_embeddings_and_output_weights,
                            precision=flag_precision or "fp32", recompute_granularity=g, recompute_method=m,
-                           recompute_num_layers=n)
+                           recompute_num_layers=n, distributed_optimizer=args.use_distributed_optimizer)
         except InputError as exc:
             raise InputError(f"recompute flags: {exc}") from None
     if recompute is not None and recompute != plan.recompute:
@@ -235,6 +238,9 @@ def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bo
                          source=args.sailor_plan)
     if args.untie_embeddings_and_output_weights and plan.tie_embeddings:
         raise InputError("--untie-embeddings-and-output-weights contradicts the plan (tie_embeddings true)",
+                         source=args.sailor_plan)
+    if args.use_distributed_optimizer and not plan.distributed_optimizer:
+        raise InputError("--use-distributed-optimizer contradicts the plan (distributed_optimizer false)",
                          source=args.sailor_plan)
     if flag_precision and flag_precision != plan.precision:
         raise InputError(f"--{flag_precision} contradicts the plan (precision '{plan.precision}')",
@@ -257,9 +263,6 @@ def _loss_scale(args: argparse.Namespace, plan: Plan) -> LossScaleConfig:
                           window=args.loss_scale_window, hysteresis=args.hysteresis)
     if plan.precision == "fp16" and cfg.problems():
         raise InputError(cfg.problems()[0])
-    if plan.precision != "fp32" and (args.save or args.load):
-        raise InputError(f"--save / --load with precision '{plan.precision}' is not implemented yet "
-                         "(checkpoints hold fp32 runs only)")
     return cfg
 
 

@@ -26,6 +26,7 @@ class StageIn(Strict):
     first_layer: Layers
     num_layers: Layers
     replicas: list[ReplicaIn] = Field(min_length=1, max_length=MAX_GPUS)
+    grad_sync: Optional[Literal["flat", "hierarchical"]] = None    # null: the runtime's --grad-sync decides
 
 
 class PlanFile(Strict):
@@ -43,6 +44,7 @@ class PlanFile(Strict):
     recompute_granularity: Optional[Literal["full", "selective"]] = None
     recompute_method: Optional[Literal["uniform", "block"]] = None
     recompute_num_layers: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]] = None
+    p2p_pattern: Literal["tp0-to-all"] = "tp0-to-all"
     microbatches_per_pipeline: Optional[list[Batch]] = Field(default=None, max_length=MAX_GPUS)
 
     @field_validator("schema_version", mode="before")

@@ -1,42 +1,103 @@
-"""Activation bytes of a stage's transformer layers under the plan's precision and recomputation, as the
-megatron-sailor runtime keeps them (counted by benchmarks/memory_model.py with saved_tensors_hooks).
+"""Activation bytes a stage keeps for backward, as the megatron-sailor runtime keeps them.
 
-- 16-bit: megatron-core's attention softmax runs in fp32 (``attention_softmax_in_fp32``): its fp32 output
-  is kept besides the 16-bit probabilities, 4 more bytes per attention-score element (``heads s^2 / tp``).
-- selective recompute (``core_attn``): the score-sized tensors are not kept (recomputed in backward).
-- full recompute: ``uniform`` keeps one input per group of ``n`` layers; ``block`` keeps the input of each
-  of the first ``n`` layers and all activations of the others. Backward repeats the recomputed forwards.
+Two sources, per (GPU type, micro-batch, TP):
+
+- a profile's measured ``layer_act_bytes`` / ``embedding_act_bytes`` / ``head_act_bytes`` (``sailor-profile``
+  counts them with the runtime's saved-tensor counter) when the profile has them;
+- otherwise, under the ``megatron-sailor`` preset (``RuntimeSettings.activation_model == "megatron-core"``),
+  :func:`megatron_core_terms`: every tensor megatron-core 0.16.1's local GPT layer spec (the runtime's) saves
+  for backward, term by term (docs/SIMULATOR.md "Activations" lists them, and what each was checked
+  against); under ``sailor-deepspeed``, Korthikanti et al.'s estimate (:meth:`ModelSpec.layer_activation_bytes`).
+
+Recomputation (megatron-core's, per plan): ``selective`` (core attention) drops the score-sized tensors of
+every layer; ``full`` ``uniform`` keeps one input per group of ``n`` layers, ``block`` keeps the input of each of
+the first ``n`` layers and everything of the others. Backward repeats the recomputed forwards. The causal
+mask (``s^2`` booleans) is kept once per micro-batch by a stage with at least one layer, whatever recomputes.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from planner.model import ModelSpec
 from planner.plan import Plan
+
+INDEX_BYTES = 8          # int64 token ids, position ids and labels
+SOFTMAX_BYTES = 4        # megatron-core computes the attention softmax in fp32 (attention_softmax_in_fp32)
+LOGIT_BYTES = 4          # the runtime's vocab-parallel cross entropy keeps fp32 logits
+
+
+@dataclass(frozen=True)
+class ActivationTerms:
+    """Bytes kept per micro-batch on one GPU of a TP-``tp`` replica."""
+
+    layer: float         # one transformer layer, nothing recomputed
+    scores: float        # the part of ``layer`` that selective recomputation does not keep
+    group_input: float   # what one full-recompute group keeps: its input
+    mask: float          # the causal mask, once per micro-batch on a stage with >= 1 layer
+    embedding: float     # first stage: token and position ids (+ the embedding-dropout mask)
+    head: float          # last stage: final norm, fp32 logits, labels
+
+
+def megatron_core_terms(model: ModelSpec, mbs: int, tp: int, elem_bytes: int, hidden_dropout: bool = False,
+                        attention_dropout: bool = False) -> ActivationTerms:
+    """What megatron-core 0.16.1 (local spec, no sequence parallelism, unfused softmax/bias-gelu, the
+    runtime's dropout and cross entropy) saves for backward, per micro-batch, on one of ``tp`` ranks.
+
+    Per layer, with ``e`` bytes per element, ``sb = mbs * seq``: the inputs and outputs of both norms
+    (``4 sb h e``, replicated over TP) and their mean/rstd (``4 sb e``); the QKV output, the attention
+    context, the FC1 output and the activation output (``sb (qkv + h + fc1 + ffn) e / tp``); the fp32 softmax
+    output (``mbs heads s^2 / tp`` x 4) plus its 16-bit copy that the attention matmul keeps (16-bit only);
+    with attention dropout its mask and the dropped probabilities (which replace the 16-bit copy); with
+    hidden dropout the two bias-dropout-add masks (``2 sb h e``).
+    """
+    e = elem_bytes
+    s, h, b = model.seq_length, model.hidden_size, mbs
+    sb = b * s
+    qkv = h + 2 * model.kv_heads * model.head_dim
+    fc1 = (2 if model.gated_mlp else 1) * model.ffn_hidden_size
+    score_elems = b * model.num_heads * s * s / tp
+    score_bytes = SOFTMAX_BYTES + (e if (e != SOFTMAX_BYTES or attention_dropout) else 0) \
+        + (e if attention_dropout else 0)
+    scores = score_elems * score_bytes
+    layer = e * sb * (4 * h + (qkv + h + fc1 + model.ffn_hidden_size) / tp) + 4 * sb * e + scores \
+        + (2 * sb * h * e if hidden_dropout else 0)
+    embedding = INDEX_BYTES * (sb + s) + (sb * h * e if hidden_dropout else 0)
+    vocab = model.padded_vocab_for_tp(tp) / tp
+    head = 2 * sb * h * e + 2 * sb * e + LOGIT_BYTES * sb * vocab + sb + INDEX_BYTES * sb
+    return ActivationTerms(layer=float(layer), scores=float(scores),
+                           group_input=float(sb * h * e), mask=float(s * s),
+                           embedding=float(embedding), head=float(head))
 
 
 def score_elems(model: ModelSpec, micro_batch: int, tp: int) -> float:
     return micro_batch * model.num_heads * model.seq_length ** 2 / tp
 
 
-def layer_bytes(plan: Plan, model: ModelSpec, la: float, tp: int) -> float:
-    """One layer's kept bytes per micro-batch, from the base estimate ``la`` (scores counted once, 16-bit)."""
-    scores = score_elems(model, plan.micro_batch_size, tp)
-    if plan.precision != "fp32":
-        la += 4.0 * scores
-    if plan.recompute[0] == "selective":
-        la -= scores * (plan.bytes_per_element + (4.0 if plan.precision != "fp32" else 0.0))
-    return la
+def layer_bytes(plan: Plan, model: ModelSpec, la: float, tp: int, scores: float | None = None) -> float:
+    """One layer's kept bytes per micro-batch from the full-layer figure ``la``; selective recomputation drops
+    ``scores`` (the score-sized tensors; estimated when not given: the 16-bit probabilities and, in 16-bit,
+    the fp32 softmax output)."""
+    if plan.recompute[0] != "selective":
+        return la
+    if scores is None:
+        e = plan.bytes_per_element
+        scores = score_elems(model, plan.micro_batch_size, tp) * (e + (4.0 if e != 4 else 0.0))
+    return la - scores
 
 
-def stage_layers_bytes(plan: Plan, model: ModelSpec, la: float, num_layers: int, tp: int) -> tuple[float, float]:
-    """(kept bytes of the stage's layers per micro-batch, fraction of the forward recomputed in backward)."""
+def stage_layers_bytes(plan: Plan, model: ModelSpec, la: float, num_layers: int, tp: int,
+                       scores: float | None = None, group_input: float | None = None) -> tuple[float, float]:
+    """(kept bytes of the stage's layers per micro-batch, fraction of the forward recomputed in backward).
+
+    ``group_input``: what one full-recompute group keeps (default: the boundary activation)."""
     granularity, method, group = plan.recompute
-    per_layer = layer_bytes(plan, model, la, tp)
+    per_layer = layer_bytes(plan, model, la, tp, scores)
     if granularity != "full" or num_layers == 0:
         return per_layer * num_layers, 0.0
-    boundary = model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    keep = group_input if group_input is not None else \
+        model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     group = min(group, num_layers)
     if method == "uniform":
-        return boundary * math.ceil(num_layers / group), 1.0
-    return boundary * group + per_layer * (num_layers - group), group / num_layers
+        return keep * math.ceil(num_layers / group), 1.0
+    return keep * group + per_layer * (num_layers - group), group / num_layers

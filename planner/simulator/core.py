@@ -10,7 +10,8 @@ from planner.simulator.memory import MemoryBreakdown, replica_memory, usable_byt
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import ReplicaCosts, all_replica_costs
 from planner.simulator.tied import tied_sync_seconds
-from planner.simulator.time import SyncCost, p2p_seconds, pipeline_seconds, stage_busy_s, stage_sync, sync_seconds
+from planner.simulator.time import (SyncCost, p2p_seconds, pipeline_seconds, sends_to_every_tp_rank, stage_busy_s,
+                                    stage_sync, sync_seconds)
 
 
 @dataclass(frozen=True)
@@ -69,17 +70,18 @@ class Estimate:
 def _egress(plan: Plan, ctx: SimContext, syncs) -> tuple[float, float]:
     """(cross-zone bytes, egress USD) per iteration: p2p across zones + gradient sync across zones."""
     nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    all_tp = sends_to_every_tp_rank(plan, ctx)
     total_b, usd = 0.0, 0.0
     for j, m in enumerate(plan.microbatch_counts):
         reps = plan.pipeline(j)
         for b in range(len(reps) - 1):
             a, c = reps[b], reps[b + 1]
             if a.zone != c.zone:
-                k = min(a.tp, c.tp) if ctx.settings.p2p_all_tp_ranks else 1
-                moved = m * nbytes * k        # forward activations a -> c, gradients c -> a
-                total_b += 2 * moved
-                usd += moved * (ctx.network.egress_usd_per_byte(a.zone, c.zone)
-                                + ctx.network.egress_usd_per_byte(c.zone, a.zone))
+                # forward: one copy per receiving TP rank (a -> c); backward: one per TP rank of a (c -> a)
+                fwd, bwd = (m * nbytes * c.tp, m * nbytes * a.tp) if all_tp else (m * nbytes, m * nbytes)
+                total_b += fwd + bwd
+                usd += fwd * ctx.network.egress_usd_per_byte(a.zone, c.zone) \
+                    + bwd * ctx.network.egress_usd_per_byte(c.zone, a.zone)
     for sc in syncs:
         for (za, zb), moved in sc.cross_zone_bytes.items():
             total_b += moved

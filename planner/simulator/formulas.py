@@ -67,8 +67,13 @@ def recompute_bwd_s(layers_fwd_s, layers_bwd_s, recompute):
 
 def layer_activation_bytes(num_layers, layer_act_bytes, boundary_bytes, recompute):
     """Activations one micro-batch keeps for backward in ``num_layers`` layers (full recomputation keeps
-    only each layer's input, ``boundary_bytes``)."""
+    only each layer's input, ``boundary_bytes``: :func:`planner.simulator.stage.recompute_keep_and_mask`)."""
     return np.where(recompute, boundary_bytes, layer_act_bytes) * num_layers
+
+
+def stage_mask_bytes(num_layers, mask_bytes):
+    """The causal mask a stage keeps once per micro-batch when it holds at least one layer."""
+    return np.where(np.asarray(num_layers) > 0, mask_bytes, 0.0)
 
 
 def compute_s(fwd_s, bwd_s, overhead_s: float):
@@ -160,6 +165,12 @@ def update_s(update_s_per_param, params, dp, distributed: bool):
     """Optimizer step seconds of one GPU; the distributed optimizer updates a 1/dp shard."""
     t = update_s_per_param * params
     return t / dp if distributed else t
+
+
+def ring_halves_s(n, grad_halves, grad_chunk_s, param_halves, param_chunk_s):
+    """Ring collectives of the distributed optimizer: each half is ``n - 1`` steps of one chunk; a ring
+    all-reduce of gradients is 2 gradient halves, reduce-scatter + all-gather is 1 gradient + 1 parameter half."""
+    return (n - 1) * (grad_halves * grad_chunk_s + param_halves * param_chunk_s)
 
 
 def ring_s(n, chunk_s):

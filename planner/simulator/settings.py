@@ -29,6 +29,8 @@ class RuntimeSettings:
     p2p_blocking: bool = False           # True: a stage's sends/receives sit on its critical path
     p2p_all_tp_ranks: bool = True        # True (ours): TP rank 0 sends the whole activation to every TP rank
                                          # of the next stage; False (DeepSpeed): each TP rank sends 1/TP of it
+    p2p_from_plan: bool = False          # True (ours): the plan's p2p_pattern decides (p2p_all_tp_ranks is
+                                         # then what the default pattern does, for the search)
     grad_sync: str = "auto"              # "flat" ring, "hierarchical" (zone-aware) or "auto" (the faster)
     dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
     per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
@@ -39,12 +41,19 @@ class RuntimeSettings:
     activation_reserve_factor: float = 1.0    # caching-allocator reserve over live activations
     grad_bucket_elems: int = 0           # extra flat gradient buffer (DeepSpeed buckets), elements
     memory_headroom_fraction: float = 0.0    # keep this fraction of GPU memory free when judging fit
+    activation_model: str = "megatron-core"  # unprofiled activations: "megatron-core" (what megatron-core
+                                             # 0.16.1 saves, simulator/activations.py) or "korthikanti"
+    hidden_dropout: float = 0.0          # the run's --hidden-dropout / --attention-dropout: only p > 0 matters
+    attention_dropout: float = 0.0       # (dropout masks are kept for backward)
 
     def __post_init__(self) -> None:
         if self.grad_sync not in ("flat", "hierarchical", "auto"):
             raise InputError(f"grad_sync must be flat, hierarchical or auto, got {self.grad_sync!r}")
+        if self.activation_model not in ("megatron-core", "korthikanti"):
+            raise InputError(f"activation_model must be megatron-core or korthikanti, got {self.activation_model!r}")
         for name in ("per_microbatch_overhead_s", "compute_scale", "profile_offset_s", "memory_overhead_bytes",
-                     "activation_reserve_factor", "grad_bucket_elems", "memory_headroom_fraction"):
+                     "activation_reserve_factor", "grad_bucket_elems", "memory_headroom_fraction",
+                     "hidden_dropout", "attention_dropout"):
             if getattr(self, name) < 0:
                 raise InputError(f"runtime setting '{name}' must be >= 0, got {getattr(self, name)!r}")
 
@@ -81,11 +90,13 @@ def calibration() -> dict[str, Any]:
 # its leave-one-out errors.
 SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, dp_sync_waits_for_all=True,
                                    p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
-                                   grad_sync="flat", grad_bucket_elems=500_000_000,
+                                   grad_sync="flat", grad_bucket_elems=500_000_000, activation_model="korthikanti",
                                    **{k: float(calibration()[k]) for k in _CALIBRATED_KEYS})
-# megatron-sailor sends each activation from TP rank 0 of the sender to every TP rank of the receiver
-# (megatron_sailor/runtime/p2p.py): one concurrent transfer per boundary, not one per TP rank.
-OURS = RuntimeSettings(p2p_all_tp_ranks=False)
+# megatron-sailor: the plan's p2p_pattern; its one pattern ("tp0-to-all", megatron_sailor/runtime/p2p.py) sends
+# the whole activation from TP rank 0 of the sender to each TP rank of the receiver: k = the receiver's TP
+# messages leave one rank. Dropout: the runtime's defaults (Megatron's --hidden-dropout / --attention-dropout
+# 0.1); their masks are kept for backward.
+OURS = RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, hidden_dropout=0.1, attention_dropout=0.1)
 PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
 
 

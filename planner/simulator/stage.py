@@ -7,7 +7,7 @@ from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
-from planner.simulator.activations import stage_layers_bytes
+from planner.simulator.activations import ActivationTerms, megatron_core_terms, stage_layers_bytes
 from planner.simulator.tied import head_params_for_plan
 
 
@@ -29,18 +29,41 @@ class ReplicaCosts:
     estimated: bool
 
 
+def activation_terms(ctx: SimContext, mbs: int, tp: int, elem: int) -> ActivationTerms | None:
+    """megatron-core's saved tensors under the ``megatron-core`` activation model, else None (Korthikanti)."""
+    st = ctx.settings
+    if st.activation_model != "megatron-core":
+        return None
+    return megatron_core_terms(ctx.model, mbs, tp, elem, st.hidden_dropout > 0, st.attention_dropout > 0)
+
+
 def layer_sizes(ctx: SimContext, costs: LayerCosts, tp: int, elem: int) -> tuple[int, int, int, float, float, float]:
+    """(layer, embedding, head parameters; layer, embedding, head activation bytes per micro-batch) of one GPU:
+    profiled where the profile has them, else from the model (:func:`activation_terms` or Korthikanti)."""
     m = ctx.model
     lp = costs.layer_params if costs.layer_params is not None else sum(m.layer_params(tp))
     ep = costs.embedding_params if costs.embedding_params is not None else sum(m.embedding_params(tp))
     hp = costs.head_params if costs.head_params is not None else sum(m.head_params(tp))
     mbs = costs.mbs
+    terms = activation_terms(ctx, mbs, tp, elem)
     la = costs.layer_act_bytes if costs.layer_act_bytes is not None else \
-        m.layer_activation_bytes(mbs, tp, elem)
+        (terms.layer if terms else m.layer_activation_bytes(mbs, tp, elem))
     ea = costs.embedding_act_bytes if costs.embedding_act_bytes is not None else \
-        m.embedding_activation_bytes(mbs, elem)
-    ha = costs.head_act_bytes if costs.head_act_bytes is not None else m.head_activation_bytes(mbs, tp, elem)
+        (terms.embedding if terms else m.embedding_activation_bytes(mbs, elem))
+    ha = costs.head_act_bytes if costs.head_act_bytes is not None else \
+        (terms.head if terms else m.head_activation_bytes(mbs, tp, elem))
     return lp, ep, hp, la, ea, ha
+
+
+def recompute_keep_and_mask(ctx: SimContext, costs: LayerCosts, mbs: int, tp: int, elem: int
+                            ) -> tuple[float, float]:
+    """(bytes one full-recompute group keeps, bytes of the causal mask a stage with layers keeps) per
+    micro-batch: megatron-core's under its activation model when the profile has no measured activations,
+    else (the boundary activation, 0)."""
+    terms = activation_terms(ctx, mbs, tp, elem)
+    if terms is None or costs.layer_act_bytes is not None:
+        return ctx.model.boundary_activation_bytes(mbs, elem), 0.0
+    return terms.group_input, terms.mask
 
 
 def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
@@ -53,14 +76,18 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     bwd = sum(F.offset_adjusted(costs.layer_bwd_s[lo:hi], off).tolist())
     lp, ep, hp, la, ea, ha = layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
     params = lp * stage.num_layers
-    boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
+    keep, mask = recompute_keep_and_mask(ctx, costs, plan.micro_batch_size, rep.tp,
+                                         plan.bytes_per_element)
     # full-layer recompute keeps only each layer's input; one layer's activations live while recomputed
     if plan.recompute_granularity is None:
-        act = float(F.layer_activation_bytes(stage.num_layers, la, boundary, plan.recompute_activations))
+        act = float(F.layer_activation_bytes(stage.num_layers, la, keep, plan.recompute_activations))
         bwd = float(F.recompute_bwd_s(fwd, bwd, plan.recompute_activations))
     else:   # megatron-core's explicit recompute fields: uniform / block groups, selective (activations.py)
-        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp)
+        terms = activation_terms(ctx, plan.micro_batch_size, rep.tp, plan.bytes_per_element)
+        scores = terms.scores if terms is not None and costs.layer_act_bytes is None else None
+        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp, scores, keep)
         bwd += recomputed * fwd
+    act += float(F.stage_mask_bytes(stage.num_layers, mask))
     biggest = la if stage.num_layers else 0.0
     if s == 0:
         fwd += costs.embedding_fwd_s

@@ -35,7 +35,16 @@ def endpoint(ctx: SimContext, s: int, j: int, rep: Replica) -> Endpoint:
     return Endpoint(rep.gpu_type, rep.zone, ctx.replica_node_size(s, j, rep.gpu_type))
 
 
-def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: int, nbytes: float) -> float:
+def sends_to_every_tp_rank(plan: Plan, ctx: SimContext) -> bool:
+    """True when one rank of the sending replica sends the whole tensor to every TP rank of the receiving
+    one (the plan's ``p2p_pattern`` "tp0-to-all" under ``p2p_from_plan``; else the preset's rule)."""
+    if ctx.settings.p2p_from_plan:
+        return plan.p2p_pattern == "tp0-to-all"
+    return ctx.settings.p2p_all_tp_ranks
+
+
+def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: int, nbytes: float,
+                   all_tp: bool | None = None) -> float:
     """Seconds of one boundary crossing, the mean of forward (a -> b) and backward (b -> a).
 
     One rule, shared with the search (``link(concurrent=k).time_s(bytes)``): k = the receiving replica's TP
@@ -46,7 +55,8 @@ def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: i
     figure of one boundary crossing). docs/SIMULATOR.md, "Network fits", derives it.
     """
     net = ctx.network
-    k_fwd, k_bwd = (tp_b, tp_a) if ctx.settings.p2p_all_tp_ranks else (1, 1)
+    all_tp = ctx.settings.p2p_all_tp_ranks if all_tp is None else all_tp
+    k_fwd, k_bwd = (tp_b, tp_a) if all_tp else (1, 1)
     fwd = net.link(a, b, concurrent=k_fwd).checked_time_s(nbytes)
     bwd = net.link(b, a, concurrent=k_bwd).checked_time_s(nbytes)
     return 0.5 * (fwd + bwd)
@@ -56,8 +66,9 @@ def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
     """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j."""
     nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     reps = plan.pipeline(j)
+    all_tp = sends_to_every_tp_rank(plan, ctx)
     return [p2p_transfer_s(ctx, endpoint(ctx, b, j, reps[b]), endpoint(ctx, b + 1, j, reps[b + 1]),
-                           reps[b].tp, reps[b + 1].tp, nbytes) for b in range(len(reps) - 1)]
+                           reps[b].tp, reps[b + 1].tp, nbytes, all_tp) for b in range(len(reps) - 1)]
 
 
 def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> np.ndarray:
@@ -93,8 +104,15 @@ def _ring_s(n: int, nbytes: float, link: Link) -> float:
     return F.ring_s(n, link.checked_time_s(nbytes / n))
 
 
+def sync_rule(plan: Plan, ctx: SimContext, s: int) -> str:
+    """The sync mode stage s is modelled with: the plan's ``grad_sync`` for that stage when it names one (the
+    runtime runs exactly that), else the preset's rule (``auto``: the faster of flat and hierarchical)."""
+    return plan.stages[s].grad_sync or ctx.settings.grad_sync
+
+
 def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -> SyncCost:
-    """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups)."""
+    """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups); the mode is
+    :func:`sync_rule`'s. One zone: both modes are the runtime's flat all-reduce."""
     reps = plan.stages[s].replicas
     d = len(reps)
     if d == 1:
@@ -111,11 +129,22 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
         links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
         return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
 
+    dist = plan.distributed_optimizer
+    param_bytes = max(c.params for c in costs) * plan.bytes_per_element
+    # the distributed optimizer: reduce-scatter of fp32 gradients, all-gather of updated parameters
+    moved = (full_bytes + max(c.params * c.tp for c in costs) * plan.bytes_per_element) / 2 if dist else full_bytes
+
+    def ring(n: int, link: Link, grad_halves: int = 1, param_halves: int = 1) -> float:
+        if not dist:
+            return _ring_s(n, grad_bytes, link)
+        return _halves_s(n, grad_bytes, param_bytes, link, grad_halves, param_halves)
+
     ring_pairs = [(ends[i], ends[(i + 1) % d]) for i in range(d)]
-    flat_t = _ring_s(d, grad_bytes, worst(ring_pairs))
+    flat_t = ring(d, worst(ring_pairs))
     zone_list = sorted(zones)
-    flat_bytes = _ring_cross_bytes(zone_list, d, full_bytes)
-    if len(zones) == 1 or ctx.settings.grad_sync == "flat":
+    flat_bytes = _ring_cross_bytes(zone_list, d, moved)
+    rule = sync_rule(plan, ctx, s)
+    if len(zones) == 1 or rule == "flat":
         return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
     inner = 0.0
     for z in zone_list:
@@ -123,15 +152,27 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
         if len(members) > 1:
             link = worst([(members[i], members[(i + 1) % len(members)]) for i in range(len(members))])
             # reduce to the leader (reduce-scatter + gather) and broadcast back: ~ 3 ring halves
-            inner = max(inner, F.zone_reduce_broadcast_s(_ring_s(len(members), grad_bytes, link)))
+            # (distributed optimizer: the broadcast carries the updated parameters)
+            t = F.zone_reduce_broadcast_s(ring(len(members), link)) if not dist else \
+                ring(len(members), link, grad_halves=2, param_halves=1)
+            inner = max(inner, t)
     leaders = [zones[z][0] for z in zone_list]
-    cross = _ring_s(len(leaders), grad_bytes, worst([(leaders[i], leaders[(i + 1) % len(leaders)])
-                                                    for i in range(len(leaders))]))
+    cross = ring(len(leaders), worst([(leaders[i], leaders[(i + 1) % len(leaders)]) for i in range(len(leaders))]))
     hier_t = inner + cross
-    hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), full_bytes)
-    if ctx.settings.grad_sync == "auto" and flat_t < hier_t:
+    hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), moved)
+    if rule == "auto" and flat_t < hier_t:
         return SyncCost(flat_t, flat_bytes, "flat")
     return SyncCost(hier_t, hier_bytes, "hierarchical")
+
+
+def _halves_s(n: int, grad_bytes: float, param_bytes: float, link: Link, grad_halves: int,
+              param_halves: int) -> float:
+    """Ring phases of the distributed optimizer: ``grad_halves`` passes (n - 1 steps) of gradient chunks
+    (reduce-scatter, gather) and ``param_halves`` of parameter chunks (all-gather, broadcast)."""
+    if n <= 1 or grad_bytes <= 0:
+        return 0.0
+    return F.ring_halves_s(n, grad_halves, link.checked_time_s(grad_bytes / n), param_halves,
+                           link.checked_time_s(param_bytes / n))
 
 
 def _ring_cross_bytes(zone_list: list[str], n: int, grad_bytes: float) -> dict[tuple[str, str], float]:

@@ -1,4 +1,5 @@
-"""Draw an event timeline as a Gantt chart (matplotlib, optional extra ``[plot]``)."""
+"""Draw an event timeline as a Gantt chart (matplotlib, optional extra ``[plot]``); a spinner on a terminal
+while it draws (planner.progress)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from planner.errors import InputError
 from planner.plan import Plan, atomic_write_text
+from planner.progress import status
 from planner.simulator.events import Timeline
 
 COLOURS = {"fwd": "#4C72B0", "bwd": "#DD8452", "p2p_fwd": "#55A868", "p2p_bwd": "#8FD19E",
@@ -30,6 +32,11 @@ def _rows(timeline: Timeline) -> list[str]:
 
 
 def draw_timeline(timeline: Timeline, plan: Plan, path: str | Path, title: str = "") -> None:
+    with status(f"drawing {path}"):
+        _draw(timeline, plan, path, title)
+
+
+def _draw(timeline: Timeline, plan: Plan, path: str | Path, title: str) -> None:
     plt = require_matplotlib()
     rows = _rows(timeline)
     index = {r: i for i, r in enumerate(rows)}

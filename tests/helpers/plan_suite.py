@@ -23,7 +23,7 @@ import torch.distributed as dist  # noqa: E402
 from megatron_sailor.runtime.data import MockTokens  # noqa: E402
 from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed  # noqa: E402
 from megatron_sailor.runtime.dropout import DropoutConfig  # noqa: E402
-from megatron_sailor.runtime.init_weights import LM_HEAD, WORD_EMBEDDING, shard_of  # noqa: E402
+from megatron_sailor.runtime.init_weights import LM_HEAD, WORD_EMBEDDING, global_name, shard_of  # noqa: E402
 from megatron_sailor.runtime.mixed_precision import LossScaleConfig  # noqa: E402
 from megatron_sailor.runtime.optimizer import OptimizerConfig  # noqa: E402
 from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig  # noqa: E402
@@ -93,12 +93,12 @@ def run_case(case: dict, env, iterations: int, seed: int, data, model, refs: dic
                     optimizer=OptimizerConfig(eps=eps), hidden_dropout=hidden, attention_dropout=attention,
                     loss_scale=LossScaleConfig(**case.get("loss_scale", {})))
     rt = RankRuntime(plan, model, env.rank, data, cfg)
-    start = [p.detach().clone() for p in rt.master.parameters()]
+    start = [e["param"].clone() for _, _, e in rt.trained_state()]     # collective under dist-opt
     metrics = [rt.train_step(it) for it in range(iterations)]
-    moved = max(float((p.detach() - s).abs().max()) for p, s in zip(rt.master.parameters(), start))
-    mine = [(n, rt.me.tp, rt.me.tp_rank, p.detach(),
-             p.partition_dim if getattr(p, "tensor_model_parallel", False) else None)
-            for n, p in zip(rt.full_state().keys(), rt.master.parameters())]
+    final = rt.trained_state()
+    moved = max(float((e["param"] - s).abs().max()) for (_, _, e), s in zip(final, start))
+    mine = [(global_name(n, rt.stage.first_layer), rt.me.tp, rt.me.tp_rank, e["param"],
+             p.partition_dim if getattr(p, "tensor_model_parallel", False) else None) for n, p, e in final]
     per_rank = {"skipped": [m.skipped for m in metrics], "moved": moved, "scales": [m.loss_scale for m in metrics],
                 "memory": metrics[-1].memory, "stage": rt.me.stage}
     gathered = [None] * env.world_size if env.rank == 0 else None

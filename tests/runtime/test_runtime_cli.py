@@ -118,11 +118,12 @@ def test_unsupported_plan_options_are_refused_not_warned():
     check_runtime_supports(Plan(**base, tie_embeddings=True))
     msgs = unsupported_options(Plan(**base, precision="bf16", recompute_activations=True,
                                     distributed_optimizer=True, optimizer="sgd"))
-    assert len(msgs) == 2
+    assert len(msgs) == 1 and "optimizer 'sgd'" in msgs[0]
     check_runtime_supports(Plan(**base, precision="bf16"))       # "cpu" is a label: not in the catalog
     check_runtime_supports(Plan(**base, recompute_activations=True))
-    with pytest.raises(InputError, match="distributed_optimizer"):
-        check_runtime_supports(Plan(**base, distributed_optimizer=True))
+    check_runtime_supports(Plan(**base, distributed_optimizer=True))
+    with pytest.raises(InputError, match="optimizer 'sgd'"):
+        check_runtime_supports(Plan(**base, optimizer="sgd"))
 
 
 def _our_plan(tmp_path: Path, **fields) -> Path:
@@ -142,10 +143,10 @@ PLAN_BAD_INPUTS = {
     "bf16_flag_contradicts_plan": ({}, ["--bf16"], "--bf16 contradicts the plan (precision 'fp32')"),
     "fp16_min_above_initial": ({"precision": "fp16"}, ["--initial-loss-scale", "64", "--min-loss-scale", "128"],
                                "--min-loss-scale 128.0 must be > 0 and <= --initial-loss-scale 64.0"),
-    "bf16_checkpoint": ({"precision": "bf16"}, ["--save", "/tmp/nowhere-h12"], "--save / --load with precision 'bf16'"),
     "recompute_flag_contradicts_plan": ({}, ["--recompute-activations"],
                                         "--recompute-* flags ('selective', None, None) contradict the plan"),
-    "distributed_optimizer_not_implemented": ({"distributed_optimizer": True}, [], "distributed_optimizer true"),
+    "distributed_optimizer_flag_contradicts_plan": ({}, ["--use-distributed-optimizer"],
+                                                    "--use-distributed-optimizer contradicts the plan"),
     "dropout_out_of_range": ({}, ["--hidden-dropout", "1.5"], "--hidden-dropout must be in [0, 1)"),
 }
 
@@ -180,3 +181,8 @@ def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
     assert parse_config(["--sailor-plan", str(ours), *base, "--recompute-activations"], 1).plan.recompute[0] == "selective"
     assert parse_config(["--sailor-plan", str(_our_plan(tmp_path, precision="bf16")), *base, "--bf16"],
                         1).plan.precision == "bf16"
+    assert not parse_config(["--sailor-plan", sailor, *base], 1).plan.distributed_optimizer
+    assert parse_config(["--sailor-plan", sailor, *base, "--use-distributed-optimizer"], 1).plan.distributed_optimizer
+    dist_plan = str(_our_plan(tmp_path, distributed_optimizer=True))
+    assert parse_config(["--sailor-plan", dist_plan, *base], 1).plan.distributed_optimizer
+    assert parse_config(["--sailor-plan", dist_plan, *base, "--use-distributed-optimizer"], 1).plan.distributed_optimizer

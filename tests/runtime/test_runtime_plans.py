@@ -118,3 +118,23 @@ def test_full_recompute_saves_fewer_activations(suite_results: dict[str, dict]) 
     for p, r in zip(plain["per_rank"], rec["per_rank"]):
         assert r["memory"]["peak_saved_activation_bytes"] < 0.5 * p["memory"]["peak_saved_activation_bytes"]
         assert r["memory"]["params_bytes"] == p["memory"]["params_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
+@pytest.mark.parametrize("plain,sharded", [("b_replicas_tp1_tp2", "b_distopt"), ("b_bf16", "b_distopt_bf16"),
+                                           ("d_two_zones_hier", "d_two_zones_hier_distopt")])
+def test_distributed_optimizer_shards_states(suite_results: dict[str, dict], plain: str, sharded: str) -> None:
+    """Same plan with and without the distributed optimizer: the same losses (1e-6) and, on every rank, the
+    same parameter and gradient bytes but AdamW states (and the fp32 main weights of a 16-bit model) cut to
+    about a third: every stage here has 3 replicas (a TP-1 rank carries the replicated norms and biases in
+    both of its fine-shard buffers, as every TP rank does in Megatron)."""
+    p, s = suite_results[plain], suite_results[sharded]
+    for a, b in zip(s["losses"], p["losses"]):
+        assert abs(a - b) <= LOSS_RTOL * abs(b)
+    for pr, sr in zip(p["per_rank"], s["per_rank"]):
+        pm, sm = pr["memory"], sr["memory"]
+        assert sm["params_bytes"] == pm["params_bytes"] and sm["grads_bytes"] == pm["grads_bytes"]
+        assert 0 < sm["optimizer_bytes"] < 0.4 * pm["optimizer_bytes"], (pm, sm)
+        assert sm["main_weights_bytes"] < 0.4 * pm["main_weights_bytes"] if pm["main_weights_bytes"] else \
+            sm["main_weights_bytes"] == 0

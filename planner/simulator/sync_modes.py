@@ -1,0 +1,34 @@
+"""The gradient-sync mode the simulator models for each stage, to be written into a plan.
+
+Contract: :func:`chosen_sync_modes` returns, per stage, the mode :func:`planner.simulator.simulate` models
+for that stage under ``ctx`` (the plan's own ``grad_sync`` where it names one, else the preset's rule; under
+``auto`` the faster of flat and hierarchical). ``None`` for a stage with one replica (nothing to sync; the
+runtime's flag may decide). :func:`with_chosen_sync_modes` returns the plan with those modes written, so the
+runtime runs what was scored: simulating it gives the same estimate as the plan without them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.plan import Plan
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import all_replica_costs
+from planner.simulator.time import stage_sync
+
+
+def chosen_sync_modes(plan: Plan, ctx: SimContext) -> tuple[str | None, ...]:
+    """Per stage: ``"flat"``, ``"hierarchical"`` or ``None`` (one replica), as the simulator models it."""
+    costs = all_replica_costs(plan, ctx)
+    out: list[str | None] = []
+    for s in range(plan.num_stages):
+        mode = stage_sync(plan, ctx, s, costs[s]).mode
+        out.append(mode if mode in ("flat", "hierarchical") else None)
+    return tuple(out)
+
+
+def with_chosen_sync_modes(plan: Plan, ctx: SimContext) -> Plan:
+    """``plan`` with every stage's ``grad_sync`` set to :func:`chosen_sync_modes` (stages with one replica keep
+    theirs)."""
+    modes = chosen_sync_modes(plan, ctx)
+    stages = tuple(st if m is None else replace(st, grad_sync=m) for st, m in zip(plan.stages, modes))
+    return replace(plan, stages=stages)
