@@ -120,10 +120,10 @@ def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, 
             fwd = cache.get(ga, gb, gb.tp if all_tp else 1).time_s(nbytes)
             back = cache.get(gb, ga, ga.tp if all_tp else 1).time_s(nbytes)
             p2p[a, b] = 0.5 * (fwd + back)
-            if ga.zone != gb.zone:
-                k = min(ga.tp, gb.tp) if all_tp else 1
-                egress[a, b] = nbytes * k * (ctx.network.egress_usd_per_byte(ga.zone, gb.zone)
-                                             + ctx.network.egress_usd_per_byte(gb.zone, ga.zone))
+            if ga.zone != gb.zone:      # forward: one copy per receiving TP rank; backward: per sending one
+                k_fwd, k_bwd = (gb.tp, ga.tp) if all_tp else (1, 1)
+                egress[a, b] = nbytes * (k_fwd * ctx.network.egress_usd_per_byte(ga.zone, gb.zone)
+                                         + k_bwd * ctx.network.egress_usd_per_byte(gb.zone, ga.zone))
     return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress)
 
 
