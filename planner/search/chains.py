@@ -16,13 +16,13 @@ engine's production check re-simulates every plan returned.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.netvec import Group, LinkCache, checked_time, link_time
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
 from planner.simulator import formulas as F
@@ -66,32 +66,6 @@ class _StageTab:
     sync: np.ndarray      # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
     p2p: np.ndarray       # [G, G]
     egress: np.ndarray    # [G, G] USD per micro-batch crossing a -> b (forward and backward)
-    memo: dict = field(default_factory=dict)    # stage range -> _Range
-
-
-@dataclass(frozen=True)
-class _Range:
-    """One segment (stages lo..hi-1) on each group that fits all of it: index, compute max and sum, optimizer
-    step, share of its pool, USD per second and GPUs of one pipeline's segment; and each one's minimum."""
-
-    groups: np.ndarray
-    comp_max: np.ndarray
-    comp_sum: np.ndarray
-    upd: np.ndarray
-    frac: np.ndarray
-    usd: np.ndarray
-    gpus: np.ndarray
-    mins: tuple[float, ...]
-
-
-def _range(tab: _StageTab, grp: _Groups, lo: int, hi: int) -> _Range:
-    if (lo, hi) not in tab.memo:
-        g = np.nonzero(tab.fits[:, lo:hi].all(axis=1))[0]
-        units = grp.tp[g] * (hi - lo)
-        cols = (tab.comp[g, lo:hi].max(axis=1), tab.comp[g, lo:hi].sum(axis=1), tab.upd[g, lo:hi].max(axis=1),
-                units / grp.caps[grp.pool[g]], units * grp.usd_per_s[g], units.astype(float))
-        tab.memo[(lo, hi)] = _Range(g, *cols, mins=tuple(float(c.min()) if len(c) else np.inf for c in cols))
-    return tab.memo[(lo, hi)]
 
 
 def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, mbs: int, counts: np.ndarray,
@@ -104,104 +78,134 @@ def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, 
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
         fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
     groups = [Group(z, g, tp) for g, z, tp in grp.names]
-    d = np.arange(d_cap + 1, dtype=float)
-    sync = np.zeros((n_g, s_num, d_cap + 1))
-    for gi, grp_i in enumerate(groups):
-        link = cache.get(grp_i, grp_i, grp_i.tp)
-        nbytes = F.grad_bytes(params[gi])[:, None]                       # [S, 1]
-        t = F.ring_s(d[None, :], link_time(link, nbytes / np.maximum(d[None, :], 1)))
-        sync[gi] = np.where(d[None, :] > 1, t, 0.0)
+    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap)
+    if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
+        d = np.arange(d_cap + 1, dtype=float)
+        sync = np.zeros((n_g, s_num, d_cap + 1))
+        for gi, grp_i in enumerate(groups):
+            link = cache.get(grp_i, grp_i, grp_i.tp)
+            nbytes = F.grad_bytes(params[gi])[:, None]                       # [S, 1]
+            t = F.ring_s(d[None, :], link_time(link, nbytes / np.maximum(d[None, :], 1)))
+            sync[gi] = np.where(d[None, :] > 1, t, 0.0)
+        cache.patterns[key] = sync
+    sync = cache.patterns[key]
     nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
+    key = ("chain-p2p", tuple(groups), nbytes)
+    if key not in cache.patterns:
+        cache.patterns[key] = _pair_tables(ctx, cache, groups, nbytes)
+    p2p, egress = cache.patterns[key]
+    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress)
+
+
+def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per group pair (a, b): p2p seconds of one crossing a -> b (mean of forward and backward, as
+    ``p2p_transfer_s``) and the egress USD of one micro-batch crossing it both ways."""
+    n_g = len(groups)
     p2p = np.zeros((n_g, n_g))
     egress = np.zeros((n_g, n_g))
     all_tp = ctx.settings.p2p_all_tp_ranks
     for a, ga in enumerate(groups):
         for b, gb in enumerate(groups):
-            fwd = cache.get(ga, gb, gb.tp if all_tp else 1).time_s(nbytes)
-            back = cache.get(gb, ga, ga.tp if all_tp else 1).time_s(nbytes)
+            fwd = checked_time(cache.get(ga, gb, gb.tp if all_tp else 1), nbytes)
+            back = checked_time(cache.get(gb, ga, ga.tp if all_tp else 1), nbytes)
             p2p[a, b] = 0.5 * (fwd + back)
             if ga.zone != gb.zone:      # forward: one copy per receiving TP rank; backward: per sending one
                 k_fwd, k_bwd = (gb.tp, ga.tp) if all_tp else (1, 1)
                 egress[a, b] = nbytes * (k_fwd * ctx.network.egress_usd_per_byte(ga.zone, gb.zone)
                                          + k_bwd * ctx.network.egress_usd_per_byte(gb.zone, ga.zone))
-    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress)
+    return p2p, egress
 
 
-def chain_sequences(local: list[np.ndarray], glob: list[np.ndarray]) -> np.ndarray:
-    """Every sequence picking one entry per segment from ``local[i]`` such that adjacent segments' groups
-    (``glob[i][local]``) differ: [Q, n_segments] of local indices."""
-    seqs = local[0][:, None]
-    for i in range(1, len(local)):
-        nxt = local[i]
-        a = np.repeat(seqs, len(nxt), axis=0)
-        b = np.tile(nxt, len(seqs))
-        keep = glob[i - 1][a[:, -1]] != glob[i][b]
+def chain_sequences(n_groups: int, n_seg: int) -> np.ndarray:
+    """Every sequence of ``n_seg`` group indices with adjacent entries different: [Q, n_seg]."""
+    seqs = np.arange(n_groups)[:, None]
+    for _ in range(1, n_seg):
+        a = np.repeat(seqs, n_groups, axis=0)
+        b = np.tile(np.arange(n_groups), len(seqs))
+        keep = a[:, -1] != b
         seqs = np.column_stack([a[keep], b[keep]])
-        if len(seqs) == 0:
-            break
     return seqs
 
 
-def chains_for_cut(tab: _StageTab, grp: _Groups, s_num: int, cuts: tuple[int, ...], n_mb: int,
-                   objective: Objective, threshold: float) -> np.ndarray:
-    """Chains [C, S] (group index per stage) with segments starting at 0 and at ``cuts``, every stage fitting,
-    whose lower bound (:func:`segment_lower_keys`) can still reach ``threshold``."""
-    bounds = (0,) + cuts + (s_num,)
-    ranges = [_range(tab, grp, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    if any(len(r.groups) == 0 for r in ranges):
-        return np.zeros((0, s_num), dtype=np.int64)
-    if np.isfinite(threshold) and _cut_lower_key(ranges, n_mb, objective) > threshold:
-        return np.zeros((0, s_num), dtype=np.int64)
-    local = chain_sequences([np.arange(len(r.groups)) for r in ranges], [r.groups for r in ranges])
-    if len(local) and np.isfinite(threshold):
-        local = local[segment_lower_keys(tab, grp, ranges, local, n_mb, objective) <= threshold]
-    seqs = np.column_stack([r.groups[local[:, i]] for i, r in enumerate(ranges)]) if len(local) else \
-        np.zeros((0, len(ranges)), dtype=np.int64)
-    seg_of_stage = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
-    return seqs[:, seg_of_stage]
+@dataclass(frozen=True)
+class _RangeTab:
+    """Per stage range lo..hi-1 (indices [lo, hi]) and group: every stage fits, the largest and summed compute,
+    the slowest optimizer step."""
+
+    fits: np.ndarray      # [S + 1, S + 1, G]
+    comp_max: np.ndarray
+    comp_sum: np.ndarray
+    upd: np.ndarray
 
 
-def _cut_lower_key(ranges: list[_Range], n_mb: int, objective: Objective) -> float:
-    """:func:`segment_lower_keys` relaxed to every sequence of the cut at once: each term takes its own best
-    group per segment (a lower bound on the bound of every sequence)."""
-    m = np.array([r.mins for r in ranges])           # [segments, 6]
-    comp_max, comp_sum, upd, use = m[:, 0].max(), m[:, 1].sum(), m[:, 2].max(), m[:, 3].max()
-    usd, gpus = m[:, 4].sum(), m[:, 5].sum()
-    it = (max(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
-    cost = n_mb * comp_max * usd * (1 - 1e-12)
-    if use > 1.0 or not bool(objective.allows(it, cost, gpus)):
-        return np.inf
-    return float(objective.key(it, cost))
+def range_tab(tab: _StageTab) -> _RangeTab:
+    n_g, s_num = tab.comp.shape
+    fits = np.zeros((s_num + 1, s_num + 1, n_g), dtype=bool)
+    cmax, csum, upd = (np.zeros((s_num + 1, s_num + 1, n_g)) for _ in range(3))
+    for lo in range(s_num):
+        fits[lo, lo + 1:] = np.logical_and.accumulate(tab.fits[:, lo:], axis=1).T
+        cmax[lo, lo + 1:] = np.maximum.accumulate(tab.comp[:, lo:], axis=1).T
+        csum[lo, lo + 1:] = np.cumsum(tab.comp[:, lo:], axis=1).T
+        upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd[:, lo:], axis=1).T
+    return _RangeTab(fits, cmax, csum, upd)
 
 
-def segment_lower_keys(tab: _StageTab, grp: _Groups, ranges: list[_Range], local: np.ndarray, n_mb: int,
-                       objective: Objective) -> np.ndarray:
-    """A lower bound on the objective of every chain of ``local`` ([Q, segments], indices into each range's
-    groups) over every D, from segment sums only (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of
-    period P the makespan is at least ceil(N / D) P >= N P / D (the fill/drain is at least the period) and at
-    least the fill; P is at least every stage's compute; D is at most n_pool / (the chain's GPUs in that pool)
-    for every pool it uses. So iteration >= max(N P u, sum of compute) + optimizer step with u = max over
-    pools of the chain's GPUs there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one
-    pipeline); egress is exact."""
-    q = len(local)
-    comp_max, comp_sum, upd, usd, gpus = (np.zeros(q) for _ in range(5))
-    pools, frac, glob = [], [], []
-    for i, r in enumerate(ranges):
-        k = local[:, i]
-        comp_max = np.maximum(comp_max, r.comp_max[k])
-        comp_sum = comp_sum + r.comp_sum[k]
-        upd = np.maximum(upd, r.upd[k])
-        usd = usd + r.usd[k]
-        gpus = gpus + r.gpus[k]
-        glob.append(r.groups[k])
-        pools.append(grp.pool[r.groups[k]])
-        frac.append(r.frac[k])
-    use = np.zeros(q)
-    for i in range(len(ranges)):     # the chain's share of segment i's pool, summed over segments in that pool
-        use = np.maximum(use, sum(np.where(pools[j] == pools[i], frac[j], 0.0) for j in range(len(ranges))))
-    egress = sum(tab.egress[glob[i], glob[i + 1]] for i in range(len(ranges) - 1))
-    span = np.maximum(n_mb * comp_max * use, comp_sum)
-    it = (span + upd) * (1 - 1e-12)
+def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_seg: int, seqs: np.ndarray,
+                    n_mb: int, objective: Objective, threshold: float, chunk: int = 400_000):
+    """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
+    sequence of ``seqs``) whose every stage fits and whose lower bound (:func:`segment_lower_keys`) can still
+    reach ``threshold`` (re-read per chunk through the callable)."""
+    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    step = max(1, chunk // max(1, len(seqs)))
+    stages = np.arange(s_num)
+    for k0 in range(0, len(bounds), step):
+        b = bounds[k0:k0 + step]
+        lb = np.where(segments_fit(rt, b, seqs), segment_lower_keys(tab, rt, grp, b, seqs, n_mb, objective), np.inf)
+        kk, qq = np.nonzero(lb <= threshold())
+        if len(kk) == 0:
+            continue
+        seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
+        yield seqs[qq][np.arange(len(kk))[:, None], seg]
+
+
+def segments_fit(rt: _RangeTab, bounds: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """[cuts, sequences]: every stage of the chain fits its group's memory."""
+    ok = np.ones((len(bounds), len(seqs)), dtype=bool)
+    for i in range(seqs.shape[1]):
+        ok &= rt.fits[bounds[:, i][:, None], bounds[:, i + 1][:, None], seqs[:, i][None, :]]
+    return ok
+
+
+def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.ndarray, seqs: np.ndarray,
+                       n_mb: int, objective: Objective) -> np.ndarray:
+    """[cuts, sequences]: a lower bound on the objective of every chain over every D (inf where no D can be
+    feasible), from segment sums only (docs/PLANNER.md 2.1, *chain bound*): with D
+    pipelines of period P the makespan is at least ceil(N / D) P >= N P / D (the fill/drain is at least the
+    period) and at least the fill; P is at least every stage's compute; D is at most n_pool / (the chain's
+    GPUs in that pool) for every pool it uses. So iteration >= max(N P u, sum of compute) + optimizer step
+    with u = max over pools of the chain's GPUs there over the pool's GPUs, and GPU dollars >= N P (dollars
+    per second of one pipeline); egress is exact."""
+    n_seg = seqs.shape[1]
+    shape = (len(bounds), len(seqs))
+    comp_max, comp_sum, upd, usd, gpus = (np.zeros(shape) for _ in range(5))
+    pools, frac = [], []
+    for i in range(n_seg):
+        lo, hi, g = bounds[:, i][:, None], bounds[:, i + 1][:, None], seqs[:, i][None, :]
+        comp_max = np.maximum(comp_max, rt.comp_max[lo, hi, g])
+        comp_sum += rt.comp_sum[lo, hi, g]
+        upd = np.maximum(upd, rt.upd[lo, hi, g])
+        units = grp.tp[g] * (hi - lo)
+        usd += units * grp.usd_per_s[g]
+        gpus += units
+        pools.append(grp.pool[g])
+        frac.append(units / grp.caps[grp.pool[g]])
+    use = np.zeros(shape)
+    for i in range(n_seg):          # the chain's share of segment i's pool, summed over segments in that pool
+        use = np.maximum(use, sum(np.where(pools[j] == pools[i], frac[j], 0.0) for j in range(n_seg)))
+    egress = sum(tab.egress[seqs[:, i], seqs[:, i + 1]] for i in range(n_seg - 1))[None, :]
+    it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
     ok = objective.allows(it, cost, gpus) & (use <= 1.0)
     return np.where(ok, objective.key(it, cost), np.inf)
@@ -241,7 +245,9 @@ def score_chains(ctx: SimContext, tab: _StageTab, grp: _Groups, gs: np.ndarray, 
 
 
 def _pipeline_s(sc: ChainScores, m: int, s_num: int) -> np.ndarray:
-    return F.pipeline_s(m, sc.levels[:, min(m, s_num + 1) - 1], sc.fill)
+    """T(m) of every chain; inf for a chain sending over a link whose fit ``simulate`` refuses."""
+    t = F.pipeline_s(m, sc.levels[:, min(m, s_num + 1) - 1], sc.fill)
+    return np.where(np.isfinite(sc.fill), t, np.inf)
 
 
 def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objective) -> np.ndarray:
@@ -251,7 +257,8 @@ def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objectiv
     value at D = 1 or D max; egress N x per-micro-batch egress exactly."""
     m_min = np.ceil(n_mb / np.maximum(sc.d_max, 1)).astype(np.int64)
     lev = sc.levels[np.arange(len(m_min)), np.minimum(m_min, s_num + 1) - 1]
-    it = (m_min - 1) * lev + sc.fill + sc.upd
+    with np.errstate(invalid="ignore"):
+        it = np.where(np.isfinite(sc.fill), (m_min - 1) * lev + sc.fill + sc.upd, np.inf)
     p1 = sc.levels[:, 0]
     lin = lambda d: d * ((n_mb / d - 1) * p1 + sc.fill + sc.upd)       # noqa: E731
     cost = sc.usd_per_s * np.minimum(lin(1.0), lin(np.maximum(sc.d_max, 1).astype(float))) \
@@ -307,12 +314,12 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             d_cap = min(n_mb, int(grp.caps.max()))
             for rc in space.recompute:
                 tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision)
+                rt = range_tab(tab)
                 for n_seg in range(2, min(space.chain_segments, s_num) + 1):
-                    for cuts in combinations(range(1, s_num), n_seg - 1):
-                        gs = chains_for_cut(tab, grp, s_num, cuts, n_mb, objective, best.threshold())
-                        if len(gs):
-                            _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats,
-                                       counts[0], mbs, rc)
+                    for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
+                                              n_mb, objective, best.threshold):
+                        _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
+                                   mbs, rc)
 
 
 def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc) -> None:
