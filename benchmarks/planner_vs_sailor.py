@@ -15,7 +15,8 @@ simulation), each under ``--time-limit`` seconds:
 - (c) ``ours``: the planner's full declared space.
 Sailor's published numbers (its own simulator) are printed for reference only.
 
-Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--time-limit S]
+Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
+       [--time-limit S]
 Progress goes to stderr, one line per process; the table and one summary line to stdout.
 """
 from __future__ import annotations
@@ -195,13 +196,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sailor-data", required=True)
     ap.add_argument("--only", help="run setups whose name contains this")
+    ap.add_argument("--skip", help="leave out setups whose name contains this")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of ours per setup; the fastest wall time counts (other processes share the cores)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per sailor-plan process")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
-    chosen = [st for st in setups() if not args.only or args.only in st.name]
+    chosen = [st for st in setups() if (not args.only or args.only in st.name)
+              and not (args.skip and args.skip in st.name)]
     load0 = os.getloadavg()[0]
     t = Table(title="planner vs comparators, all scored by our simulator: (a) grid, (b') Sailor's space with "
                     "homogeneous pipelines or chain plans (a lower bound on (b)), (c) ours (' c': a chain plan); Sailor it/s: its paper (its simulator)")
