@@ -163,7 +163,7 @@ def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_s
     for k0 in range(0, len(bounds), step):
         b = bounds[k0:k0 + step]
         lb = np.where(segments_fit(rt, b, seqs), segment_lower_keys(tab, rt, grp, b, seqs, n_mb, objective), np.inf)
-        kk, qq = np.nonzero(lb <= threshold())
+        kk, qq = np.nonzero(np.isfinite(lb) & (lb <= threshold()))
         if len(kk) == 0:
             continue
         seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
@@ -325,7 +325,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
 def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc) -> None:
     sc = score_chains(ctx, tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective)
-    keep = np.nonzero(lb <= best.threshold())[0]
+    keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
     stats.chains_bounded += len(gs)
     if len(keep) == 0:
         return
