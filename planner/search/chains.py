@@ -151,48 +151,64 @@ def range_tab(tab: _StageTab) -> _RangeTab:
     return _RangeTab(fits, cmax, csum, upd)
 
 
+def segment_table(rt: _RangeTab, grp: _Groups, n_mb: int, objective: Objective) -> np.ndarray:
+    """[S + 1, S + 1, G]: :func:`segment_lower_keys` of a chain holding only stages lo..hi-1 on group g. Every
+    term of the bound grows when segments are added (largest and summed compute, optimizer step, the pool
+    share, dollars, GPUs), so each segment's entry is a lower bound for every chain containing it."""
+    s1 = rt.fits.shape[0]
+    length = (np.arange(s1)[None, :] - np.arange(s1)[:, None]).clip(0)[:, :, None]          # hi - lo
+    units = grp.tp[None, None, :] * length
+    use = units / grp.caps[grp.pool][None, None, :]
+    it = (np.maximum(n_mb * rt.comp_max * use, rt.comp_sum) + rt.upd) * (1 - 1e-12)
+    cost = n_mb * rt.comp_max * units * grp.usd_per_s[None, None, :] * (1 - 1e-12)
+    ok = rt.fits & objective.allows(it, cost, units) & (use <= 1.0)
+    return np.where(ok, objective.key(it, cost), np.inf)
+
+
 def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_seg: int, seqs: np.ndarray,
-                    n_mb: int, objective: Objective, threshold: float, chunk: int = 400_000):
+                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
-    sequence of ``seqs``) whose every stage fits and whose lower bound (:func:`segment_lower_keys`) can still
-    reach ``threshold`` (re-read per chunk through the callable)."""
+    sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
+    :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
+    ``threshold()`` (re-read per chunk)."""
     cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    single = segment_table(rt, grp, n_mb, objective)
     step = max(1, chunk // max(1, len(seqs)))
     stages = np.arange(s_num)
     for k0 in range(0, len(bounds), step):
         b = bounds[k0:k0 + step]
-        lb = np.where(segments_fit(rt, b, seqs), segment_lower_keys(tab, rt, grp, b, seqs, n_mb, objective), np.inf)
-        kk, qq = np.nonzero(np.isfinite(lb) & (lb <= threshold()))
+        alive = rt.fits & (single <= threshold())
+        cand = np.ones((len(b), len(seqs)), dtype=bool)
+        for i in range(n_seg):
+            cand &= alive[b[:, i][:, None], b[:, i + 1][:, None], seqs[:, i][None, :]]
+        kk, qq = np.nonzero(cand)
+        if len(kk) == 0:
+            continue
+        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
+        keep = np.isfinite(lb) & (lb <= threshold())
+        kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
             continue
         seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
         yield seqs[qq][np.arange(len(kk))[:, None], seg]
 
 
-def segments_fit(rt: _RangeTab, bounds: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-    """[cuts, sequences]: every stage of the chain fits its group's memory."""
-    ok = np.ones((len(bounds), len(seqs)), dtype=bool)
-    for i in range(seqs.shape[1]):
-        ok &= rt.fits[bounds[:, i][:, None], bounds[:, i + 1][:, None], seqs[:, i][None, :]]
-    return ok
-
-
 def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.ndarray, seqs: np.ndarray,
                        n_mb: int, objective: Objective) -> np.ndarray:
-    """[cuts, sequences]: a lower bound on the objective of every chain over every D (inf where no D can be
-    feasible), from segment sums only (docs/PLANNER.md 2.1, *chain bound*): with D
-    pipelines of period P the makespan is at least ceil(N / D) P >= N P / D (the fill/drain is at least the
-    period) and at least the fill; P is at least every stage's compute; D is at most n_pool / (the chain's
-    GPUs in that pool) for every pool it uses. So iteration >= max(N P u, sum of compute) + optimizer step
-    with u = max over pools of the chain's GPUs there over the pool's GPUs, and GPU dollars >= N P (dollars
-    per second of one pipeline); egress is exact."""
+    """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
+    bound on the objective over every D (inf where no D can be feasible), from segment sums only
+    (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of period P the makespan is at least
+    ceil(N / D) P >= N P / D (the fill/drain is at least the period) and at least the fill; P is at least every
+    stage's compute; D is at most n_pool / (the chain's GPUs in that pool) for every pool it uses. So
+    iteration >= max(N P u, sum of compute) + optimizer step with u = max over pools of the chain's GPUs
+    there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one pipeline); egress is exact."""
     n_seg = seqs.shape[1]
-    shape = (len(bounds), len(seqs))
+    shape = (len(seqs),)
     comp_max, comp_sum, upd, usd, gpus = (np.zeros(shape) for _ in range(5))
     pools, frac = [], []
     for i in range(n_seg):
-        lo, hi, g = bounds[:, i][:, None], bounds[:, i + 1][:, None], seqs[:, i][None, :]
+        lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
         comp_max = np.maximum(comp_max, rt.comp_max[lo, hi, g])
         comp_sum += rt.comp_sum[lo, hi, g]
         upd = np.maximum(upd, rt.upd[lo, hi, g])
@@ -204,7 +220,7 @@ def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.n
     use = np.zeros(shape)
     for i in range(n_seg):          # the chain's share of segment i's pool, summed over segments in that pool
         use = np.maximum(use, sum(np.where(pools[j] == pools[i], frac[j], 0.0) for j in range(n_seg)))
-    egress = sum(tab.egress[seqs[:, i], seqs[:, i + 1]] for i in range(n_seg - 1))[None, :]
+    egress = sum(tab.egress[seqs[:, i], seqs[:, i + 1]] for i in range(n_seg - 1))
     it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
     ok = objective.allows(it, cost, gpus) & (use <= 1.0)

@@ -141,8 +141,8 @@ def test_chain_bounds_keep_the_optimum(sailor_opt, monkeypatch):
     for objective in (Objective("throughput"), Objective("cost", min_throughput_iters_per_s=0.05)):
         fast = plan_search(ctx, cluster, 256, objective, space).best
         with monkeypatch.context() as m:
-            m.setattr(chains, "segment_lower_keys", lambda tab, rt, grp, b, seqs, *a: np.full((len(b), len(seqs)),
-                                                                                              -np.inf))
+            m.setattr(chains, "segment_table", lambda rt, *a: np.where(rt.fits, -np.inf, np.inf))
+            m.setattr(chains, "segment_lower_keys", lambda tab, rt, grp, b, seqs, *a: np.full(len(seqs), -np.inf))
             m.setattr(chains, "chain_lower_keys", lambda sc, *a: np.full(len(sc.gs), -np.inf))
             full = plan_search(ctx, cluster, 256, objective, space).best
         assert fast.key == pytest.approx(full.key, rel=1e-12)
