@@ -4,7 +4,7 @@ Our plan format decides precision (an fp16 plan takes ``--fp16``; the flag contr
 line, exit 2); a Sailor plan_config carries no precision, so there the flags decide. Both heterogeneous plans
 (TP 2 and 1, two zones, uneven layers 1|3) run the example in fp16 with Megatron-LM's dynamic loss scaler
 defaults (initial scale 2^32, halved after every 2 overflowing steps, which are skipped) and a validation loss.
-Left out of the example: ``--save/--load`` (the runtime refuses checkpoints of fp16 runs with one line).
+Left out of the example: ``--save/--load`` (fp16 checkpoints and their loss-scaler state: tests/runtime/test_checkpoint_reshard.py).
 """
 from __future__ import annotations
 
