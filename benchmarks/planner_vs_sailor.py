@@ -7,14 +7,16 @@ simulation), each under ``--time-limit`` seconds:
   one TP, D identical pipelines with D dividing the micro-batch count);
 - (b') ``sailor-space``: the exact optimum over Sailor's plan space (L layers split evenly, extra layers on
   the last stages; the same replica count on every stage; one micro-batch size; free micro-batch counts per
-  pipeline) *restricted to pipelines that keep one GPU type, TP and zone on every stage*. Sailor's planner
-  may change type and zone along a pipeline, so (b') is a LOWER bound on the issue's comparator (b), the
-  optimum of Sailor's full space; ours / (b') is therefore an UPPER bound on ours / (b). The exact (b) is not
-  implemented (see docs/PLANNER.md, section 4);
+  pipeline) *restricted to* pipelines that keep one GPU type, TP and zone on every stage, plus *chain plans*:
+  D identical pipelines whose stages change GPU type, TP and zone with at most 3 runs of equal stages (Sailor's
+  stated plans, V100 -> A100 x4 -> V100 x2 and two stages in two zones, are such chains). Stages mixing
+  chains of different compositions are not in it, so (b') is still a LOWER bound on the issue's comparator
+  (b), the optimum of Sailor's full space; ours / (b') is an UPPER bound on ours / (b) (docs/PLANNER.md 4);
 - (c) ``ours``: the planner's full declared space.
 Sailor's published numbers (its own simulator) are printed for reference only.
 
-Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--time-limit S]
+Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
+       [--time-limit S]
 Progress goes to stderr, one line per process; the table and one summary line to stdout.
 """
 from __future__ import annotations
@@ -109,33 +111,23 @@ def run_plan(st: Setup, data: str, planner: str, limit_s: float) -> tuple[dict |
 
 
 def stated_plan_its(st: Setup, ctx) -> float | None:
-    """Best it/s (our simulator) of the plan the issue states Sailor returns: S stages, R replicas per stage
-    (the first a of every stage A100 TP 1, the rest V100 at TP t), micro-batch 1, layer ids split evenly."""
+    """It/s (our simulator) of the plan the issue states Sailor returns for 128 A100 + 384 V100: 7 stages x 32
+    pipelines at micro-batch 1, each pipeline V100 (TP 4) -> four A100 stages (TP 1) -> two V100 stages (TP 4),
+    the layers split evenly with the extra layers on the last stages, 32 micro-batches per pipeline."""
     if st.stated is None:
         return None
-    import numpy as np
     from planner.api import simulate
     from planner.plan import Plan, Replica, Stage
     s_num, reps = st.stated
-    cnt = [len(x) for x in np.array_split(np.arange(ctx.model.num_layers + 2), s_num)]
-    cnt[0] -= 1
-    cnt[-1] -= 1
-    n_a, n_v = (int(x.split("=")[1]) for x in st.gpus.split(","))
-    best = None
-    for tv in (1, 2, 4):
-        for a in range(0, reps + 1):
-            if s_num * a > n_a or s_num * (reps - a) * tv > n_v:
-                continue
-            row = tuple([Replica(A, 1, Z[0])] * a + [Replica(V, tv, Z[0])] * (reps - a))
-            stages, first = [], 0
-            for n in cnt:
-                stages.append(Stage(first, n, row))
-                first += n
-            est = simulate(Plan(num_layers=ctx.model.num_layers, stages=tuple(stages), micro_batch_size=1,
-                                global_batch_size=1024), ctx)
-            if est.fits_in_memory and (best is None or est.throughput_iters_per_s > best):
-                best = est.throughput_iters_per_s
-    return best
+    chain = [Replica(V, 4, Z[0])] + [Replica(A, 1, Z[0])] * 4 + [Replica(V, 4, Z[0])] * 2
+    q, r = divmod(ctx.model.num_layers, s_num)
+    stages, first = [], 0
+    for n, rep in zip([q] * (s_num - r) + [q + 1] * r, chain):
+        stages.append(Stage(first, n, (rep,) * reps))
+        first += n
+    est = simulate(Plan(num_layers=ctx.model.num_layers, stages=tuple(stages), micro_batch_size=1,
+                        global_batch_size=1024), ctx)
+    return est.throughput_iters_per_s if est.fits_in_memory else None
 
 
 def stated_for(st: Setup, data: str) -> float | None:
@@ -173,6 +165,12 @@ def run_setup(st: Setup, args, idx: str) -> dict:
     return out
 
 
+def _chain_mark(plan: dict) -> str:
+    """" c" when the plan's pipelines change GPU type, TP or zone between stages (a chain plan)."""
+    firsts = {tuple(sorted(r.items())) for st in plan["stages"] for r in st["replicas"][:1]}
+    return " c" if len(firsts) > 1 else ""
+
+
 def _row(st: Setup, res: dict) -> tuple[list[str], dict]:
     (g, gw, _, gs), (b, bw, _, bs), (c, cw, ccpu, cs) = res["grid"], res["sailor-space"], res["ours"]
     sg, sb, sc = (_score(x, st.objective) for x in (g, b, c))
@@ -184,9 +182,9 @@ def _row(st: Setup, res: dict) -> tuple[list[str], dict]:
     bp = b["plan"] if b else None
     cells = [st.name, _fmt(st.sailor_its), _fmt(g and g["estimate"]["throughput_iters_per_s"]),
              _fmt(b and b["estimate"]["throughput_iters_per_s"]),
-             "-" if not bp else f"{len(bp['stages'])}x{len(bp['stages'][0]['replicas'])}",
+             "-" if not bp else f"{len(bp['stages'])}x{len(bp['stages'][0]['replicas'])}" + _chain_mark(bp),
              _fmt(e and e["throughput_iters_per_s"]), _fmt(e and e["cost_per_iteration_usd"], ".3f"),
-             "-" if not plan else f"{len(plan['stages'])}/{plan['micro_batch_size']}/{e['num_gpus']}",
+             "-" if not plan else f"{len(plan['stages'])}/{plan['micro_batch_size']}/{e['num_gpus']}" + _chain_mark(plan),
              "-" if not e else f"{e['mfu']:.1%}", _fmt(r_a, ".3f"), _fmt(r_b, ".3f"),
              gs if gs != "ok" else f"{gw:.2f}", bs if bs != "ok" else f"{bw:.2f}",
              cs if cs != "ok" else f"{cw:.2f}", _fmt(ccpu, ".2f"), _fmt(st.budget_s, ".0f"),
@@ -198,16 +196,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sailor-data", required=True)
     ap.add_argument("--only", help="run setups whose name contains this")
+    ap.add_argument("--skip", help="leave out setups whose name contains this")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of ours per setup; the fastest wall time counts (other processes share the cores)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per sailor-plan process")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
-    chosen = [st for st in setups() if not args.only or args.only in st.name]
+    chosen = [st for st in setups() if (not args.only or args.only in st.name)
+              and not (args.skip and args.skip in st.name)]
     load0 = os.getloadavg()[0]
     t = Table(title="planner vs comparators, all scored by our simulator: (a) grid, (b') Sailor's space with "
-                    "homogeneous pipelines (a lower bound on (b)), (c) ours; Sailor it/s: its paper (its simulator)")
+                    "homogeneous pipelines or chain plans (a lower bound on (b)), (c) ours (' c': a chain plan); Sailor it/s: its paper (its simulator)")
     for col in ("setup", "Sailor it/s", "(a) it/s", "(b') it/s", "(b') SxD", "(c) it/s", "(c) $/it",
                 "(c) S/mbs/GPUs", "(c) MFU", "c/a", "c/b'", "(a) s", "(b') s", "(c) s", "(c) cpu s", "goal s",
                 "ok"):
@@ -224,8 +224,8 @@ def main() -> int:
         stated = stated_for(st, args.sailor_data)
         if stated is not None:
             sys.stderr.write(f"{st.name}: the plan the issue states for Sailor ({st.stated[0]} stages x "
-                             f"{st.stated[1]} replicas, micro-batch 1, even layer ids, best A100/V100 mix and V100 "
-                             f"TP) scores {stated:.4f} it/s under our simulator\n")
+                             f"{st.stated[1]} pipelines V100 TP 4 -> 4 x A100 TP 1 -> 2 x V100 TP 4, micro-batch 1) "
+                             f"scores {stated:.4f} it/s under our simulator\n")
     Console(width=240).print(t)
     print("ratios: c/a and c/b' are it/s ratios ($/iteration of the comparator over ours for the cost objective); "
           "goal: c/b' >= 1.10 on heterogeneous setups, >= 1.00 everywhere, (c) wall <= goal s. c/b' is an upper "

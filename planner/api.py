@@ -20,6 +20,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError, InternalError
 from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
+from planner.simulator.sync_modes import with_chosen_sync_modes
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
 from planner.simulator import Estimate, SimContext
 from planner.simulator import simulate as _simulate
@@ -104,7 +105,9 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     if not res.candidates:
         from planner.search.explain import diagnose_empty
         raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
-    plans = [build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision) for c in res.candidates]
+    # every stage carries the sync mode the estimate assumed (the runtime then runs exactly that)
+    plans = [with_chosen_sync_modes(build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision), ctx)
+             for c in res.candidates]
     ests = [simulate(p, ctx) for p in plans]
     if not ests[0].fits_in_memory:
         raise InternalError("the chosen plan does not fit in memory per the simulator")

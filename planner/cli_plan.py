@@ -128,10 +128,14 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     console = Console()
     est, cand = rep["estimate"], rep["candidate"]
     title = (f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
-             f"{sum(p.pipelines for p in cand.pools)} pipelines")
+             f"{cand.num_pipelines} pipelines")
     for table in stage_tables(est, title):
         console.print(table)
     parts, j = [], 0
+    if cand.chain:
+        counts = cand.microbatches
+        rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
+        parts.append("every pipeline " + " -> ".join(f"{g}@{z} TP {tp}" for g, z, tp in cand.chain) + f": {rng}")
     for pu in cand.pools:
         counts = cand.microbatches[j:j + pu.pipelines]
         j += pu.pipelines

@@ -46,9 +46,9 @@ class Frontier:
 
 def label(c: Candidate) -> str:
     mix: dict[str, int] = {}
-    for p in c.pools:
-        mix[p.gpu_type] = mix.get(p.gpu_type, 0) + p.pipelines * p.tp * c.num_stages
-    d = sum(p.pipelines for p in c.pools)
+    for (g, _), n in c.gpus_by_pool().items():
+        mix[g] = mix.get(g, 0) + n
+    d = c.num_pipelines
     return f"{c.num_stages}x{d} " + "+".join(f"{n} {g}" for g, n in sorted(mix.items()))
 
 
@@ -62,7 +62,7 @@ def pareto_flags(points: list[tuple[float, float]]) -> list[bool]:
 
 
 def _key(c: Candidate) -> tuple:
-    return (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches)
+    return (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches, c.chain)
 
 
 def collect_candidates(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace, top_k: int = 20,

@@ -1,7 +1,8 @@
 """Turn a search :class:`~planner.search.space.Candidate` into a :class:`~planner.plan.Plan`.
 
 Pipelines are laid out pool by pool in (zone, GPU type) order; replica j of every stage belongs to pipeline
-j, so every stage has the same replica list. Micro-batch counts are written per pipeline unless they are all
+j, so every stage has the same replica list. A chain candidate (``cand.chain``) has D identical pipelines
+whose stage s runs on ``cand.chain[s]`` (type, zone, TP): pipelines that change type and zone. Micro-batch counts are written per pipeline unless they are all
 equal.
 """
 from __future__ import annotations
@@ -21,7 +22,10 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     replicas = tuple(Replica(gpu_type=p.gpu_type, tp=p.tp, zone=p.zone)
                      for p in cand.pools for _ in range(p.pipelines))
     stages, first = [], 0
-    for n in cand.layers_per_stage:
+    for s, n in enumerate(cand.layers_per_stage):
+        if cand.chain:      # chain plan: every pipeline runs stage s on the same (type, zone, tp)
+            g, z, tp = cand.chain[s]
+            replicas = (Replica(gpu_type=g, tp=tp, zone=z),) * cand.num_pipelines
         stages.append(Stage(first_layer=first, num_layers=n, replicas=replicas))
         first += n
     counts = cand.microbatches

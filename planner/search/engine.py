@@ -15,8 +15,9 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
+from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache
+from planner.search.netvec import Group, LinkCache, checked_time
 from planner.search.pools import PoolModel, level_periods, pool_model, score_batch
 from planner.search.rows import pareto_min, product_rows, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
@@ -77,6 +78,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         stats.tasks += len(tasks)
         _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
                None if progress is None else (lambda i, n: progress(i, n, time.perf_counter() - t0)))
+    search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats)
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
     found = best.sorted()
     if verify:
@@ -133,7 +135,7 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tas
         s_num = comp.shape[1]
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
             grp = Group(z, g, tp)
-            p2p = cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1).time_s(mb_bytes) \
+            p2p = checked_time(cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1), mb_bytes) \
                 if s_num > 1 else 0.0
             crit.append(level_periods(comp, p2p, ctx.settings.p2p_blocking))
         crit.append(a.update_s[idx].max(axis=1)[:, None])

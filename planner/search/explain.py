@@ -13,15 +13,19 @@ GIB = 1024 ** 3
 def unused_reasons(cluster: ClusterSpec, cand: Candidate, objective: Objective) -> list[str]:
     """One line per pool with GPUs left over."""
     used = {(p.gpu_type, p.zone): p for p in cand.pools}
+    by_pool = cand.gpus_by_pool()
     lines = []
     for pool in cluster.nonempty().pools:
         p = used.get((pool.gpu_type, pool.zone))
-        n_used = p.pipelines * p.tp * cand.num_stages if p else 0
+        n_used = by_pool.get((pool.gpu_type, pool.zone), 0)
         left = pool.count - n_used
         if left <= 0:
             continue
         name = f"{left} of {pool.count} {pool.gpu_type}@{pool.zone}"
-        if p is not None and left < cand.num_stages * p.tp:
+        per_chain = sum(tp for g, z, tp in cand.chain if (g, z) == (pool.gpu_type, pool.zone))
+        if per_chain and left < per_chain:
+            why = f"too few for one more pipeline, which takes {per_chain} of them"
+        elif p is not None and left < cand.num_stages * p.tp:
             why = f"too few for one more pipeline of S x TP = {cand.num_stages} x {p.tp} GPUs"
         elif objective.max_gpus is not None and cand.gpus + cand.num_stages > objective.max_gpus:
             why = f"--max-gpus {objective.max_gpus} reached"

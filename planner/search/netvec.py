@@ -8,10 +8,11 @@ whether a group holds one replica or more; the sync time then depends on the gro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from planner.network import Endpoint, Link, _envelope
+from planner.network import Endpoint, Link, _envelope, _valid_from
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -28,15 +29,45 @@ def bandwidth(link: Link, nbytes: np.ndarray) -> np.ndarray:
     return np.minimum(hi, np.maximum(lo, (a * u * u + b * u + c) * 1e9))
 
 
+def fit_refused(link: Link, nbytes: np.ndarray) -> np.ndarray:
+    """Where :meth:`Link.checked_time_s` refuses a size (the simulator raises there): the raw fit is not a
+    positive finite bandwidth, or the size is below the fit's valid range (:meth:`Link.check_size`)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    if link.fit_gb_per_s is None:
+        v = np.full(nbytes.shape, link.max_bw_bytes_per_s / 1e9)
+        return (nbytes > 0) & ~(np.isfinite(v) & (v > 0))
+    a, b, c = link.fit_gb_per_s
+    u = np.log2(np.maximum(nbytes, 1.0) / 1e6)
+    if a < 0:
+        u = np.minimum(u, -b / (2 * a))
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = a * u * u + b * u + c
+        bad = ~(np.isfinite(v) & (v > 0))
+    start = _valid_start(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s)
+    return (nbytes > 0) & (bad | (nbytes < 2.0 ** (start / 4)))
+
+
+@lru_cache(maxsize=1024)
+def _valid_start(fit: tuple[float, float, float], hi: float, lo: float | None) -> int:
+    return _valid_from(fit, hi, lo)
+
+
 def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
-    """:meth:`Link.time_s` for an array of sizes."""
+    """:meth:`Link.checked_time_s` for an array of sizes, with inf where it would refuse the size (no plan
+    that sends such a message is ever chosen; ``simulate`` would reject it)."""
     nbytes = np.asarray(nbytes, dtype=float)
     raw = nbytes / bandwidth(link, nbytes)
     if link.fit_gb_per_s is not None:
         grid = np.asarray(_envelope(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s))
         i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
         raw = np.maximum(raw, grid[i])
-    return np.where(nbytes <= 0, 0.0, link.latency_s + raw)
+    out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
+    return np.where(fit_refused(link, nbytes), np.inf, out)
+
+
+def checked_time(link: Link, nbytes: float) -> float:
+    """:func:`link_time` of one size (inf where ``simulate`` would refuse it)."""
+    return float(link_time(link, np.array([nbytes], dtype=float))[0])
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, sync_rows
+from planner.search.netvec import Group, LinkCache, checked_time, sync_rows
 from planner.search.tables import StageArrays
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -47,13 +47,14 @@ def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays
     comp = arr.compute_s[k]
     s_num = len(comp)
     conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
-    p2p = cache.get(group, group, conc).time_s(mbs_bytes) if s_num > 1 else 0.0
+    p2p = checked_time(cache.get(group, group, conc), mbs_bytes) if s_num > 1 else 0.0
     busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
     fill = float(F.fill_drain_s(comp, p2p))
     levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
     return PoolModel(group=group, period_s=float(busy.max()), fill_s=fill, gpus_per_pipeline=s_num * group.tp,
                      usd_per_s=usd_per_s, params=arr.params[k], update_s=float(arr.update_s[k].max()),
-                     bwd_s=arr.bwd_s[k], times_s=F.pipeline_s_of_m(levels, fill, n_mb), p2p_s=p2p)
+                     bwd_s=arr.bwd_s[k], p2p_s=p2p,
+                     times_s=F.pipeline_s_of_m(levels, fill, n_mb) if np.isfinite(p2p) else np.full(n_mb, np.inf))
 
 
 @dataclass

@@ -63,7 +63,10 @@ class SearchSpace:
     - ``tp_rule``: ``"any"`` or ``"min_fit"`` (Sailor: the smallest TP whose stages fit memory);
     - ``uniform_microbatches``: every pipeline runs N / D micro-batches (D must divide N);
     - ``max_gpu_types`` / ``single_zone``: at most that many GPU types; all pipelines in one zone;
-    - ``recompute``: the full-activation-recomputation settings searched (trades compute for memory).
+    - ``recompute``: the full-activation-recomputation settings searched (trades compute for memory);
+    - ``chain_segments``: also search *chain* plans (D identical pipelines whose stage s runs on its own
+      (GPU type, TP, zone), so a pipeline may change type and zone along its stages) whose stage groups form
+      at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline).
     """
 
     max_stages: int | None = None
@@ -77,8 +80,11 @@ class SearchSpace:
     precision: str = "fp32"
     optimizer: str = "adamw"
     recompute: tuple[bool, ...] = (False, True)
+    chain_segments: int = 3
 
     def __post_init__(self) -> None:
+        if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
+            raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
         if not self.recompute or any(not isinstance(r, bool) for r in self.recompute):
             raise InputError(f"recompute must be a non-empty tuple of booleans, got {self.recompute!r}")
         if self.split not in ("family", "even_ids", "even", "even_last"):
@@ -111,6 +117,21 @@ class Candidate:
     precision: str = "fp32"                 # from the SearchSpace: the one way precision reaches a plan
     optimizer: str = "adamw"
     recompute: bool = False                 # full activation recomputation
+    chain: tuple[tuple[str, str, int], ...] = ()   # chain plan: (gpu type, zone, tp) of every stage; pools = ()
+
+    @property
+    def num_pipelines(self) -> int:
+        return len(self.microbatches)
+
+    def gpus_by_pool(self) -> dict[tuple[str, str], int]:
+        """GPUs the candidate uses per (gpu type, zone)."""
+        out: dict[tuple[str, str], int] = {}
+        if self.chain:
+            for g, z, tp in self.chain:
+                out[(g, z)] = out.get((g, z), 0) + tp * self.num_pipelines
+        for p in self.pools:
+            out[(p.gpu_type, p.zone)] = out.get((p.gpu_type, p.zone), 0) + p.pipelines * p.tp * self.num_stages
+        return out
 
 
 @dataclass
@@ -121,6 +142,8 @@ class SearchStats:
     rows_bounded: int = 0
     rows_sync_bounded: int = 0
     rows_exact: int = 0
+    chains_bounded: int = 0
+    chains_exact: int = 0
     memory_shortfall_bytes: float | None = None   # smallest overflow seen when nothing fits
     notes: list[str] = field(default_factory=list)
 
@@ -137,4 +160,4 @@ class SearchResult:
 
     @property
     def candidates_evaluated(self) -> int:
-        return self.stats.rows_exact
+        return self.stats.rows_exact + self.stats.chains_exact

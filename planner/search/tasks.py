@@ -10,7 +10,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.netvec import Group, LinkCache, bandwidth, link_time
+from planner.search.netvec import Group, LinkCache, bandwidth, checked_time, link_time
 from planner.search.space import Objective, SearchSpace
 from planner.search.pools import level_periods
 from planner.search.tables import StageArrays, TypeTable, build_type_table, split_family, stage_arrays
@@ -99,6 +99,15 @@ class Tables:
                 if not arr.fits.any():
                     arr = None
             self._arr[key] = arr
+        return self._arr[key]
+
+    def raw_arrays(self, g: str, tp: int, mbs: int, counts: np.ndarray, recompute: bool) -> StageArrays:
+        """Stage arrays of splits ``counts`` on (g, tp, mbs), kept even where no split fits (chain plans fit
+        per stage)."""
+        key = ("raw", g, tp, mbs, counts.tobytes(), counts.shape, recompute)
+        if key not in self._arr:
+            self._arr[key] = stage_arrays(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
+                                          self.space.optimizer, recompute)
         return self._arr[key]
 
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:
@@ -193,12 +202,13 @@ def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, a: Stag
     """Lower bounds over the task's splits and the type's pools: T(m) for m = 1..N, and the fill/drain."""
     nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
     conc = tp if ctx.settings.p2p_all_tp_ranks else 1
-    p2p = 0.0 if s_num == 1 else min(cache.get(Group(z, g, tp), Group(z, g, tp), conc).time_s(nbytes)
+    p2p = 0.0 if s_num == 1 else min(checked_time(cache.get(Group(z, g, tp), Group(z, g, tp), conc), nbytes)
                                      for z, _ in caps_for(cluster, g, tp, s_num))
     comp = a.compute_s[fits]
     levels = level_periods(comp, p2p, ctx.settings.p2p_blocking).min(axis=0)
     fill = float(F.fill_drain_s(comp, p2p).min())
-    return F.pipeline_s_of_m(levels, fill, n_mb) * (1 - 1e-12), fill * (1 - 1e-12)
+    times = F.pipeline_s_of_m(levels, fill, n_mb) if np.isfinite(p2p) else np.full(n_mb, np.inf)
+    return times * (1 - 1e-12), fill * (1 - 1e-12)
 
 
 def _suffix_min(x: np.ndarray) -> np.ndarray:

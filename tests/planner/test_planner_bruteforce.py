@@ -122,9 +122,75 @@ def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute):
             yield split, mbs, pools, replicas
 
 
-def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute_opts=(False, True)):
+def runs(seq) -> int:
+    return 1 + sum(1 for a, b in zip(seq, seq[1:]) if a != b)
+
+
+def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute_opts, max_segments):
+    """Chain plans (docs/PLANNER.md 1.1): D identical pipelines, stage s on its own (type, tp, zone), the groups
+    forming 2..max_segments runs, L split evenly with the extra layers last; every stage fits in memory (probe
+    with one pipeline running S micro-batches) and every pool has room for D pipelines. Yields (split, mbs,
+    chain, D, recompute)."""
+    L = ctx.model.num_layers
+    groups = [(p.gpu_type, t, p.zone) for p in cluster.pools if p.count > 0 for t in tp_opts
+              if t <= ctx.node_size(p.gpu_type) and t <= p.count]
+    for S in range(2, min(L, max_stages) + 1):
+        q, r = divmod(L, S)
+        split = tuple([q] * (S - r) + [q + 1] * r)
+        for seq in product(groups, repeat=S):
+            if not 2 <= runs(seq) <= max_segments:
+                continue
+            need: dict[tuple[str, str], int] = {}
+            for g, t, z in seq:
+                need[(g, z)] = need.get((g, z), 0) + t
+            d_max = min(cluster.count(g, z) // n for (g, z), n in need.items())
+            for mbs, rc in product(mbs_opts, recompute_opts):
+                if gbs % mbs or d_max < 1:
+                    continue
+                probe = _chain_plan(split, seq, 1, mbs, mbs * S, [S], rc)
+                if not simulate(probe, ctx).fits_in_memory:
+                    continue
+                for d in range(1, min(d_max, gbs // mbs) + 1):
+                    yield split, mbs, seq, d, rc
+
+
+def _chain_plan(split, seq, d, mbs, gbs, counts, recompute=False) -> Plan:
+    stages, first = [], 0
+    for n, (g, t, z) in zip(split, seq):
+        stages.append(Stage(first, n, (Replica(g, t, z),) * d))
+        first += n
+    return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
+                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute)
+
+
+def chain_count_choices(n: int, d: int):
+    """Micro-batch counts of d identical pipelines: one assignment per largest count (the makespan is the
+    largest count's pipeline time, the egress is N x the per-micro-batch egress: equal for every assignment
+    with that maximum)."""
+    for top in range(-(-n // d), n - d + 2):
+        rest, counts = n - top, [top]
+        for j in range(d - 1):
+            c = min(top, rest - (d - 2 - j))
+            counts.append(c)
+            rest -= c
+        if rest == 0 and min(counts) >= 1:
+            yield counts
+
+
+def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute_opts=(False, True),
+                     max_segments=3):
     """(best objective value, best plan, number of plans scored)."""
     best, best_plan, n = float("inf"), None, 0
+    for split, mbs, seq, d, rc in chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
+                                                   recompute_opts, max_segments):
+        for counts in chain_count_choices(gbs // mbs, d):
+            est = simulate(_chain_plan(split, seq, d, mbs, gbs, counts, rc), ctx)
+            n += 1
+            if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
+                continue
+            key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
+            if key < best:
+                best, best_plan = key, ("chain", split, mbs, seq, counts, rc)
     for split, mbs, pools, replicas, rc in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
                                                       recompute_opts):
         for per_pool in count_splits(gbs // mbs, [p[3] for p in pools]):

@@ -1,0 +1,391 @@
+"""Chain plans: D identical pipelines whose stage s runs on its own group (GPU type, TP, zone).
+
+A *chain* is the sequence of stage groups of one pipeline; it may change GPU type, TP degree and zone from
+stage to stage (Sailor's plans for 128 A100 + 384 V100: V100 TP 4 -> four A100 TP 1 -> two V100 TP 4; for
+five zones: two stages in two zones). Declared family (docs/PLANNER.md, section 1.1): the groups form 2 ..
+``space.chain_segments`` contiguous runs (*segments*; one run is a homogeneous pipeline, searched by the main
+search), adjacent runs differ; the layers are split evenly with the extra layers on the last stages (Sailor's
+split); every GPU fits with S - s micro-batches in flight; all D pipelines run the same chain, so the D
+replicas of a stage are one group and its gradient all-reduce is a ring over one link; the micro-batch counts
+differ by at most one (the first pipelines take the extra ones), the smallest makespan of identical pipelines.
+Pool capacity: D x (sum of the TP degrees of the chain's stages in that (type, zone)) <= its GPUs.
+
+Every term is the simulator's (:mod:`planner.simulator.formulas` on the same links, p2p as the mean of the
+forward and backward crossing, egress on every cross-zone boundary), evaluated on arrays of chains; the
+engine's production check re-simulates every plan returned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.netvec import Group, LinkCache, checked_time, link_time
+from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
+from planner.search.tasks import Tables
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The groups usable at one micro-batch size: (type, zone, tp), pool index, GPUs per pool."""
+
+    names: list[tuple[str, str, int]]
+    pool: np.ndarray          # [G] index into caps
+    caps: np.ndarray          # [P] GPUs of each (type, zone) pool
+    tp: np.ndarray            # [G]
+    usd_per_s: np.ndarray     # [G] one GPU
+
+
+def chain_groups(cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]], mbs: int, ctx: SimContext
+                 ) -> _Groups:
+    pools = sorted({(p.gpu_type, p.zone) for p in cluster.pools})
+    caps = np.array([cluster.count(g, z) for g, z in pools], dtype=np.int64)
+    names, pool = [], []
+    for pi, (g, z) in enumerate(pools):
+        for m, tp in options.get(g, []):
+            if m == mbs and caps[pi] >= tp:
+                names.append((g, z, tp))
+                pool.append(pi)
+    tp = np.array([n[2] for n in names], dtype=np.int64)
+    usd = np.array([ctx.catalog.get(n[0]).usd_per_s for n in names], dtype=float)
+    return _Groups(names, np.array(pool, dtype=np.int64), caps, tp, usd)
+
+
+@dataclass(frozen=True)
+class _StageTab:
+    """Per (group, stage) quantities of one split, and per group pair the p2p seconds and egress USD."""
+
+    comp: np.ndarray      # [G, S]
+    bwd: np.ndarray       # [G, S]
+    upd: np.ndarray       # [G, S]
+    fits: np.ndarray      # [G, S]
+    sync: np.ndarray      # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
+    p2p: np.ndarray       # [G, G]
+    egress: np.ndarray    # [G, G] USD per micro-batch crossing a -> b (forward and backward)
+
+
+def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, mbs: int, counts: np.ndarray,
+               recompute: bool, d_cap: int, precision: str) -> _StageTab:
+    s_num = counts.shape[1]
+    n_g = len(grp.names)
+    comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
+    for gi, (g, _, tp) in enumerate(grp.names):
+        arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
+        comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
+        fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
+    groups = [Group(z, g, tp) for g, z, tp in grp.names]
+    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap)
+    if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
+        d = np.arange(d_cap + 1, dtype=float)
+        sync = np.zeros((n_g, s_num, d_cap + 1))
+        for gi, grp_i in enumerate(groups):
+            link = cache.get(grp_i, grp_i, grp_i.tp)
+            nbytes = F.grad_bytes(params[gi])[:, None]                       # [S, 1]
+            t = F.ring_s(d[None, :], link_time(link, nbytes / np.maximum(d[None, :], 1)))
+            sync[gi] = np.where(d[None, :] > 1, t, 0.0)
+        cache.patterns[key] = sync
+    sync = cache.patterns[key]
+    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
+    key = ("chain-p2p", tuple(groups), nbytes)
+    if key not in cache.patterns:
+        cache.patterns[key] = _pair_tables(ctx, cache, groups, nbytes)
+    p2p, egress = cache.patterns[key]
+    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress)
+
+
+def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per group pair (a, b): p2p seconds of one crossing a -> b (mean of forward and backward, as
+    ``p2p_transfer_s``) and the egress USD of one micro-batch crossing it both ways."""
+    n_g = len(groups)
+    p2p = np.zeros((n_g, n_g))
+    egress = np.zeros((n_g, n_g))
+    all_tp = ctx.settings.p2p_all_tp_ranks
+    for a, ga in enumerate(groups):
+        for b, gb in enumerate(groups):
+            fwd = checked_time(cache.get(ga, gb, gb.tp if all_tp else 1), nbytes)
+            back = checked_time(cache.get(gb, ga, ga.tp if all_tp else 1), nbytes)
+            p2p[a, b] = 0.5 * (fwd + back)
+            if ga.zone != gb.zone:      # forward: one copy per receiving TP rank; backward: per sending one
+                k_fwd, k_bwd = (gb.tp, ga.tp) if all_tp else (1, 1)
+                egress[a, b] = nbytes * (k_fwd * ctx.network.egress_usd_per_byte(ga.zone, gb.zone)
+                                         + k_bwd * ctx.network.egress_usd_per_byte(gb.zone, ga.zone))
+    return p2p, egress
+
+
+def chain_sequences(n_groups: int, n_seg: int) -> np.ndarray:
+    """Every sequence of ``n_seg`` group indices with adjacent entries different: [Q, n_seg]."""
+    seqs = np.arange(n_groups)[:, None]
+    for _ in range(1, n_seg):
+        a = np.repeat(seqs, n_groups, axis=0)
+        b = np.tile(np.arange(n_groups), len(seqs))
+        keep = a[:, -1] != b
+        seqs = np.column_stack([a[keep], b[keep]])
+    return seqs
+
+
+@dataclass(frozen=True)
+class _RangeTab:
+    """Per stage range lo..hi-1 (indices [lo, hi]) and group: every stage fits, the largest and summed compute,
+    the slowest optimizer step."""
+
+    fits: np.ndarray      # [S + 1, S + 1, G]
+    comp_max: np.ndarray
+    comp_sum: np.ndarray
+    upd: np.ndarray
+
+
+def range_tab(tab: _StageTab) -> _RangeTab:
+    n_g, s_num = tab.comp.shape
+    fits = np.zeros((s_num + 1, s_num + 1, n_g), dtype=bool)
+    cmax, csum, upd = (np.zeros((s_num + 1, s_num + 1, n_g)) for _ in range(3))
+    for lo in range(s_num):
+        fits[lo, lo + 1:] = np.logical_and.accumulate(tab.fits[:, lo:], axis=1).T
+        cmax[lo, lo + 1:] = np.maximum.accumulate(tab.comp[:, lo:], axis=1).T
+        csum[lo, lo + 1:] = np.cumsum(tab.comp[:, lo:], axis=1).T
+        upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd[:, lo:], axis=1).T
+    return _RangeTab(fits, cmax, csum, upd)
+
+
+def segment_table(rt: _RangeTab, grp: _Groups, n_mb: int, objective: Objective) -> np.ndarray:
+    """[S + 1, S + 1, G]: :func:`segment_lower_keys` of a chain holding only stages lo..hi-1 on group g. Every
+    term of the bound grows when segments are added (largest and summed compute, optimizer step, the pool
+    share, dollars, GPUs), so each segment's entry is a lower bound for every chain containing it."""
+    s1 = rt.fits.shape[0]
+    length = (np.arange(s1)[None, :] - np.arange(s1)[:, None]).clip(0)[:, :, None]          # hi - lo
+    units = grp.tp[None, None, :] * length
+    use = units / grp.caps[grp.pool][None, None, :]
+    it = (np.maximum(n_mb * rt.comp_max * use, rt.comp_sum) + rt.upd) * (1 - 1e-12)
+    cost = n_mb * rt.comp_max * units * grp.usd_per_s[None, None, :] * (1 - 1e-12)
+    ok = rt.fits & objective.allows(it, cost, units) & (use <= 1.0)
+    return np.where(ok, objective.key(it, cost), np.inf)
+
+
+def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_seg: int, seqs: np.ndarray,
+                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000):
+    """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
+    sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
+    :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
+    ``threshold()`` (re-read per chunk)."""
+    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    single = segment_table(rt, grp, n_mb, objective)
+    step = max(1, chunk // max(1, len(seqs)))
+    stages = np.arange(s_num)
+    for k0 in range(0, len(bounds), step):
+        b = bounds[k0:k0 + step]
+        alive = rt.fits & (single <= threshold())
+        cand = np.ones((len(b), len(seqs)), dtype=bool)
+        for i in range(n_seg):
+            cand &= alive[b[:, i][:, None], b[:, i + 1][:, None], seqs[:, i][None, :]]
+        kk, qq = np.nonzero(cand)
+        if len(kk) == 0:
+            continue
+        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
+        keep = np.isfinite(lb) & (lb <= threshold())
+        kk, qq = kk[keep], qq[keep]
+        if len(kk) == 0:
+            continue
+        seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
+        yield seqs[qq][np.arange(len(kk))[:, None], seg]
+
+
+def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.ndarray, seqs: np.ndarray,
+                       n_mb: int, objective: Objective) -> np.ndarray:
+    """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
+    bound on the objective over every D (inf where no D can be feasible), from segment sums only
+    (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of period P the makespan is at least
+    ceil(N / D) P >= N P / D (the fill/drain is at least the period) and at least the fill; P is at least every
+    stage's compute; D is at most n_pool / (the chain's GPUs in that pool) for every pool it uses. So
+    iteration >= max(N P u, sum of compute) + optimizer step with u = max over pools of the chain's GPUs
+    there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one pipeline); egress is exact."""
+    n_seg = seqs.shape[1]
+    shape = (len(seqs),)
+    comp_max, comp_sum, upd, usd, gpus = (np.zeros(shape) for _ in range(5))
+    pools, frac = [], []
+    for i in range(n_seg):
+        lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
+        comp_max = np.maximum(comp_max, rt.comp_max[lo, hi, g])
+        comp_sum += rt.comp_sum[lo, hi, g]
+        upd = np.maximum(upd, rt.upd[lo, hi, g])
+        units = grp.tp[g] * (hi - lo)
+        usd += units * grp.usd_per_s[g]
+        gpus += units
+        pools.append(grp.pool[g])
+        frac.append(units / grp.caps[grp.pool[g]])
+    use = np.zeros(shape)
+    for i in range(n_seg):          # the chain's share of segment i's pool, summed over segments in that pool
+        use = np.maximum(use, sum(np.where(pools[j] == pools[i], frac[j], 0.0) for j in range(n_seg)))
+    egress = sum(tab.egress[seqs[:, i], seqs[:, i + 1]] for i in range(n_seg - 1))
+    it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
+    cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
+    ok = objective.allows(it, cost, gpus) & (use <= 1.0)
+    return np.where(ok, objective.key(it, cost), np.inf)
+
+
+@dataclass
+class ChainScores:
+    """Per chain: steady-period levels, fill/drain, optimizer step, pipeline rate, GPUs, egress, max D."""
+
+    gs: np.ndarray
+    levels: np.ndarray
+    fill: np.ndarray
+    upd: np.ndarray
+    usd_per_s: np.ndarray
+    gpus: np.ndarray
+    egress_per_mb: np.ndarray
+    d_max: np.ndarray
+
+
+def score_chains(ctx: SimContext, tab: _StageTab, grp: _Groups, gs: np.ndarray, n_mb: int) -> ChainScores:
+    c_num, s_num = gs.shape
+    st = np.arange(s_num)
+    comp = tab.comp[gs, st]
+    p2p = tab.p2p[gs[:, :-1], gs[:, 1:]]
+    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
+    levels = F.period_levels(busy.max(axis=1), F.round_trip_bounds(comp, p2p))
+    fill = F.fill_drain_s(comp, p2p)
+    units = np.zeros((c_num, len(grp.caps)), dtype=np.int64)
+    for s in range(s_num):
+        np.add.at(units, (np.arange(c_num), grp.pool[gs[:, s]]), grp.tp[gs[:, s]])
+    with np.errstate(divide="ignore"):
+        room = np.where(units > 0, grp.caps[None, :] // np.maximum(units, 1), np.iinfo(np.int64).max)
+    d_max = np.minimum(room.min(axis=1), n_mb)
+    return ChainScores(gs=gs, levels=levels, fill=fill, upd=tab.upd[gs, st].max(axis=1),
+                       usd_per_s=(grp.tp[gs] * grp.usd_per_s[gs]).sum(axis=1), gpus=grp.tp[gs].sum(axis=1),
+                       egress_per_mb=tab.egress[gs[:, :-1], gs[:, 1:]].sum(axis=1), d_max=d_max)
+
+
+def _pipeline_s(sc: ChainScores, m: int, s_num: int) -> np.ndarray:
+    """T(m) of every chain; inf for a chain sending over a link whose fit ``simulate`` refuses."""
+    t = F.pipeline_s(m, sc.levels[:, min(m, s_num + 1) - 1], sc.fill)
+    return np.where(np.isfinite(sc.fill), t, np.inf)
+
+
+def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objective) -> np.ndarray:
+    """A lower bound on the objective of each chain over every D (inf where no D can be feasible): the
+    makespan at D max (the fewest micro-batches per pipeline) plus the optimizer step, no sync; the GPU
+    dollars of D pipelines are >= D rate ((N / D - 1) period_1 + fill + update), linear in D, so >= its
+    value at D = 1 or D max; egress N x per-micro-batch egress exactly."""
+    m_min = np.ceil(n_mb / np.maximum(sc.d_max, 1)).astype(np.int64)
+    lev = sc.levels[np.arange(len(m_min)), np.minimum(m_min, s_num + 1) - 1]
+    with np.errstate(invalid="ignore"):
+        it = np.where(np.isfinite(sc.fill), (m_min - 1) * lev + sc.fill + sc.upd, np.inf)
+    p1 = sc.levels[:, 0]
+    lin = lambda d: d * ((n_mb / d - 1) * p1 + sc.fill + sc.upd)       # noqa: E731
+    cost = sc.usd_per_s * np.minimum(lin(1.0), lin(np.maximum(sc.d_max, 1).astype(float))) \
+        + n_mb * sc.egress_per_mb
+    ok = objective.allows(it * (1 - 1e-12), cost * (1 - 1e-12), sc.gpus) & (sc.d_max >= 1)
+    return np.where(ok, objective.key(it, cost) * (1 - 1e-12), np.inf)
+
+
+def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num: int, objective: Objective,
+              uniform: bool):
+    """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max."""
+    st = np.arange(s_num)
+    slack = np.cumsum(tab.bwd[sc.gs, st], axis=1) - tab.bwd[sc.gs, st]        # backward of the stages before
+    for d in range(1, int(sc.d_max.max(initial=0)) + 1):
+        sel = np.nonzero(sc.d_max >= d)[0]
+        if uniform and n_mb % d:
+            continue
+        if len(sel) == 0:
+            break
+        m = -(-n_mb // d)
+        span = _pipeline_s(sc, m, s_num)[sel]
+        per_stage = tab.sync[sc.gs[sel], st, d]                                   # [C', S]
+        if ctx.settings.dp_sync_waits_for_all:
+            sync = per_stage.max(axis=1)
+        else:
+            sync = np.maximum(0.0, (per_stage - slack[sel]).max(axis=1))
+        it = span + sync + sc.upd[sel]
+        cost = d * sc.usd_per_s[sel] * it + n_mb * sc.egress_per_mb[sel]
+        gpus = d * sc.gpus[sel]
+        ok = objective.allows(it, cost, gpus) & np.isfinite(it)
+        yield d, sel, it, cost, gpus, np.where(ok, objective.key(it, cost), np.inf)
+
+
+def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+                  options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
+                  best, stats: SearchStats) -> None:
+    """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``)."""
+    if space.chain_segments < 2 or space.single_zone:
+        return
+    L = ctx.model.num_layers
+    max_s = min(L, space.max_stages or L)
+    mbs_all = sorted({m for o in options.values() for m, _ in o})
+    for s_num in range(2, max_s + 1):
+        q, r = divmod(L, s_num)
+        counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+        for mbs in mbs_all:
+            if gbs % mbs:
+                continue
+            n_mb = gbs // mbs
+            grp = chain_groups(cluster, options, mbs, ctx)
+            if not grp.names:
+                continue
+            d_cap = min(n_mb, int(grp.caps.max()))
+            for rc in space.recompute:
+                tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision)
+                rt = range_tab(tab)
+                for n_seg in range(2, min(space.chain_segments, s_num) + 1):
+                    for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
+                                              n_mb, objective, best.threshold):
+                        _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
+                                   mbs, rc)
+
+
+def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc) -> None:
+    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    lb = chain_lower_keys(sc, n_mb, s_num, objective)
+    keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
+    stats.chains_bounded += len(gs)
+    if len(keep) == 0:
+        return
+    sc = ChainScores(*(getattr(sc, f)[keep] for f in ChainScores.__dataclass_fields__))
+    for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches):
+        stats.chains_exact += len(sel)
+        for i in np.argsort(keys, kind="stable")[:best.k]:
+            if not np.isfinite(keys[i]) or keys[i] > best.threshold():
+                break
+            c = sel[i]
+            q, r = divmod(n_mb, d)
+            best.push(Candidate(
+                key=float(keys[i]), num_stages=s_num, mbs=mbs, layers_per_stage=tuple(int(x) for x in layers),
+                pools=(), microbatches=tuple([q + 1] * r + [q] * (d - r)), iteration_s=float(it[i]),
+                cost_usd=float(cost[i]), gpus=int(gpus[i]), precision=space.precision,
+                optimizer=space.optimizer, recompute=rc,
+                chain=tuple(grp.names[g] for g in sc.gs[c])))
+
+
+def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+                chain: tuple[tuple[str, str, int], ...], pipelines: int, mbs: int, gbs: int,
+                recompute: bool = False) -> Candidate | None:
+    """The search's score of one chain plan (``chain``: (type, zone, tp) per stage, ``pipelines`` = D), as
+    :func:`search_chains` computes it; None when a stage does not fit or the pools lack room for D."""
+    options = {g: [(mbs, tp)] for g, _, tp in chain}
+    options = {g: sorted({(mbs, tp) for g2, _, tp in chain if g2 == g}) for g in options}
+    grp = chain_groups(cluster, options, mbs, ctx)
+    s_num, n_mb = len(chain), gbs // mbs
+    q, r = divmod(ctx.model.num_layers, s_num)
+    counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+    tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
+                     tables.space.precision)
+    gs = np.array([[grp.names.index(c) for c in chain]], dtype=np.int64)
+    if not tab.fits[gs[0], np.arange(s_num)].all():
+        return None
+    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    if sc.d_max[0] < pipelines:
+        return None
+    for d, _, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False):
+        if d == pipelines:
+            q2, r2 = divmod(n_mb, d)
+            return Candidate(key=float(keys[0]), num_stages=s_num, mbs=mbs,
+                             layers_per_stage=tuple(int(x) for x in counts[0]), pools=(),
+                             microbatches=tuple([q2 + 1] * r2 + [q2] * (d - r2)), iteration_s=float(it[0]),
+                             cost_usd=float(cost[0]), gpus=int(gpus[0]), precision=tables.space.precision,
+                             optimizer=tables.space.optimizer, recompute=recompute, chain=tuple(chain))
+    return None
