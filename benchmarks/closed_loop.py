@@ -14,9 +14,11 @@
    built up front and run interleaved (round r runs iteration r of every plan), so that load from other
    processes hits every plan alike: ``warmup`` rounds, then ``iters`` timed iterations per plan (a barrier
    before each; the time is the slowest rank's).
-4. Core sharing: more ranks than cores (3 ranks on 2 cores) run each rank's compute ``ranks / cores``
-   times slower than profiled on one core per rank; the prediction multiplies compute by that factor
-   (``core_share_scale``). Other processes on a shared machine are not modelled: the load is printed.
+4. Core sharing: more ranks than cores (3 ranks on 2 cores) compute slower than profiled; the prediction
+   multiplies compute by the simulator's core-sharing term (``planner.simulator.constants.core_share_scale``)
+   from the table ``sailor-profile --runtime-constants-out`` measured in step 1 with the profile (and the
+   preset's other constants come from that same file). Other processes on a shared machine are not modelled:
+   the load is printed.
 5. Tables of measured vs predicted seconds per iteration (from the profile re-taken interleaved with the
    runs, median and min), then the summary line: the error of the predictions made from the profile taken
    before planning, ``up-front prediction error: mean X% max Y%``.
@@ -44,9 +46,13 @@ SLOW_LINK = {"cross_zone_latency_s": 2e-3, "cross_zone_gbps": 0.2}   # emulated 
 PROFILED_RANKS = 2
 
 
-def core_share_scale(ranks: int, cores: int, profiled_ranks: int = PROFILED_RANKS) -> float:
-    """Compute slowdown of ``ranks`` busy processes on ``cores`` cores, relative to the profile's."""
-    return max(1.0, ranks / cores) / max(1.0, profiled_ranks / cores)
+def core_share_scale(ranks: int, cores: int, profiled_ranks: int = PROFILED_RANKS,
+                     table: tuple[tuple[float, float], ...] = ()) -> float:
+    """Compute slowdown of ``ranks`` busy processes on ``cores`` cores, relative to the profile's: the
+    simulator's core-sharing term (``planner.simulator.constants``), from the table sailor-profile measured
+    (time slicing, ranks / cores, without one)."""
+    from planner.simulator.constants import core_share_scale as term
+    return term(ranks, cores, profiled_ranks, table)
 
 
 # ---- orchestration (no torch) ----------------------------------------------------------------------------
@@ -58,10 +64,12 @@ def _env() -> dict[str, str]:
 
 def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], nproc: int = 2,
                 stat: str = "median") -> dict[str, Path]:
-    files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
+    files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json",
+             "constants": out / "runtime_constants.json"}
     cmd = [sys.executable, "-m", "megatron_sailor.profiler.cli", "--model", str(model_path),
            "--mbs", *map(str, mbs), "--tp", *map(str, tp), "--nproc", str(nproc), "--repeats", "5", "--stat", stat,
-           "-o", str(files["profile"]), "--network-out", str(files["network"]), "--catalog-out", str(files["catalog"])]
+           "-o", str(files["profile"]), "--network-out", str(files["network"]), "--catalog-out", str(files["catalog"]),
+           "--runtime-constants-out", str(files["constants"])]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return files
 
@@ -101,7 +109,10 @@ def run_planner(out: Path, model_path: Path, files: dict[str, Path], gpus: str, 
            "--profiles", *[str(p) for p in files.get("profiles", [files["profile"]])],
            "--gpu-catalog", str(files["catalog"]), "--network", str(files["network"]), "--gbs", str(GBS),
            "--no-estimates", "--no-comparator", "-o", str(path)]
-    subprocess.run(cmd, check=True, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL)
+    env = _env()
+    if files.get("constants") is not None and Path(files["constants"]).is_file():
+        env["SAILOR_RUNTIME_CONSTANTS"] = str(files["constants"])   # the planner reads this machine's constants
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     return path
 
 
@@ -239,8 +250,14 @@ def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
 def contexts(model_path: Path, files: dict[str, Path], gpu: str, world: int):
     """Simulation context for a plan of ``world`` ranks: core sharing, and the emulated slow link."""
     from planner.network import Link
+    from planner.simulator.constants import load_runtime_constants
+    from planner.simulator.settings import ours
     ctx = sim_context(model_path, files, gpus_per_node={gpu: 3})
-    ctx.settings = ctx.settings.with_(compute_scale=core_share_scale(world, os.cpu_count() or 1))
+    consts = load_runtime_constants(files["constants"])        # measured with the profile, before planning
+    cores = consts.cores or os.cpu_count() or 1
+    ctx.settings = ours(files["constants"]).with_(
+        compute_scale=core_share_scale(world, cores, PROFILED_RANKS, consts.core_share_table),
+        hidden_dropout=0.0, attention_dropout=0.0)             # the runs use RunConfig's dropout 0
     ctx.network = ctx.network.with_class_links({"cross_zone": Link(SLOW_LINK["cross_zone_gbps"] * 1e9 / 8,
                                                                    SLOW_LINK["cross_zone_latency_s"])})
     return ctx
@@ -270,7 +287,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     model_path = out / "model.json"
     model_path.write_text(json.dumps(MODEL))
-    files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json"}
+    files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json",
+             "constants": out / "runtime_constants.json"}
     if not ((args.reuse_profile or args.reanalyse) and all(p.is_file() for p in files.values())):
         files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2], stat=args.stat)
     gpu = gpu_type_of(files)

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import closed_loop as cl  # noqa: E402
 from planner.ports import free_port  # noqa: E402
+from planner.progress import status  # noqa: E402
 
 
 def emulated_files(out: Path, files: dict[str, Path], slowdown: float) -> tuple[str, str, Path]:
@@ -114,11 +115,13 @@ def main() -> int:
     model_path.write_text(json.dumps(cl.MODEL))
     files = {"profile": pdir / "profile.json", "network": pdir / "network.json", "catalog": pdir / "catalog.json"}
     if not (args.reuse_profile and all(p.is_file() for p in files.values())):
-        files = cl.run_profile(pdir, model_path, mbs=[1, 2], tp=[1])   # TP 1 only in this demo
+        with status("profiling this machine (sailor-profile, 2 ranks)"):
+            files = cl.run_profile(pdir, model_path, mbs=[1, 2], tp=[1])   # TP 1 only in this demo
     fast, slow, slow_prof = emulated_files(out, files, args.slowdown)
     efiles = {"profile": files["profile"], "profiles": [files["profile"], slow_prof],
               "network": files["network"], "catalog": out / "catalog.json"}
-    planned = cl.run_planner(out, model_path, efiles, f"{fast}@{cl.ZONE}=1,{slow}@{cl.ZONE}=3", name="uneven")
+    with status("planning (sailor-plan)"):
+        planned = cl.run_planner(out, model_path, efiles, f"{fast}@{cl.ZONE}=1,{slow}@{cl.ZONE}=3", name="uneven")
     even = even_version(planned, out)
     nodes = write_nodes(out, fast, slow, args.slowdown)
     ctx = cl.sim_context(model_path, efiles, [slow_prof], gpus_per_node={fast: 1, slow: 3})

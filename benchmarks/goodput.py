@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reconfigure import run_folder  # noqa: E402
+from planner.progress import progress_bar, progress_iter  # noqa: E402
 
 DEFAULT_TRACE = REPO.parent / "shared" / "data" / "sailor" / "sailor" / "Controller" / "trace_based" / "a100_trace.json"
 GBS = 8
@@ -79,9 +80,12 @@ def replay(work: Path, trace: Path, duration_s: float, scale: float) -> tuple[fl
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=open(work / "controller.log", "w"),
                             stderr=subprocess.STDOUT)
-    while time.time() - start < duration_s and proc.poll() is None:
-        loads.append(os.getloadavg()[0])
-        time.sleep(min(2.0, max(0.0, duration_s - (time.time() - start))))
+    with progress_bar(f"replaying the trace for {duration_s:.0f} s (log: {work / 'controller.log'})",
+                      duration_s) as update:
+        while time.time() - start < duration_s and proc.poll() is None:
+            loads.append(os.getloadavg()[0])
+            time.sleep(min(2.0, max(0.0, duration_s - (time.time() - start))))
+            update(time.time() - start)
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=120)
@@ -126,7 +130,8 @@ def main() -> int:
     counts = sorted({n for _, n in points if n > 0})
     print(f"trace {args.trace}: {len(points)} points, {end:.0f} s, GPUs {counts}; replayed in {args.duration_s:.0f} s "
           f"(time scale {scale:.4g}); work folder {work}")
-    rate = {n: steady_throughput(work, n, args.steady_iters) for n in counts}
+    rate = {n: steady_throughput(work, n, args.steady_iters)
+            for n in progress_iter(counts, "steady-state runs (one per GPU count)")}
     print("steady state: " + ", ".join(f"{n} ranks {r:.1f} samples/s" for n, r in rate.items()))
     start, loads = replay(work, Path(args.trace), args.duration_s, scale)
     steps = []

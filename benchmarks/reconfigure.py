@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from planner.progress import status  # noqa: E402
+
 STEPS = ("plan_s", "checkpoint_s", "stop_s", "start_s", "model_build_s", "wait_for_old_job_s", "load_s",
          "first_iteration_s", "total_s", "downtime_s")
 
@@ -92,7 +95,9 @@ def run_mode(work: Path, mode: str, cycles: int, iters: int) -> tuple[list[dict]
     sampler = threading.Thread(target=sample_load, daemon=True)
     sampler.start()
     start = time.time()
-    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    with status(f"{mode}: sailor-elastic replay of {n_phases} phases ({n_phases * iters} iterations)"):
+        proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                              text=True)
     wall = time.time() - start
     done.set()
     if proc.returncode != 0:
@@ -135,8 +140,10 @@ def save_bench(work: Path) -> int:
                "--mock-data", "--lr", "1e-3", "--save", str(work / f"ckpt_{mode}"), "--save-interval", "2", "--keep-last", "1",
                "--elastic-events", str(ev), *(["--async-save"] if mode == "async" else [])]
         start = time.time()
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TORCH_COMPILE_DISABLE="1"))
+        with status(f"{mode}: 7 iterations of a 100M-parameter GPT on 2 ranks, saving every 2"):
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+                                           TORCH_COMPILE_DISABLE="1"))
         wall = time.time() - start
         if proc.returncode != 0:
             print(proc.stderr[-3000:])

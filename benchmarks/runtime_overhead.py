@@ -1,20 +1,33 @@
-"""Runtime overhead: our runtime vs plain megatron-core on the same homogeneous plan (PP 2 x DP 2, tiny GPT).
+"""Runtime overhead: our runtime vs plain megatron-core on the same homogeneous plan (PP 2 x DP 2, tiny GPT),
+in four variants: fp32 / bf16 x replicated optimizer / distributed optimizer.
 
     python benchmarks/runtime_overhead.py            # launches itself under torchrun on 4 CPU ranks
 
-Both run in one launch (same processes, same machine state), in alternating blocks of iterations after a
-warm-up. The baseline is megatron-core's own pieces: ``parallel_state`` groups, its non-interleaved 1F1B
-schedule (``forward_backward_pipelining_without_interleaving``), its ``DistributedDataParallel`` gradient
-all-reduce, then a global-norm clip and torch AdamW (megatron's fused optimizers need apex/TE). It also
-prints the bytes that cross zones per iteration for a 2-zone plan (DP 4 over zones a,a,b,b) with flat vs
-hierarchical sync (ring model, see ``megatron_sailor.runtime.grad_sync.ring_cross_zone_bytes``).
-The last line is ``ratio ours/megatron median iteration time: X``.
+All eight runtimes live in one launch (same processes, same machine state) and run in alternating blocks of
+iterations after a warm-up. The baseline is megatron-core's own pieces: ``parallel_state`` groups, its
+non-interleaved 1F1B schedule (``forward_backward_pipelining_without_interleaving``), its
+``DistributedDataParallel`` (gradients reduced in fp32) and its optimizer from ``get_megatron_optimizer``:
+``FP32Optimizer`` / ``Float16OptimizerWithFloat16Params`` (bf16, ``Float16Module``) or ``DistributedOptimizer``
+(gradient reduce-scatter, parameter all-gather), each wrapping torch AdamW (megatron's fused Adam needs
+apex / TE, absent on CPU) with megatron's global-norm clipping. megatron-core 0.16.1's optimizers do not run
+on a CPU-only torch as shipped: they create tensors with ``device='cuda'`` (``found_inf``, ``_scale_one``,
+the grad-norm buffers in ``clip_grads`` and ``utils.local_multi_tensor_l2_norm``), call
+``torch.cuda.current_device()``, and the DistributedOptimizer refuses parameters whose ``Tensor.type()`` is
+not ``torch.cuda.FloatTensor`` / ``HalfTensor`` / ``BFloat16Tensor``. :func:`_megatron_optimizer_on_cpu`
+routes those factories to the CPU (in the six megatron modules that create them) and reports CUDA type
+names to those checks, only around the baseline's own calls; no arithmetic changes.
+It also prints the bytes that cross zones per iteration for a 2-zone plan (DP 4 over zones a,a,b,b) with
+flat vs hierarchical sync (ring model, ``megatron_sailor.runtime.grad_sync.ring_cross_zone_bytes``).
+The last line is ``ratio ours/megatron median iteration time: fp32 X, bf16 X, fp32+distopt X, bf16+distopt X``.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import statistics
+import types
 import subprocess
 import sys
 import time
@@ -23,8 +36,63 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 NPROC = 4
 WARMUP_ITERS = 5
-BLOCKS = 6
-ITERS_PER_BLOCK = 10
+BLOCKS = 20
+ITERS_PER_BLOCK = 5
+VARIANTS = (("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True))   # (precision, distributed optimizer)
+_CUDA_FACTORY_MODULES = ("megatron.core.optimizer", "megatron.core.optimizer.optimizer",
+                         "megatron.core.optimizer.distrib_optimizer", "megatron.core.optimizer.clip_grads",
+                         "megatron.core.optimizer.grad_scaler", "megatron.core.utils")
+_FACTORIES = ("zeros", "tensor", "empty", "ones", "full", "arange")
+
+
+def _variant_name(precision: str, dist_opt: bool) -> str:
+    return precision + ("+distopt" if dist_opt else "")
+
+
+class _TorchFactoriesOnCpu(types.ModuleType):
+    """``torch`` for one megatron module: tensor factories asked for a CUDA device get the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        import torch
+        fn = getattr(torch, name)
+        if name not in _FACTORIES:
+            return fn
+
+        def on_cpu(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            dev = kwargs.get("device")
+            if dev is not None and (isinstance(dev, int) or str(dev).startswith("cuda")):
+                kwargs["device"] = "cpu"
+            return fn(*args, **kwargs)
+        return on_cpu
+
+
+@contextlib.contextmanager
+def _megatron_optimizer_on_cpu():  # noqa: ANN202
+    """Benchmark-only shims that let megatron-core's optimizers run on a CPU-only torch (module docstring)."""
+    import torch
+
+    from patches.megatron_cpu import cuda_calls_on_cpu
+    saved_type = torch.Tensor.type
+    saved_torch = {m: importlib.import_module(m).torch for m in _CUDA_FACTORY_MODULES}
+
+    def cuda_type(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        name = saved_type(self, *args, **kwargs)
+        if args or kwargs or not isinstance(name, str) or name.startswith("torch.cuda."):
+            return name
+        return name.replace("torch.", "torch.cuda.", 1)
+    torch.Tensor.type = cuda_type
+    for m in _CUDA_FACTORY_MODULES:
+        importlib.import_module(m).torch = _TorchFactoriesOnCpu()
+    try:
+        with cuda_calls_on_cpu():
+            yield
+    finally:
+        torch.Tensor.type = saved_type
+        for m, t in saved_torch.items():
+            importlib.import_module(m).torch = t
 
 
 def homogeneous_plan_dict(zones: tuple[str, ...] = ("z-a", "z-a")) -> dict:
@@ -41,33 +109,44 @@ def two_zone_plan_dict() -> dict:
 
 
 class MegatronBaseline:
-    """Plain megatron-core PP x DP training step on the same model and data."""
+    """Plain megatron-core PP x DP training step on the same model and data (one precision / optimizer)."""
 
-    def __init__(self, spec, plan, data, seed: int) -> None:  # noqa: ANN001
+    def __init__(self, spec, plan, data, seed: int, precision: str = "fp32", dist_opt: bool = False) -> None:  # noqa: ANN001
         import torch
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.models.gpt.gpt_model import GPTModel
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.module import Float16Module
 
         from megatron_sailor.runtime.stage_model import _transformer_config, padded_vocab_size
-        ps.initialize_model_parallel(tensor_model_parallel_size=1,
-                                     pipeline_model_parallel_size=plan.num_stages)
-        config = _transformer_config(spec, spec.num_layers, 1)
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=1,
+                                         pipeline_model_parallel_size=plan.num_stages)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        config = _transformer_config(spec, spec.num_layers, 1, dtype=dtype)
         config.pipeline_model_parallel_size = plan.num_stages
-        config.pipeline_dtype = torch.float32
+        config.pipeline_dtype = dtype
         model = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=padded_vocab_size(spec),
                          max_sequence_length=spec.max_position_embeddings,
                          pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
                          share_embeddings_and_output_weights=False)
+        torch.manual_seed(seed)
+        with torch.no_grad():                       # the config's init is zeros (ours overwrites it too)
+            for p in model.parameters():
+                p.normal_(0.0, 0.02)
+        if precision == "bf16":
+            model = Float16Module(config, model)
         self.ddp = DistributedDataParallel(config, DistributedDataParallelConfig(
-            overlap_grad_reduce=False, use_distributed_optimizer=False), model)
-        self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=1e-3, foreach=False)
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=dist_opt), model)
+        self.optimizer = get_megatron_optimizer(OptimizerConfig(
+            optimizer="adam", lr=1e-3, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8,
+            clip_grad=1.0, bf16=precision == "bf16", use_distributed_optimizer=dist_opt), [self.ddp])
         self.fb = get_forward_backward_func()
         self.spec, self.plan, self.data = spec, plan, data
         self.dp_rank = ps.get_data_parallel_rank()
-        self.world_group = None
 
     def _forward_step(self, data_iterator, model):  # noqa: ANN001, ANN202
         from megatron_sailor.runtime.schedule import causal_mask
@@ -81,9 +160,6 @@ class MegatronBaseline:
         return out, loss_func
 
     def train_step(self, iteration: int) -> float:
-        import torch
-        import torch.distributed as dist
-
         from megatron_sailor.runtime.data import microbatch
         start = time.perf_counter()
         m = self.plan.microbatch_counts[self.dp_rank]
@@ -91,21 +167,12 @@ class MegatronBaseline:
         batches = iter([microbatch(self.data, iteration, self.plan.global_batch_size,
                                    self.plan.micro_batch_size, first + k) for k in range(m)])
         self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
         self.fb(forward_step_func=self._forward_step, data_iterator=batches, model=[self.ddp],
                 num_microbatches=m, seq_length=self.spec.seq_length,
                 micro_batch_size=self.plan.micro_batch_size)
         self.ddp.finish_grad_sync()
-        params = list(self.ddp.parameters())
-        for p in params:
-            p.grad = p.main_grad
-        sq = torch.tensor([sum(float(p.grad.double().pow(2).sum()) for p in params) if self.dp_rank == 0
-                           else 0.0], dtype=torch.float64)
-        dist.all_reduce(sq)
-        norm = float(sq[0]) ** 0.5
-        if norm > 1.0:
-            for p in params:
-                p.grad.mul_(1.0 / (norm + 1e-6))
-        self.optimizer.step()
+        self.optimizer.step()          # megatron's: grad norm, clip, AdamW (+ param all-gather when sharded)
         return time.perf_counter() - start
 
 
@@ -114,6 +181,8 @@ def _measure(step, iters: int) -> list[float]:  # noqa: ANN001
 
 
 def worker() -> None:
+    import dataclasses
+
     import torch
     import torch.distributed as dist
 
@@ -121,7 +190,7 @@ def worker() -> None:
     from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
     from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
     from patches import apply_cpu_patches
-    from patches.megatron_cpu import apply_baseline_patches, cuda_calls_on_cpu
+    from patches.megatron_cpu import apply_baseline_patches
     from planner.model import get_model
     from planner.plan import Plan
 
@@ -133,27 +202,23 @@ def worker() -> None:
     spec = get_model("tiny")
     data = MockTokens(seed=1, seq_length=spec.seq_length, vocab_size=spec.vocab_size)
     plan = Plan.from_dict(homogeneous_plan_dict())
-    with cuda_calls_on_cpu():  # first: parallel_state.initialize_model_parallel sets megatron's globals
-        theirs = MegatronBaseline(spec, plan, data, seed=1)
-    ours = RankRuntime(plan, spec, env.rank, data, RunConfig(seed=1, sync_mode="flat"))
-    it = {"ours": 0, "theirs": 0}
-
-    def step_ours() -> float:
-        it["ours"] += 1
-        return ours.train_step(it["ours"]).iteration_time_s
-
-    def step_theirs() -> float:
-        it["theirs"] += 1
-        with cuda_calls_on_cpu():
-            return theirs.train_step(it["theirs"])
-    _measure(step_ours, WARMUP_ITERS)
-    _measure(step_theirs, WARMUP_ITERS)
-    times = {"ours": [], "theirs": []}
+    steps = {}
+    for precision, dist_opt in VARIANTS:
+        name = _variant_name(precision, dist_opt)
+        with _megatron_optimizer_on_cpu():   # the first one sets megatron's parallel_state globals
+            theirs = MegatronBaseline(spec, plan, data, seed=1, precision=precision, dist_opt=dist_opt)
+        ours = RankRuntime(dataclasses.replace(plan, precision=precision, distributed_optimizer=dist_opt), spec,
+                           env.rank, data, RunConfig(seed=1, sync_mode="flat"))
+        steps[name] = _steppers(ours, theirs)
+    for name in steps:
+        for side in ("ours", "theirs"):
+            _measure(steps[name][side], WARMUP_ITERS)
+    times = {name: {"ours": [], "theirs": []} for name in steps}
     for _ in range(BLOCKS):
-        dist.barrier()
-        times["ours"] += _measure(step_ours, ITERS_PER_BLOCK)
-        dist.barrier()
-        times["theirs"] += _measure(step_theirs, ITERS_PER_BLOCK)
+        for name in steps:
+            for side in ("ours", "theirs"):
+                dist.barrier()
+                times[name][side] += _measure(steps[name][side], ITERS_PER_BLOCK)
     zone_bytes = {}
     for mode in ("flat", "hierarchical"):
         rt = RankRuntime(Plan.from_dict(two_zone_plan_dict()), spec, env.rank, data,
@@ -167,16 +232,36 @@ def worker() -> None:
     dist.destroy_process_group()
 
 
+def _steppers(ours, theirs) -> dict:  # noqa: ANN001
+    it = {"ours": 0, "theirs": 0}
+
+    def step_ours() -> float:
+        it["ours"] += 1
+        return ours.train_step(it["ours"]).iteration_time_s
+
+    def step_theirs() -> float:
+        it["theirs"] += 1
+        with _megatron_optimizer_on_cpu():
+            return theirs.train_step(it["theirs"])
+    return {"ours": step_ours, "theirs": step_theirs}
+
+
 def report(result: dict) -> None:
-    ours, theirs = result["times"]["ours"], result["times"]["theirs"]
-    print(f"{'runtime':<22}{'median ms':>10}{'p10 ms':>9}{'p90 ms':>9}{'iters':>7}")
-    for name, ts in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
-        q = statistics.quantiles(ts, n=10)
-        print(f"{name:<22}{statistics.median(ts) * 1e3:>10.2f}{q[0] * 1e3:>9.2f}{q[-1] * 1e3:>9.2f}{len(ts):>7}")
+    print(f"{'variant':<14}{'runtime':<22}{'median ms':>10}{'p10 ms':>9}{'p90 ms':>9}{'iters':>7}{'ours/megatron':>15}")
+    ratios = {}
+    for variant, sides in result["times"].items():
+        ours, theirs = sides["ours"], sides["theirs"]
+        ratios[variant] = statistics.median(ours) / statistics.median(theirs)
+        for name, ts in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
+            q = statistics.quantiles(ts, n=10)
+            ratio = f"{ratios[variant]:>15.3f}" if name == "megatron-sailor" else ""
+            print(f"{variant:<14}{name:<22}{statistics.median(ts) * 1e3:>10.2f}{q[0] * 1e3:>9.2f}"
+                  f"{q[-1] * 1e3:>9.2f}{len(ts):>7}{ratio}")
     zb = result["zone_bytes"]
     print(f"cross-zone bytes per iteration, 2-zone plan (DP 4 over zones a,a,b,b, tiny GPT): "
           f"flat ring {zb['flat']:,} B, hierarchical {zb['hierarchical']:,} B")
-    print(f"ratio ours/megatron median iteration time: {statistics.median(ours) / statistics.median(theirs):.3f}")
+    print("ratio ours/megatron median iteration time: "
+          + ", ".join(f"{v} {r:.3f}" for v, r in ratios.items()))
 
 
 def main() -> int:
@@ -188,7 +273,7 @@ def main() -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="FATAL")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-addr",
            "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)

@@ -6,7 +6,7 @@
 # 1. declares a small local "cluster": A100-40 x3 in zone local-a, RTX-3090 x2 in zone local-b (GPU types are
 #    labels on CPU); 2. gets a plan: by default the built-in heterogeneous plan below (uneven layers 2|4,
 #    replicas with TP 2 and TP 1, two zones, 5|3 micro-batches per pipeline; bf16, tied embeddings, full
-#    activation recomputation and
+#    activation recomputation, the distributed optimizer and
 #    Megatron's default dropout 0.1); PLAN_SOURCE=planner asks
 #    sailor-plan for the declared cluster instead (for this tiny model it sensibly picks fewer GPUs);
 # 3. builds the byte-level corpus; 4. trains under torchrun (gloo) with zone-hierarchical gradient sync.
@@ -62,6 +62,7 @@ if [[ $SLURM == 1 ]]; then
 fi
 OUT=${OUT:-runs/train_opt}
 ITERS=${ITERS:-40}
+GRAD_SYNC_FLAG=(); [[ -n "${GRAD_SYNC:-}" ]] && GRAD_SYNC_FLAG=(--grad-sync "$GRAD_SYNC")  # else the plan's, or hierarchical
 GRAD_SYNC=${GRAD_SYNC:-hierarchical}
 PLAN_SOURCE=${PLAN_SOURCE:-builtin}
 ZONE_LATENCY_S=${ZONE_LATENCY_S:-0.002}
@@ -120,7 +121,7 @@ print('training the built-in heterogeneous plan instead (uneven layers, TP 2 and
   cat > "$OUT/plan.json" <<'JSON'
 {"schema_version": 1, "model": "tiny-opt", "num_layers": 6, "micro_batch_size": 2, "global_batch_size": 16,
  "precision": "bf16", "tie_embeddings": true, "recompute_granularity": "full", "recompute_method": "uniform",
- "recompute_num_layers": 1,
+ "recompute_num_layers": 1, "distributed_optimizer": true,
  "microbatches_per_pipeline": [5, 3],
  "stages": [
   {"first_layer": 0, "num_layers": 2, "replicas": [{"gpu_type": "A100-40", "tp": 2, "zone": "local-a"},
@@ -151,7 +152,7 @@ fi
 # Megatron-LM's arguments: cosine schedule with warm-up, validation loss every 10 iterations on 2 global batches
 TRAIN_ARGS=("${MODEL_ARGS[@]}" "${TOKENIZER_ARGS[@]}" --train-iters "$ITERS" --lr 3e-3 --min-lr 3e-4
             --lr-decay-style cosine --lr-warmup-iters 4 --adam-beta2 0.95 --seed 1234 --data-path "$DATA_PATH"
-            --eval-interval 10 --eval-iters 2 --grad-sync "$GRAD_SYNC" --metrics-file "$OUT/metrics.jsonl"
+            --eval-interval 10 --eval-iters 2 "${GRAD_SYNC_FLAG[@]}" --metrics-file "$OUT/metrics.jsonl"
             --log-interval 5 "${EXTRA[@]}")
 filter_warnings() { grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' >&2; }
 

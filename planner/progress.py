@@ -2,18 +2,21 @@
 
 Contract: :func:`progress_iter` yields the items of an iterable unchanged and, on a terminal, shows a
 transient progress bar labelled ``label``; :func:`status` is a context manager that, on a terminal, shows a
-transient spinner with ``label`` and the elapsed seconds while its body runs (for a wait with no count).
+transient spinner with ``label`` and the elapsed seconds while its body runs (for a wait with no count);
+:func:`progress_bar` is a context manager yielding ``update(completed)`` for a bar of ``total`` units that the
+caller moves itself (seconds of a timed replay, bytes, ...).
 When stderr is a file or a pipe nothing is printed, so logs and tests see only the command's own output.
 Callers (CLIs, benchmarks): ``from planner.progress import progress_iter, status``::
 
     for case in progress_iter(cases, "cases", total=len(cases)): ...
     with status("drawing runs/timeline.png"): fig.savefig(...)
+    with progress_bar("replaying the trace", total=480) as update: ... update(elapsed_s) ...
 """
 from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -51,3 +54,16 @@ def status(label: str) -> Iterator[None]:
                   console=Console(stderr=True), transient=True) as bar:
         bar.add_task(label, total=None)
         yield
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: float) -> Iterator[Callable[[float], None]]:
+    if not on_terminal():
+        yield lambda completed: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda completed: bar.update(task, completed=min(completed, total))

@@ -16,8 +16,12 @@ and fails for each command that exits non-zero. ``benchmarks/readme_commands.py`
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -159,23 +163,41 @@ class Outcome:
     stdout: str
     stderr: str
     wall_s: float
+    cpu_s: float          # user + system seconds of the command and every process it waited for
+
+
+def run_command(command: str, repo: Path, env: dict[str, str], timeout_s: float) -> Outcome:
+    """``bash -o pipefail -c`` the runnable form of ``command`` in its own session (the whole process tree is
+    killed after ``timeout_s``: exit 124)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", runnable(command)], cwd=repo, env=env,
+                                stdout=out, stderr=err, start_new_session=True)
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        proc.returncode = 124 if timed_out.is_set() else os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = (f.read().decode(errors="replace") for f in (out, err))
+    if timed_out.is_set():
+        stderr += f"\ntimed out after {timeout_s:.0f} s"
+    return Outcome(command, proc.returncode, stdout, stderr, time.perf_counter() - start,
+                   usage.ru_utime + usage.ru_stime)
 
 
 def run_block(commands: list[str], root: Path, timeout_s: float = 900.0) -> list[Outcome]:
     """Run one block's commands in order in a fresh sandbox under ``root`` (every command runs, even after
     one failed, so each is reported)."""
     repo, env = make_sandbox(root)
-    out = []
-    for command in commands:
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(["bash", "-o", "pipefail", "-c", runnable(command)], cwd=repo, env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
-            result = (proc.returncode, proc.stdout, proc.stderr)
-        except subprocess.TimeoutExpired as exc:
-            result = (124, str(exc.stdout or ""), f"timed out after {timeout_s:.0f} s")
-        out.append(Outcome(command, *result, wall_s=time.perf_counter() - start))
-    return out
+    return [run_command(command, repo, env, timeout_s) for command in commands]
 
 
 def default_jobs() -> int:

@@ -1,7 +1,8 @@
 """``sailor-profile``: profile a model and/or the network on this machine for the planner.
 
     sailor-profile --model tiny --mbs 1 2 --tp 1 2 -o runs/prof/profile.json \
-        --network-out runs/prof/network.json --catalog-out runs/prof/catalog.json
+        --network-out runs/prof/network.json --catalog-out runs/prof/catalog.json \
+        --runtime-constants-out runs/prof/runtime_constants.json
 
 Without torchrun around it, the command starts itself under ``python -m torch.distributed.run`` with
 ``--nproc`` local ranks (default: the largest TP, at least 2 when the network is profiled), one OpenMP
@@ -53,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-type", help="GPU type name (default: cpu-<cpu model> or the CUDA device's)")
     p.add_argument("--usd-per-hour", type=float, default=0.1, help="price written to the catalog (nominal)")
     p.add_argument("--nproc", type=int, default=None, help="local ranks when starting torchrun itself")
+    p.add_argument("--runtime-constants-out",
+                   help="also measure the megatron-sailor preset's machine constants (memory overhead, allocator "
+                        "reserve, core sharing) and write them here (the planner reads "
+                        "planner/data/runtime_megatron_sailor.json, or the file SAILOR_RUNTIME_CONSTANTS names)")
     return p
 
 
@@ -89,7 +94,8 @@ def validate(args: argparse.Namespace, world: int) -> ModelSpec | None:
         raise InputError("--network-only needs --network-out FILE")
     if not args.network_only and not args.output:
         raise InputError("no output: pass -o PROFILE.json (or --network-only --network-out FILE)")
-    for path, flag in ((args.output, "-o"), (args.network_out, "--network-out"), (args.catalog_out, "--catalog-out")):
+    for path, flag in ((args.output, "-o"), (args.network_out, "--network-out"), (args.catalog_out, "--catalog-out"),
+                       (args.runtime_constants_out, "--runtime-constants-out")):
         _check_out(path, flag)
     if args.network_out and world < 2:
         raise InputError(f"the network profile needs at least 2 ranks, got --nproc {world}")

@@ -237,7 +237,9 @@ def profile_model(model: ModelSpec, cfg: ProfileConfig, gpu_type: str, timeout_s
     seed_megatron_rng(cfg.seed)
     costs: list[LayerCosts] = []
     param_bytes: dict[int, PartBytes] = {}
-    for tp in cfg.tp_list:
+    from megatron_sailor.train.progress import progress_iter
+    tps = progress_iter(cfg.tp_list, "profiling", total=len(cfg.tp_list)) if rank == 0 else cfg.tp_list
+    for tp in tps:
         tp_group, members = _tp_groups(world, tp, rank, timeout)
         active = members is not None and (cfg.concurrent or members[0] == 0)
         if active:

@@ -110,6 +110,23 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
     return {"intra_node_bw_bytes_per_s": link.bw_bytes_per_s, "intra_node_latency_s": link.latency_s}
 
 
+def _write_constants(args: argparse.Namespace, torch: Any, baseline_bytes: int) -> None:
+    from megatron_sailor.profiler.constants import (constants_document, measure_core_sharing, reserve_factor,
+                                                    write_constants)
+    import json
+
+    from megatron_sailor.profiler.cli import ARGV_ENV
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    argv = json.loads(os.environ[ARGV_ENV]) if ARGV_ENV in os.environ else sys.argv[1:]
+    doc = constants_document(baseline_bytes, reserve_factor(torch), measure_core_sharing(cores), cores,
+                             "sailor-profile " + " ".join(argv))
+    write_constants(args.runtime_constants_out, doc)
+    share = ", ".join(f"{r:g}/core x{s:.2f}" for r, s in doc["core_share"]["ranks_per_core_slowdown"])
+    print(f"runtime constants written: {args.runtime_constants_out} (memory overhead "
+          f"{doc['memory_overhead_bytes'] / 2**20:.0f} MiB, reserve x{doc['activation_reserve_factor']}, "
+          f"core sharing {share})")
+
+
 def run_profiles(args: argparse.Namespace, model: Any) -> int:
     import warnings
     warnings.filterwarnings("ignore")
@@ -120,6 +137,8 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
     from patches import apply_cpu_patches
     rank, world = _init()
     apply_cpu_patches()
+    from megatron_sailor.profiler.constants import baseline_memory_bytes
+    baseline_bytes = baseline_memory_bytes(torch)     # before any model exists
     gpu_type = args.gpu_type or local_gpu_type(torch)
     catalog: dict[str, float] = {}
     if model is not None:
@@ -136,6 +155,8 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
         net = profile_network(tuple(args.sizes or DEFAULT_SIZES), warmup=args.warmup, repeats=args.repeats)
         if rank == 0:
             catalog.update(_write_network(args, net, gpu_type))
+    if rank == 0 and args.runtime_constants_out:
+        _write_constants(args, torch, baseline_bytes)
     if rank == 0 and args.catalog_out and catalog:
         from megatron_sailor.profiler.io import merge_catalog_entry
         merge_catalog_entry(args.catalog_out, gpu_type, catalog)

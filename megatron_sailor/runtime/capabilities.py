@@ -13,6 +13,8 @@ from planner.plan import Plan
 
 SUPPORTED_PRECISIONS = ("fp32", "bf16", "fp16")
 SUPPORTED_OPTIMIZERS = ("adamw",)
+SUPPORTED_SYNC_MODES = ("flat", "hierarchical")      # stages[s].grad_sync (None: the --grad-sync flag)
+SUPPORTED_P2P_PATTERNS = ("tp0-to-all",)             # runtime/p2p.py
 
 
 def unsupported_options(plan: Plan) -> list[str]:
@@ -28,6 +30,13 @@ def unsupported_options(plan: Plan) -> list[str]:
         if lacking:
             msgs.append(f"precision 'bf16' is not supported by GPU type {lacking[0]} (no bf16 units): "
                         "use precision fp16")
+    for s, st in enumerate(plan.stages):
+        if st.grad_sync is not None and st.grad_sync not in SUPPORTED_SYNC_MODES:
+            msgs.append(f"stages[{s}].grad_sync '{st.grad_sync}' is not implemented by the runtime "
+                        f"(supported: {', '.join(SUPPORTED_SYNC_MODES)} or null)")
+    if plan.p2p_pattern not in SUPPORTED_P2P_PATTERNS:
+        msgs.append(f"p2p_pattern '{plan.p2p_pattern}' is not implemented by the runtime "
+                    f"(supported: {', '.join(SUPPORTED_P2P_PATTERNS)})")
     if plan.optimizer not in SUPPORTED_OPTIMIZERS:
         msgs.append(f"optimizer '{plan.optimizer}' is not implemented by the runtime "
                     f"(supported: {', '.join(SUPPORTED_OPTIMIZERS)})")

@@ -108,7 +108,7 @@ class DistributedOptimizer:
         self.fp32_grads = Fp32Grads(model) if self.dtype != torch.float32 else None
         syncs = ((GradSync.for_stage(model, layout, groups), True),
                  (GradSync.for_tied_embedding(model, layout, groups), False))
-        self.units = [_Unit(sync, shard, ShardComm(shard.groups, groups.sync_mode, layout, groups.rank, emulation),
+        self.units = [_Unit(sync, shard, ShardComm(shard.groups, shard.groups.mode, layout, groups.rank, emulation),
                             stage_sync)
                       for sync, stage_sync in syncs for shard in sync.shards]
         # fp32 main weights of the owned segments (16-bit models); fp32 models pack theirs every step
@@ -196,17 +196,18 @@ class DistributedOptimizer:
             fulls = {"param": u.comm.all_gather(seg.clone())}
             steps = [float(self.optimizer.state[v]["step"]) for v in views if v in self.optimizer.state]
             for k in STATE_KEYS:
-                mine = torch.zeros(u.chunk)
+                mine = torch.zeros(u.chunk, device=seg.device)
                 for r, v in zip(u.ranges, views):
                     st = self.optimizer.state.get(v)
                     if st:
                         mine[r.seg_lo:r.seg_hi] = st[k]
                 fulls[k] = u.comm.all_gather(mine)
-            step = torch.tensor([max(steps) if steps else 0.0])
+            step = torch.tensor([max(steps) if steps else 0.0], device=seg.device)
             if u.comm.n > 1:
                 step = u.comm.all_gather(step)
             for p in u.entries:
-                entry = out.setdefault(id(p), {"step": 0.0, **{k: torch.zeros(p.shape) for k in fulls}})
+                entry = out.setdefault(id(p), {"step": 0.0, **{k: torch.zeros(p.shape, device=seg.device)
+                                                               for k in fulls}})
                 entry["step"] = max(entry["step"], float(step.max()))
             for k, full in fulls.items():
                 u.unpack(full, lambda q, k=k: out[id(q)][k])

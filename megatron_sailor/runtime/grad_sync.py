@@ -14,8 +14,9 @@ are left out of the stage sync and summed instead over Megatron's embedding grou
 ``lcm(TP of the first and last stage)``: one rank per replica of both stages, so the sum is the whole
 gradient of the shared weight and both copies take the same step.
 
-Modes: ``flat`` all-reduces over the whole group; ``hierarchical`` reduces inside each zone to the zone's
-leader, all-reduces among zone leaders, then broadcasts inside each zone.
+Modes (per stage, carried by each group: the plan's ``stages[s].grad_sync`` or the run's ``--grad-sync``; the
+tied-embedding groups use the run's): ``flat`` all-reduces over the whole group; ``hierarchical`` reduces
+inside each zone to the zone's leader, all-reduces among zone leaders, then broadcasts inside each zone.
 """
 from __future__ import annotations
 
@@ -59,7 +60,6 @@ class GradSync:
         by_shard = {sg.shard: sg for sg in shard_groups}
         self.shards = tuple(ShardPlan(by_shard[f], piece=n, pieces=len(held), write_replicated=(n == 0))
                             for n, f in enumerate(held) if f in by_shard)
-        self.mode = groups.sync_mode
         self.layout = layout
         self.rank = groups.rank
         self.emulation = emulation   # see megatron_sailor.runtime.emulation (demos only)
@@ -102,7 +102,7 @@ class GradSync:
         elif sg.leaders is not None:
             leaders = tuple(r for r in sg.members if r == self._leader_of(r, sg))
             self._emulate(buf, leaders)
-        if self.mode == SYNC_FLAT or sg.flat is not None:
+        if sg.mode == SYNC_FLAT or sg.flat is not None:
             dist.all_reduce(buf, group=sg.flat)
             return
         if sg.zone is not None:
@@ -149,7 +149,7 @@ class GradSync:
             if len(members) < 2 or members[0] != self.rank:
                 continue
             size = self.buffer_numel(shard) * bytes_per_elem
-            total += ring_cross_zone_bytes([self.layout.info(r).zone for r in members], size, self.mode)
+            total += ring_cross_zone_bytes([self.layout.info(r).zone for r in members], size, shard.groups.mode)
         return total
 
 

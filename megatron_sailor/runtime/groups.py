@@ -33,6 +33,7 @@ class ShardSyncGroups:
     zone: Any | None                      # members in this rank's zone (hierarchical, >= 2 members)
     zone_leader: int | None               # global rank of this zone's leader
     leaders: Any | None                   # one leader per zone (hierarchical, >= 2 zones, leaders only)
+    mode: str = SYNC_HIERARCHICAL         # the stage's sync mode these groups were made for
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ class RankGroups:
     p2p: Any                              # all ranks; used only for point-to-point between stages
     world: Any                            # all ranks; loss / grad-norm reductions
     grad_sync: tuple[ShardSyncGroups, ...]
-    sync_mode: str
+    sync_mode: str                        # the run's mode (--grad-sync): stages without their own, tied sync
     embedding: tuple[ShardSyncGroups, ...] = ()   # tied embeddings: first + last stage, per fine shard
+    stage_modes: tuple[str, ...] = ()     # each stage's mode (the plan's grad_sync, else sync_mode)
 
 
 def _new(ranks: tuple[int, ...], timeout: timedelta) -> Any:
@@ -69,11 +71,11 @@ def _shard_groups(layout: RankLayout, rank: int, members: tuple[int, ...], shard
                   timeout: timedelta) -> ShardSyncGroups:
     mine = rank in members
     if len(members) < 2:
-        return ShardSyncGroups(shard, members, None, None, None, None)
+        return ShardSyncGroups(shard, members, None, None, None, None, mode)
     zones = _zones_of(layout, members)
     if mode == SYNC_FLAT or len(zones) == 1:
         group = _new(members, timeout)
-        return ShardSyncGroups(shard, members, group if mine else None, None, None, None)
+        return ShardSyncGroups(shard, members, group if mine else None, None, None, None, mode)
     zone_group, leader = None, None
     for zone_members in zones.values():
         g = _new(zone_members, timeout) if len(zone_members) > 1 else None
@@ -82,14 +84,24 @@ def _shard_groups(layout: RankLayout, rank: int, members: tuple[int, ...], shard
     leaders = tuple(zm[0] for zm in zones.values())
     leader_group = _new(leaders, timeout)
     return ShardSyncGroups(shard, members, None, zone_group, leader,
-                           leader_group if rank in leaders else None)
+                           leader_group if rank in leaders else None, mode)
+
+
+def stage_sync_modes(plan_modes: tuple[str | None, ...], sync_mode: str) -> tuple[str, ...]:
+    """Each stage's gradient-sync mode: the plan's ``stages[s].grad_sync``, else the run's ``sync_mode``."""
+    modes = tuple(m or sync_mode for m in plan_modes)
+    for m in (*modes, sync_mode):
+        if m not in (SYNC_FLAT, SYNC_HIERARCHICAL):
+            raise ValueError(f"grad sync mode must be '{SYNC_FLAT}' or '{SYNC_HIERARCHICAL}', got {m!r}")
+    return modes
 
 
 def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHICAL,
-                  timeout: timedelta = timedelta(seconds=120), tied_embeddings: bool = False) -> RankGroups:
-    """Create every group of the plan (collectively) and return this rank's."""
-    if sync_mode not in (SYNC_FLAT, SYNC_HIERARCHICAL):
-        raise ValueError(f"grad sync mode must be '{SYNC_FLAT}' or '{SYNC_HIERARCHICAL}', got {sync_mode!r}")
+                  timeout: timedelta = timedelta(seconds=120), tied_embeddings: bool = False,
+                  plan_modes: tuple[str | None, ...] | None = None) -> RankGroups:
+    """Create every group of the plan (collectively) and return this rank's. ``plan_modes``: the plan's
+    per-stage ``grad_sync`` (None entries, or None: ``sync_mode``); the tied-embedding groups use ``sync_mode``."""
+    modes = stage_sync_modes(plan_modes or (None,) * layout.num_stages, sync_mode)
     me = layout.info(rank)
     world_ranks = tuple(range(layout.world_size))
     p2p = _new(world_ranks, timeout)
@@ -108,7 +120,7 @@ def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHI
     grad_sync: list[ShardSyncGroups] = []
     for s in range(layout.num_stages):
         for f in range(layout.num_fine_shards(s)):
-            sg = _shard_groups(layout, rank, layout.fine_shard_group(s, f), f, sync_mode, timeout)
+            sg = _shard_groups(layout, rank, layout.fine_shard_group(s, f), f, modes[s], timeout)
             if rank in sg.members:
                 grad_sync.append(sg)
     embedding: list[ShardSyncGroups] = []
@@ -117,9 +129,10 @@ def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHI
             sg = _shard_groups(layout, rank, embedding_group(layout, f), f, sync_mode, timeout)
             if rank in sg.members:
                 embedding.append(sg)
-    logger.debug("rank %d: %d grad-sync shard groups (%s)", rank, len(grad_sync), sync_mode)
+    logger.debug("rank %d: %d grad-sync shard groups (%s)", rank, len(grad_sync), modes)
     return RankGroups(rank=rank, tp=tp_group, single=single, p2p=p2p, world=world,
-                      grad_sync=tuple(grad_sync), sync_mode=sync_mode, embedding=tuple(embedding))
+                      grad_sync=tuple(grad_sync), sync_mode=sync_mode, embedding=tuple(embedding),
+                      stage_modes=modes)
 
 
 # ---- tied embeddings: Megatron's embedding group, across replicas of different TP --------------------

@@ -107,7 +107,7 @@ class MainParams(torch.nn.Module):
     @staticmethod
     def _accumulate_into(main: torch.nn.Parameter):  # noqa: ANN205 - hook factory
         def hook(param: torch.Tensor) -> None:
-            main.grad.add_(param.grad.float())
+            main.grad.add_(param.grad)          # fp32 += 16-bit: exact upcast, no temporary
             param.grad = None
         return hook
 
@@ -139,7 +139,7 @@ class Fp32Grads:
     @staticmethod
     def _accumulate_into(grad: torch.Tensor):  # noqa: ANN205 - hook factory
         def hook(param: torch.Tensor) -> None:
-            grad.add_(param.grad.float())
+            grad.add_(param.grad)
             param.grad = None
         return hook
 

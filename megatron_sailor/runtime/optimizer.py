@@ -52,16 +52,10 @@ def local_sq_norm(model: torch.nn.Module, me: RankInfo) -> float:
     return total
 
 
-def reduce_norm_and_loss(model: torch.nn.Module, me: RankInfo, loss_share: float,
-                         world_group: Any) -> tuple[float, float]:
-    """(global grad norm, global-batch mean loss) from one world all-reduce."""
-    device = next(model.parameters()).device   # nccl reduces CUDA tensors only
-    return reduce_sq_norm_and_loss(local_sq_norm(model, me), me, loss_share, world_group, device)
-
-
 def reduce_sq_norm_and_loss(sq_norm: float, me: RankInfo, loss_share: float, world_group: Any,
                             device: torch.device) -> tuple[float, float]:
-    """(global grad norm, global-batch mean loss) from this rank's squared-norm share, one world all-reduce."""
+    """(global grad norm, global-batch mean loss) from this rank's squared-norm share (:func:`local_sq_norm`,
+    or the distributed optimizer's), one world all-reduce (on ``device``: nccl reduces CUDA tensors only)."""
     loss_part = loss_share if me.tp_rank == 0 else 0.0
     buf = torch.tensor([sq_norm, loss_part], dtype=torch.float64, device=device)
     dist.all_reduce(buf, group=world_group)

@@ -15,7 +15,7 @@ from megatron_sailor.runtime.data import MicroBatch, TokenSource, microbatch, pi
 from megatron_sailor.runtime.dist_optimizer import DistributedOptimizer
 from megatron_sailor.runtime.dropout import DropoutConfig, DropoutContext, install_dropout
 from megatron_sailor.runtime.grad_sync import GradSync
-from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups
+from megatron_sailor.runtime.groups import SYNC_HIERARCHICAL, RankGroups, create_groups, stage_sync_modes
 from megatron_sailor.runtime.init_weights import init_stage_weights
 from megatron_sailor.runtime.memory import model_state_bytes
 from megatron_sailor.runtime.metrics import StepMetrics
@@ -62,11 +62,18 @@ class _OffsetSource:
         return self.source.sample(index + self.offset)
 
 
-def rank_groups(layout: RankLayout, rank: int, cfg: RunConfig, tied_embeddings: bool = False) -> RankGroups:
+def rank_groups(layout: RankLayout, rank: int, cfg: RunConfig, tied_embeddings: bool = False,
+                plan_modes: tuple[str | None, ...] | None = None) -> RankGroups:
     """This rank's process groups for ``cfg`` (the one place the sync mode and timeout reach create_groups);
-    ``tied_embeddings`` = the plan's ``tie_embeddings`` (adds the embedding groups)."""
+    ``tied_embeddings`` = the plan's ``tie_embeddings`` (adds the embedding groups), ``plan_modes`` = the
+    plan's per-stage ``grad_sync`` (:func:`plan_sync_modes`)."""
     return create_groups(layout, rank, cfg.sync_mode, timeout=timedelta(seconds=cfg.timeout_s),
-                         tied_embeddings=tied_embeddings)
+                         tied_embeddings=tied_embeddings, plan_modes=plan_modes)
+
+
+def plan_sync_modes(plan: Plan) -> tuple[str | None, ...]:
+    """The plan's per-stage gradient-sync modes (None: the run's --grad-sync decides)."""
+    return tuple(st.grad_sync for st in plan.stages)
 
 
 class RankRuntime:
@@ -84,9 +91,12 @@ class RankRuntime:
         self.layout = layout or build_layout(plan)
         self.me = self.layout.info(rank)
         timeout = timedelta(seconds=cfg.timeout_s)
-        self.groups = groups or rank_groups(self.layout, rank, cfg, tied_embeddings=plan.tie_embeddings)
-        if self.groups.sync_mode != cfg.sync_mode:
-            raise ValueError(f"groups were made for sync mode {self.groups.sync_mode!r}, cfg says {cfg.sync_mode!r}")
+        self.groups = groups or rank_groups(self.layout, rank, cfg, tied_embeddings=plan.tie_embeddings,
+                                            plan_modes=plan_sync_modes(plan))
+        want = stage_sync_modes(plan_sync_modes(plan), cfg.sync_mode)
+        if self.groups.sync_mode != cfg.sync_mode or self.groups.stage_modes != want:
+            raise ValueError(f"groups were made for sync modes {self.groups.sync_mode!r} {self.groups.stage_modes}, "
+                             f"the plan and cfg say {cfg.sync_mode!r} {want}")
         seed_megatron_rng(cfg.seed)
         stage = plan.stages[self.me.stage]
         role = StageRole(self.me.stage, plan.num_stages)

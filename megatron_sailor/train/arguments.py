@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(one prefix; blends of several are not implemented)")
     t.add_argument("--data-impl", choices=("mmap",), default="mmap", help="accepted for old scripts (mmap only)")
     t.add_argument("--metrics-file", default=None)
-    t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=SYNC_HIERARCHICAL)
+    t.add_argument("--grad-sync", choices=(SYNC_HIERARCHICAL, SYNC_FLAT), default=None,
+                   help="gradient sync across replicas (default hierarchical); a stage whose plan entry names "
+                   "its grad_sync uses that one, and a contradicting flag is an error")
     t.add_argument("--log-interval", type=int, default=100, help="print a training line every N iterations")
     _add_eval_tokenizer_logger_args(p)
     t.add_argument("--distributed-timeout-s", type=float, default=120.0)
@@ -239,6 +241,10 @@ def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bo
     if args.untie_embeddings_and_output_weights and plan.tie_embeddings:
         raise InputError("--untie-embeddings-and-output-weights contradicts the plan (tie_embeddings true)",
                          source=args.sailor_plan)
+    for s, st in enumerate(plan.stages):
+        if args.grad_sync and st.grad_sync is not None and st.grad_sync != args.grad_sync:
+            raise InputError(f"--grad-sync {args.grad_sync} contradicts the plan (stages[{s}].grad_sync "
+                             f"'{st.grad_sync}')", source=args.sailor_plan)
     if args.use_distributed_optimizer and not plan.distributed_optimizer:
         raise InputError("--use-distributed-optimizer contradicts the plan (distributed_optimizer false)",
                          source=args.sailor_plan)
@@ -307,7 +313,8 @@ def parse_config(argv: list[str] | None, world_size: int) -> TrainConfig:
     opt = OptimizerConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(args.adam_beta1, args.adam_beta2),
                           eps=args.adam_eps, clip_grad=args.clip_grad)
     return TrainConfig(plan=plan, model=model, optimizer=opt, train_iters=args.train_iters, seed=args.seed,
-                       data_path=args.data_path, metrics_file=args.metrics_file, sync_mode=args.grad_sync,
+                       data_path=args.data_path, metrics_file=args.metrics_file,
+                       sync_mode=args.grad_sync or SYNC_HIERARCHICAL,
                        log_interval=max(1, args.log_interval), timeout_s=args.distributed_timeout_s,
                        cross_zone_latency_s=args.emulate_cross_zone_latency_s,
                        cross_zone_gbps=args.emulate_cross_zone_gbps, save=args.save, load=args.load,

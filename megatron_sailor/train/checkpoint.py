@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from megatron_sailor.runtime.init_weights import full_shape, global_name, is_sharded, shard_of
+from megatron_sailor.runtime.init_weights import WORD_EMBEDDING, full_shape, global_name, is_sharded, shard_of
 from megatron_sailor.train import checkpoint_rng
 from megatron_sailor.train.checkpoint_store import (RNG_FILE, CheckpointError, ModelMismatchError,  # noqa: F401
                                                      checkpoint_name, choose_checkpoint, expected_files,
@@ -92,14 +92,16 @@ def _gather_full(t: torch.Tensor, param: torch.nn.Parameter, tp: int, group: Any
 
 
 def _full_entries(rt: Any) -> dict[str, dict[str, dict[str, Any]]]:
-    """{file key: {global name: entry}} for replica 0 (gathers across TP; only TP-rank 0 gets a result)."""
+    """{file key: {global name: entry}} for replica 0 (gathers across TP; only TP-rank 0 gets a result).
+
+    Every rank must call it: under the distributed optimizer the owned segments are all-gathered first."""
     me, out = rt.me, {}
-    for name, p in rt.model.named_parameters():
-        st = rt.optimizer.state.get(p, {})
-        entry: dict[str, Any] = {"param": _gather_full(p, p, me.tp, rt.groups.tp)}
-        for k in STATE_KEYS:
-            entry[k] = _gather_full(st[k], p, me.tp, rt.groups.tp) if k in st else torch.zeros(full_shape(p, me.tp))
-        entry["step"] = float(st["step"]) if "step" in st else 0.0
+    trained = rt.trained_state()            # fp32 values (main weights of a 16-bit model) + AdamW states
+    if me.replica != 0:
+        return {}
+    for name, p, state in trained:
+        entry: dict[str, Any] = {k: _gather_full(state[k], p, me.tp, rt.groups.tp) for k in ("param", *STATE_KEYS)}
+        entry["step"] = float(state["step"])
         gname = global_name(name, rt.stage.first_layer)
         out.setdefault(file_key(gname), {})[gname] = entry
     return out if me.tp_rank == 0 else {}
@@ -162,14 +164,15 @@ def begin_save(rt: Any, save_dir: str, iteration: int, consumed_samples: int, ke
     start = time.perf_counter()
     root = Path(save_dir)
     final = root / checkpoint_name(iteration)
+    scaler = rt.scaler.state() if getattr(rt, "scaler", None) is not None else {}
     pending = PendingSave(root, root / (final.name + ".tmp"), final, iteration, consumed_samples, keep_last,
-                          extra or {}, rng_state())
+                          {**(extra or {}), **scaler}, rng_state())
     if dist.get_rank() == 0:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(pending.tmp, ignore_errors=True)
         pending.tmp.mkdir()
     dist.barrier(group=rt.groups.world)
-    entries = _full_entries(rt) if rt.me.replica == 0 else {}
+    entries = _full_entries(rt)
     if asynchronous:
         pending.thread = threading.Thread(target=_write_all, args=(pending, entries, fault_hook), daemon=True)
         pending.thread.start()
@@ -283,23 +286,36 @@ def _load_files(path: Path, keys: set[str]) -> dict[str, dict[str, Any]]:
 
 @torch.no_grad()
 def apply_state(rt: Any, path: Path) -> None:
-    """Copy this rank's slices of the checkpoint's full tensors into its parameters and AdamW states."""
+    """Give this rank its slices of the checkpoint's full tensors: the model (cast to its dtype), the fp32
+    main weights and the AdamW states, whatever the plan's TP, precision and optimizer sharding."""
     me, first = rt.me, rt.stage.first_layer
     names = {n: global_name(n, first) for n, _ in rt.model.named_parameters()}
     entries = _load_files(path, {file_key(g) for g in names.values()})
+    state: dict[int, dict[str, Any]] = {}
     for name, p in rt.model.named_parameters():
         g = names[name]
+        if getattr(p, "sailor_tied_copy", False):   # the last stage's copy of the tied weight: one source of
+            g = WORD_EMBEDDING                      # truth (a one-stage tied plan writes no output_layer.weight)
+            entries.update(_load_files(path, {file_key(g)}))
         if g not in entries:
             raise CheckpointError(f"{path}: parameter {g} not found")
         e = entries[g]
         want = full_shape(p, me.tp)
         if tuple(e["param"].shape) != want:
             raise CheckpointError(f"{path}: {g} has shape {tuple(e['param'].shape)}, the model needs {want}")
-        p.copy_(shard_of(e["param"], p, me.tp, me.tp_rank).to(p.device))
-        if e["step"] > 0:
-            rt.optimizer.state[p] = {
-                "step": torch.tensor(float(e["step"]), dtype=torch.float32),
-                **{k: shard_of(e[k], p, me.tp, me.tp_rank).to(p.device).clone() for k in STATE_KEYS}}
+        state[id(p)] = {"step": float(e["step"]),
+                        **{k: shard_of(e[k], p, me.tp, me.tp_rank).float() for k in ("param", *STATE_KEYS)}}
+    rt.load_trained_state(state)
+
+
+def apply_scaler(rt: Any, path: str, extra: dict[str, Any]) -> None:
+    """Resume an fp16 run's dynamic loss scaler from the meta's ``extra`` (absent: the flags' initial scale)."""
+    if getattr(rt, "scaler", None) is None or "loss_scale" not in extra:
+        return
+    try:
+        rt.scaler.load_state(extra)
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: meta.json extra: {exc}") from None
 
 
 def load_rng(path: Path) -> None:
@@ -317,17 +333,18 @@ def load_checkpoint(rt: Any, load_dir: str) -> ResumeState | None:
     if dist.get_rank() == 0:
         try:
             found = choose_checkpoint(load_dir, rt.spec)
-            choice[0] = (("ok", str(found[0]), found[1].iteration, found[1].consumed_samples) if found
-                         else ("none", None, 0, 0))
+            choice[0] = (("ok", str(found[0]), found[1].iteration, found[1].consumed_samples,
+                          dict(found[1].extra)) if found else ("none", None, 0, 0, {}))
         except CheckpointError as exc:
-            choice[0] = ("error", str(exc), 0, 0)
+            choice[0] = ("error", str(exc), 0, 0, {})
     dist.broadcast_object_list(choice, src=0, group=rt.groups.world)
-    status, where, iteration, consumed = choice[0]
+    status, where, iteration, consumed, extra = choice[0]
     if status == "error":
         raise CheckpointError(where)
     if status == "none":
         return None
     apply_state(rt, Path(where))
+    apply_scaler(rt, where, extra)
     load_rng(Path(where))
     dist.barrier(group=rt.groups.world)
     return ResumeState(iteration=int(iteration), consumed_samples=int(consumed), path=where,

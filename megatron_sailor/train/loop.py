@@ -45,7 +45,7 @@ def train(cfg, env) -> None:  # noqa: ANN001
 
     from megatron_sailor.runtime.distributed import init_distributed
     from megatron_sailor.train.elastic_hooks import EventLog
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, rank_groups
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, plan_sync_modes, rank_groups
     from megatron_sailor.runtime.topology import describe
     from planner.layout import build_layout
     from patches import apply_cpu_patches
@@ -63,7 +63,8 @@ def train(cfg, env) -> None:  # noqa: ANN001
     run_cfg = RunConfig(seed=cfg.seed, sync_mode=cfg.sync_mode, optimizer=cfg.optimizer, emulation=emulation,
                         timeout_s=cfg.timeout_s, hidden_dropout=cfg.hidden_dropout,
                         attention_dropout=cfg.attention_dropout, loss_scale=cfg.loss_scale)
-    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings)
+    groups = rank_groups(layout, rank, run_cfg, tied_embeddings=cfg.plan.tie_embeddings,
+                         plan_modes=plan_sync_modes(cfg.plan))
     events.emit("dist_ready")
     if rank == 0:
         print(describe(cfg.plan, layout), flush=True)

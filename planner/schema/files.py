@@ -185,5 +185,28 @@ class ProfileFile(Strict):
     slowdown: Optional[Positive] = None
 
 
+
+
+class CoreShareIn(Strict):
+    cores: PosCount
+    ranks_per_core_slowdown: list[tuple[Positive, Positive]] = Field(min_length=1, max_length=1000)
+
+
+class RuntimeConstantsFile(Strict):
+    """``planner/data/runtime_megatron_sailor.json``: the megatron-sailor preset's constants, measured by
+    ``sailor-profile --runtime-constants-out`` on one machine (see docs/PROFILER.md)."""
+
+    format: Literal["megatron-sailor-runtime-constants/1"]
+    machine: Text
+    measured_by: Text
+    measured_at: Text
+    load_average: Optional[NonNeg] = None
+    per_microbatch_overhead_s: NonNeg
+    memory_overhead_bytes: NonNeg
+    activation_reserve_factor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=1.0)]
+    core_share: Optional[CoreShareIn] = None
+    notes: Optional[dict[Name, Text]] = None
+
+
 __all__ = ["PlanFile", "SailorPlanFile", "ClusterFile", "InventoryFile", "NetworkFile", "CatalogFile",
-           "ProfileFile"]
+           "ProfileFile", "RuntimeConstantsFile"]

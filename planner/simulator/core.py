@@ -62,6 +62,7 @@ class Estimate:
     model_flops_per_s: float = 0.0  # achieved model FLOP/s (3 x forward FLOPs per sample, no recompute)
     peak_flops_per_s: float = 0.0   # summed peak FLOP/s of every GPU used (at the plan's precision)
     mfu: float = 0.0                # heterogeneous MFU: model_flops_per_s / peak_flops_per_s
+    runtime_constants_file: str = ""   # where the preset's measured constants came from ("" = code defaults)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -122,6 +123,8 @@ def _utilisation(plan: Plan, ctx: SimContext, stages: tuple[StageEstimate, ...],
 
 def simulate(plan: Plan, ctx: SimContext) -> Estimate:
     """Predict iteration time, per-GPU peak memory and $/iteration of ``plan``."""
+    if ctx.settings.constants_error:
+        raise InputError(ctx.settings.constants_error)
     if plan.num_layers != ctx.model.num_layers:
         raise InputError(f"plan has num_layers {plan.num_layers} but model '{ctx.model.name}' has "
                          f"{ctx.model.num_layers}")
@@ -161,4 +164,5 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
         egress_usd_per_iteration=egress_usd, cross_zone_bytes_per_iteration=cross_b, pipeline_s=pipes,
         sync_s=sync_s, update_s=update_s, bottleneck_stage=bottleneck, num_gpus=plan.world_size,
         estimated_profiles=any(st.estimated_profile for st in stages), runtime=ctx.settings.name, stages=stages,
-        model_flops_per_s=model_flops_s, peak_flops_per_s=peak_flops_s, mfu=model_flops_s / peak_flops_s)
+        model_flops_per_s=model_flops_s, peak_flops_per_s=peak_flops_s, mfu=model_flops_s / peak_flops_s,
+        runtime_constants_file=ctx.settings.constants_file)

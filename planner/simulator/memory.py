@@ -2,7 +2,8 @@
 
 - weights + gradients + optimizer states per parameter held (fp32: 4 + 4 + 8 for Adam; 16-bit mixed
   precision: 2 + 4 (fp32 main grad) + 4 (fp32 master) + 8); the distributed optimizer divides the master
-  and Adam states by D; SGD keeps one momentum buffer;
+  and Adam states by D (a rank holding several fine shards shards the replicated parameters once per
+  shard: :func:`optimizer_params`); SGD keeps one momentum buffer;
 - activations of in-flight micro-batches: 1F1B keeps ``min(S - s, m)`` on stage s (capped by the
   micro-batch count, unlike Sailor), times the allocator reserve factor;
 - transient: one more layer's activations during backward (or the logits on the last stage) and the p2p
@@ -11,6 +12,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.plan import Plan
@@ -43,9 +45,28 @@ def inflight_microbatches(plan: Plan, s: int, j: int) -> int:
     return min(plan.num_stages - s, plan.microbatch_counts[j])
 
 
+def optimizer_params(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> float:
+    """Parameters whose optimizer state one GPU shards: its own, and, under the distributed optimizer, the
+    stage's replicated parameters (norms, row-parallel biases, position embeddings) once more for every extra
+    fine shard it holds (a TP-t rank of a stage whose TP degrees have least common multiple L holds L/t fine
+    shards, and the runtime packs the replicated parameters into each: runtime/dist_optimizer.py)."""
+    if not plan.distributed_optimizer:
+        return float(c.params)
+    tps = [r.tp for r in plan.stages[c.stage].replicas]
+    k = math.lcm(*tps) // c.tp
+    if k == 1:
+        return float(c.params)
+    m, st = ctx.model, plan.stages[c.stage]
+    replicated = m.layer_params(c.tp)[1] * st.num_layers
+    replicated += m.embedding_params(c.tp)[1] if c.stage == 0 else 0
+    replicated += m.head_params(c.tp)[1] if c.stage == plan.num_stages - 1 else 0
+    return float(c.params + (k - 1) * replicated)
+
+
 def replica_memory(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> MemoryBreakdown:
     w, g, o = state_bytes_per_param(plan)
-    o = F.sharded_optimizer_bytes(o, plan.dp_degree, plan.distributed_optimizer)
+    o = F.sharded_optimizer_bytes(o, plan.dp_degree, plan.distributed_optimizer) * \
+        (optimizer_params(plan, ctx, c) / c.params if c.params else 1.0)
     st = ctx.settings
     boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     terms = F.memory_terms(c.params, c.act_bytes_per_mb, inflight_microbatches(plan, c.stage, c.replica),

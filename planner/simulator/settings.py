@@ -43,6 +43,8 @@ class RuntimeSettings:
     memory_headroom_fraction: float = 0.0    # keep this fraction of GPU memory free when judging fit
     activation_model: str = "megatron-core"  # unprofiled activations: "megatron-core" (what megatron-core
                                              # 0.16.1 saves, simulator/activations.py) or "korthikanti"
+    constants_file: str = ""             # the data file the constants above came from ("" = code defaults)
+    constants_error: str = ""            # why that file could not be read: simulate() refuses to run with it
     hidden_dropout: float = 0.0          # the run's --hidden-dropout / --attention-dropout: only p > 0 matters
     attention_dropout: float = 0.0       # (dropout masks are kept for backward)
 
@@ -96,7 +98,31 @@ SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, d
 # the whole activation from TP rank 0 of the sender to each TP rank of the receiver: k = the receiver's TP
 # messages leave one rank. Dropout: the runtime's defaults (Megatron's --hidden-dropout / --attention-dropout
 # 0.1); their masks are kept for backward.
-OURS = RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, hidden_dropout=0.1, attention_dropout=0.1)
+# Its per-micro-batch overhead, memory overhead and allocator reserve come from the machine's constants file
+# (planner/data/runtime_megatron_sailor.json, written by ``sailor-profile --runtime-constants-out``).
+
+
+def ours(constants_file: str | Path | None = None) -> RuntimeSettings:
+    """The megatron-sailor preset with the constants of ``constants_file`` (default: the planner's data file,
+    or the file ``SAILOR_RUNTIME_CONSTANTS`` names)."""
+    from planner.simulator.constants import load_runtime_constants
+    c = load_runtime_constants(constants_file)
+    return RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, hidden_dropout=0.1, attention_dropout=0.1,
+                           per_microbatch_overhead_s=c.per_microbatch_overhead_s,
+                           memory_overhead_bytes=c.memory_overhead_bytes,
+                           activation_reserve_factor=c.activation_reserve_factor, constants_file=c.source)
+
+
+def _ours_or_refusal() -> RuntimeSettings:
+    """:func:`ours`, or, when the constants file is bad, a preset that every simulation refuses with the file's
+    one-line error (so a CLI reports it the house way instead of failing at import)."""
+    try:
+        return ours()
+    except InputError as exc:
+        return RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, constants_error=str(exc))
+
+
+OURS = _ours_or_refusal()
 PRESETS = {"megatron-sailor": OURS, "sailor-deepspeed": SAILOR_DEEPSPEED}
 
 

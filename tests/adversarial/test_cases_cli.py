@@ -154,5 +154,5 @@ def test_plan_schema_knows_every_plan_key() -> None:
     from planner import plan as plan_mod
     from planner.schema.files import PlanFile, ReplicaIn, StageIn
     assert set(PlanFile.model_fields) == plan_mod._PLAN_KEYS
-    assert set(StageIn.model_fields) == {"first_layer", "num_layers", "replicas"}
+    assert set(StageIn.model_fields) == {"first_layer", "num_layers", "replicas", "grad_sync"}
     assert set(ReplicaIn.model_fields) == {"gpu_type", "tp", "zone"}

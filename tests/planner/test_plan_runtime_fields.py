@@ -153,3 +153,19 @@ def test_distributed_optimizer_flat_time_hand_computed():
     expected = 3 * (4.0 * p / 4 / 1e9) + 3 * (2.0 * p / 4 / 1e9)     # (n-1) steps of grad + param chunks
     assert est.stages[0].sync_s == pytest.approx(expected, rel=1e-12)
     assert params.sync_s == pytest.approx(2 * 3 * (4.0 * p / 4 / 1e9), rel=1e-12)
+
+
+def test_distributed_optimizer_shards_states_and_counts_replicated_params_per_fine_shard():
+    from tests.planner.test_simulator import costs
+    from planner.simulator.memory import optimizer_params, replica_memory
+    from planner.simulator.stage import all_replica_costs
+    pl = plan(split=(4,), d=2, gbs=4, tps=[1, 2], precision="bf16", distributed_optimizer=True)
+    ctx = ctx_with(OURS, entries=[costs(), costs(tp=2)])
+    c1, c2 = all_replica_costs(pl, ctx)[0]
+    m = ctx.model
+    replicated = m.layer_params(1)[1] * 4 + m.embedding_params(1)[1] + m.head_params(1)[1]
+    assert optimizer_params(pl, ctx, c1) == c1.params + replicated        # TP 1 next to TP 2: 2 fine shards
+    assert optimizer_params(pl, ctx, c2) == c2.params                      # 1 fine shard per TP-2 rank
+    assert replica_memory(pl, ctx, c1).optimizer_bytes == pytest.approx(12.0 / 2 * (c1.params + replicated))
+    plain = replace(pl, distributed_optimizer=False)
+    assert replica_memory(plain, ctx, c1).optimizer_bytes == pytest.approx(12.0 * c1.params)

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from planner.errors import InputError
+
 from tests.helpers.launch import REPO, python, torchrun
 
 transformers = pytest.importorskip("transformers", reason="extra 'hf' (CI installs .[all])")
@@ -125,6 +127,28 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     assert code == 2 and len(err.strip().splitlines()) == 1 and "weights unreadable" in err
     code, _, err = convert("to-hf", str(tmp_path / "nothing"), "--out", str(tmp_path / "o"))
     assert code == 2 and "no committed checkpoint" in err and not (tmp_path / "o").exists()
+    untied = make_hf("gpt2", tmp_path / "untied", tied=False)
+    sd = safetensors_torch.load_file(str(untied / "model.safetensors"))
+    safetensors_torch.save_file({k: v for k, v in sd.items() if k != "lm_head.weight"}, str(untied / "model.safetensors"))
+    code, _, err = convert("from-hf", str(untied), "--out", str(tmp_path / "ckpt"))
+    assert code == 2 and err.strip().splitlines() == [
+        "error: weights: tensor 'lm_head.weight' missing (config.json: tie_word_embeddings is false)"]
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_tied_checkpoint_whose_head_copy_differs_is_refused(tmp_path: Path) -> None:
+    from megatron_sailor.convert.hf_maps import from_hf, to_hf
+    from megatron_sailor.convert.cli import read_hf
+    config, sd = read_hf(make_hf("gpt2", tmp_path / "hf"))
+    conv = from_hf("gpt2", config, sd, padded_vocab=128)
+    assert conv.tied and torch.equal(conv.params["output_layer.weight"], conv.params["embedding.word_embeddings.weight"])
+    dims = {**conv.dims, "activation": "gelu_tanh"}
+    assert "lm_head.weight" not in to_hf("gpt2", dims, conv.params, conv.extra, tied=True)
+    no_head = {k: v for k, v in conv.params.items() if k != "output_layer.weight"}     # a 1-stage tied run's save
+    assert "lm_head.weight" not in to_hf("gpt2", dims, no_head, conv.extra, tied=True)
+    drifted = {**conv.params, "output_layer.weight": conv.params["output_layer.weight"] + 1e-3}
+    with pytest.raises(InputError, match="tied_embeddings is true but output_layer.weight differs"):
+        to_hf("gpt2", dims, drifted, conv.extra, tied=True)
 
 
 def hf_logits(folder: Path, tokens: torch.Tensor) -> torch.Tensor:

@@ -124,6 +124,10 @@ def test_unsupported_plan_options_are_refused_not_warned():
     check_runtime_supports(Plan(**base, distributed_optimizer=True))
     with pytest.raises(InputError, match="optimizer 'sgd'"):
         check_runtime_supports(Plan(**base, optimizer="sgd"))
+    odd = Plan(**base)                       # values the plan schema may admit one day: refused, not ignored
+    object.__setattr__(odd, "p2p_pattern", "all-to-all")
+    assert unsupported_options(odd) == ["p2p_pattern 'all-to-all' is not implemented by the runtime "
+                                         "(supported: tp0-to-all)"]
 
 
 def _our_plan(tmp_path: Path, **fields) -> Path:
@@ -147,6 +151,10 @@ PLAN_BAD_INPUTS = {
                                         "--recompute-* flags ('selective', None, None) contradict the plan"),
     "distributed_optimizer_flag_contradicts_plan": ({}, ["--use-distributed-optimizer"],
                                                     "--use-distributed-optimizer contradicts the plan"),
+    "grad_sync_flag_contradicts_plan": ({"stages": [{"first_layer": 0, "num_layers": 4, "grad_sync": "flat",
+                                                     "replicas": [{"gpu_type": "A", "tp": 1, "zone": "z"}]}]},
+                                        ["--grad-sync", "hierarchical"],
+                                        "--grad-sync hierarchical contradicts the plan (stages[0].grad_sync 'flat')"),
     "dropout_out_of_range": ({}, ["--hidden-dropout", "1.5"], "--hidden-dropout must be in [0, 1)"),
 }
 
@@ -183,6 +191,10 @@ def test_tied_embeddings_follow_plan_or_megatron_flag(tmp_path: Path) -> None:
                         1).plan.precision == "bf16"
     assert not parse_config(["--sailor-plan", sailor, *base], 1).plan.distributed_optimizer
     assert parse_config(["--sailor-plan", sailor, *base, "--use-distributed-optimizer"], 1).plan.distributed_optimizer
+    flat_stage = str(_our_plan(tmp_path, stages=[{"first_layer": 0, "num_layers": 4, "grad_sync": "flat",
+                                                  "replicas": [{"gpu_type": "A", "tp": 1, "zone": "z"}]}]))
+    assert parse_config(["--sailor-plan", flat_stage, *base, "--grad-sync", "flat"], 1).sync_mode == "flat"
+    assert parse_config(["--sailor-plan", flat_stage, *base], 1).sync_mode == "hierarchical"   # other stages
     dist_plan = str(_our_plan(tmp_path, distributed_optimizer=True))
     assert parse_config(["--sailor-plan", dist_plan, *base], 1).plan.distributed_optimizer
     assert parse_config(["--sailor-plan", dist_plan, *base, "--use-distributed-optimizer"], 1).plan.distributed_optimizer

@@ -138,3 +138,14 @@ def test_distributed_optimizer_shards_states(suite_results: dict[str, dict], pla
         assert 0 < sm["optimizer_bytes"] < 0.4 * pm["optimizer_bytes"], (pm, sm)
         assert sm["main_weights_bytes"] < 0.4 * pm["main_weights_bytes"] if pm["main_weights_bytes"] else \
             sm["main_weights_bytes"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
+@pytest.mark.parametrize("name", ["e_stage_sync_flat_then_hier", "e_distopt_stage_sync_flat_then_hier"])
+def test_per_stage_sync_mode_from_the_plan(suite_results: dict[str, dict], name: str) -> None:
+    """stages[0].grad_sync 'flat', stages[1] 'hierarchical' (replicas in zones z-a and z-b): stage 0 reduces
+    over one flat group, stage 1 through zone groups (no flat group); numerics are checked above."""
+    for rank in suite_results[name]["per_rank"]:
+        want = ["flat", True] if rank["stage"] == 0 else ["hierarchical", False]
+        assert rank["sync_modes"] == [want], rank
