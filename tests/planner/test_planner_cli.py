@@ -150,7 +150,7 @@ def test_chain_plans_written_and_flag_leaves_them_out(capsys, tmp_path):
     for one GPU): sailor-plan writes a plan whose pipelines cross zones, sailor-sim scores it the same, every
     stage carries the sync mode the estimate assumed; --chain-segments 1 finds nothing and says so."""
     cat = tmp_path / "cat.json"
-    cat.write_text(json.dumps({"V100-16": {"memory_bytes": 1449551462}}))     # 1.35 GiB
+    cat.write_text(json.dumps({"V100-16": {"memory_bytes": int(0.65 * 1024 ** 3)}}))
     model = tmp_path / "m.json"
     model.write_text(json.dumps({"name": "chainwin", "num_layers": 4, "hidden_size": 1024, "num_heads": 8,
                                  "ffn_hidden_size": 4096, "seq_length": 256, "vocab_size": 1024,
