@@ -146,3 +146,21 @@ def test_chain_bounds_keep_the_optimum(sailor_opt, monkeypatch):
             m.setattr(chains, "chain_lower_keys", lambda sc, *a: np.full(len(sc.gs), -np.inf))
             full = plan_search(ctx, cluster, 256, objective, space).best
         assert fast.key == pytest.approx(full.key, rel=1e-12)
+
+
+def test_written_plans_carry_the_sync_mode_the_estimate_assumed():
+    """``api.plan`` writes each stage's ``grad_sync`` as the simulator chose it; simulating the written plan
+    gives the reported estimate."""
+    from dataclasses import replace
+    from planner.api import PlanRequest, plan
+    from planner.simulator.sync_modes import chosen_sync_modes
+    catalog = GPUCatalog()
+    ctx = SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    cluster = parse_gpus("A100-40@us-a=4,A100-40@us-b=4", catalog)
+    rep = plan(PlanRequest(cluster, 16, comparator=False, max_stages=2), ctx)
+    multi = [st for st in rep.plan.stages if len(st.replicas) > 1]
+    assert multi and all(st.grad_sync in ("flat", "hierarchical") for st in multi)
+    bare = replace(rep.plan, stages=tuple(replace(st, grad_sync=None) for st in rep.plan.stages))
+    assert tuple(st.grad_sync for st in multi) == tuple(m for m, st in zip(chosen_sync_modes(bare, ctx),
+                                                                            bare.stages) if len(st.replicas) > 1)
+    assert simulate(rep.plan, ctx).iteration_time_s == pytest.approx(rep.estimate.iteration_time_s, rel=1e-12)
