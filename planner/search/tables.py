@@ -13,7 +13,16 @@ import numpy as np
 
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
-from planner.simulator.stage import layer_sizes
+from planner.simulator.stage import layer_sizes, recompute_keep_and_mask
+from planner.simulator.tied import head_params_for_plan
+
+
+@dataclass(frozen=True)
+class _PlanShape:
+    """The two plan fields the simulator's head-parameter rule reads (the search's plans are untied)."""
+
+    tie_embeddings: bool
+    num_stages: int
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class TypeTable:
     emb_params: int
     head_params: int
     layer_act_bytes: float
+    keep_bytes: float          # what one layer keeps per micro-batch under full recomputation
+    mask_bytes: float          # the causal mask a stage with >= 1 layer keeps per micro-batch
     emb_act_bytes: float
     head_act_bytes: float
     update_s_per_param: float
@@ -46,14 +57,20 @@ def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precisio
     off = ctx.settings.profile_offset_s
     fwd = F.offset_adjusted(costs.layer_fwd_s, off)
     bwd = F.offset_adjusted(costs.layer_bwd_s, off)
-    lp, ep, hp, la, ea, ha = layer_sizes(ctx, costs, tp, F.bytes_per_element(precision))
+    elem = F.bytes_per_element(precision)
+    lp, ep, _, la, ea, ha = layer_sizes(ctx, costs, tp, elem)
+    # the last stage's norm + LM head as simulate() counts it for an untied plan (a tied *model* planned
+    # untied still holds its own output matrix)
+    hp = head_params_for_plan(_PlanShape(False, 2), ctx.model, tp, costs.head_params)
+    keep, mask = recompute_keep_and_mask(ctx, costs, mbs, tp, elem)
     gpu = ctx.catalog.get(gpu_type)
     return TypeTable(
         gpu_type=gpu_type, tp=tp, mbs=mbs, cum_fwd_s=np.concatenate([[0.0], np.cumsum(fwd)]),
         cum_bwd_s=np.concatenate([[0.0], np.cumsum(bwd)]), emb_fwd_s=costs.embedding_fwd_s,
         emb_bwd_s=costs.embedding_bwd_s, head_fwd_s=costs.head_fwd_s, head_bwd_s=costs.head_bwd_s,
         layer_params=int(lp), emb_params=int(ep), head_params=int(hp), layer_act_bytes=float(la),
-        emb_act_bytes=float(ea), head_act_bytes=float(ha), update_s_per_param=costs.update_s_per_param,
+        keep_bytes=float(keep), mask_bytes=float(mask), emb_act_bytes=float(ea), head_act_bytes=float(ha),
+        update_s_per_param=costs.update_s_per_param,
         usable_bytes=F.usable_bytes(gpu.memory_bytes, ctx.settings.memory_headroom_fraction),
         usd_per_s=gpu.usd_per_s, estimated=costs.estimated)
 
@@ -96,18 +113,36 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
 
 
 def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
-            last: np.ndarray, precision: str, optimizer: str, recompute: bool) -> np.ndarray:
+            last: np.ndarray, precision: str, optimizer: str, recompute: bool,
+            inflight: np.ndarray | None = None) -> np.ndarray:
+    """Peak bytes per GPU [K, S]; ``inflight`` micro-batches per stage (default S - s: the declared space
+    fits with a full pipeline in flight; the simulator keeps min(S - s, m), never more)."""
     st = ctx.settings
     s_num = counts.shape[1]
-    inflight = np.arange(s_num, 0, -1)            # S - s (declared: fit with a full pipeline in flight)
+    if inflight is None:
+        inflight = np.arange(s_num, 0, -1)
     boundary = ctx.model.boundary_activation_bytes(tt.mbs, F.bytes_per_element(precision))
-    act = F.layer_activation_bytes(counts, tt.layer_act_bytes, boundary, recompute) + first * tt.emb_act_bytes \
-        + last * tt.head_act_bytes
+    act = F.layer_activation_bytes(counts, tt.layer_act_bytes, tt.keep_bytes, recompute) \
+        + F.stage_mask_bytes(counts, tt.mask_bytes) + first * tt.emb_act_bytes + last * tt.head_act_bytes
     biggest = np.where(counts > 0, tt.layer_act_bytes, 0.0)
     biggest = np.where(last, np.maximum(biggest, tt.head_act_bytes), biggest)
     terms = F.memory_terms(params, act, inflight, biggest, boundary, F.state_bytes_per_param(precision, optimizer),
                            st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes)
     return F.memory_total(terms)
+
+
+def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
+                     recompute: bool, microbatches: int) -> np.ndarray:
+    """Peak bytes [S] of one GPU of ``tt`` on each stage of the split ``counts`` ([S]) in a pipeline that
+    runs ``microbatches`` micro-batches (min(S - s, m) in flight, as the simulator keeps): what the
+    production check compares with simulate() per stage."""
+    c = np.asarray(counts, dtype=np.int64).reshape(1, -1)
+    s_num = c.shape[1]
+    first = np.arange(s_num) == 0
+    last = np.arange(s_num) == s_num - 1
+    params = c * tt.layer_params + first * tt.emb_params + last * tt.head_params
+    inflight = np.minimum(np.arange(s_num, 0, -1), microbatches)
+    return _memory(ctx, tt, c, params, first, last, precision, optimizer, recompute, inflight)[0]
 
 
 @lru_cache(maxsize=None)

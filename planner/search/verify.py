@@ -2,7 +2,9 @@
 
 The search scores plans with numpy expressions of :mod:`planner.simulator.formulas`; every plan it returns
 is rebuilt (:func:`planner.search.build.build_plan`) and simulated (:func:`planner.simulator.simulate`), and
-the two iteration times, $/iteration and GPU counts must agree within relative ``REL_TOL``. A disagreement is
+the two iteration times, $/iteration, GPU counts and every GPU's peak memory (the search's vectorised memory
+of that replica's (type, TP) table with min(S - s, m) micro-batches in flight: :func:`search_replica_peaks`)
+must agree within relative ``REL_TOL``. A disagreement is
 a bug in the planner, never bad input: it raises :class:`planner.errors.InternalError` (the CLIs print one
 ``internal error:`` line and exit with status 3).
 """
@@ -14,14 +16,40 @@ from planner.errors import InternalError
 from planner.plan import Plan
 from planner.search.build import build_plan
 from planner.search.space import Candidate
+from planner.search.tables import TypeTable, build_type_table, stage_peak_bytes
 from planner.simulator import Estimate, simulate
 from planner.simulator.settings import SimContext
 
 REL_TOL = 1e-9
 
 
-def check_candidate(cand: Candidate, plan: Plan, est: Estimate, rel_tol: float = REL_TOL) -> None:
-    """Raise InternalError unless ``est`` (the simulator on ``plan``) matches the search's scores of ``cand``."""
+def search_replica_peaks(ctx: SimContext, cand: Candidate, plan: Plan) -> list[list[float]]:
+    """``[stage][replica]`` peak bytes of one GPU as the search's evaluator computes them for ``plan``."""
+    tables: dict[tuple[str, int], TypeTable] = {}
+    rows: dict[tuple[str, int, int], list[float]] = {}
+    counts = [st.num_layers for st in plan.stages]
+    s_num = len(counts)
+    out = []
+    for s, st in enumerate(plan.stages):
+        peaks = []
+        for j, rep in enumerate(st.replicas):
+            m = min(plan.microbatch_counts[j], s_num)
+            key = (rep.gpu_type, rep.tp, m)
+            if key not in rows:
+                tkey = (rep.gpu_type, rep.tp)
+                if tkey not in tables:
+                    tables[tkey] = build_type_table(ctx, rep.gpu_type, rep.tp, cand.mbs, cand.precision)
+                rows[key] = stage_peak_bytes(ctx, tables[tkey], counts, cand.precision, cand.optimizer,
+                                             cand.recompute, m).tolist()
+            peaks.append(rows[key][s])
+        out.append(peaks)
+    return out
+
+
+def check_candidate(cand: Candidate, plan: Plan, est: Estimate, rel_tol: float = REL_TOL,
+                    peaks: list[list[float]] | None = None) -> None:
+    """Raise InternalError unless ``est`` (the simulator on ``plan``) matches the search's scores of ``cand``
+    (and, given ``peaks`` from :func:`search_replica_peaks`, its per-GPU peak memory)."""
     pairs = (("iteration time (s)", cand.iteration_s, est.iteration_time_s),
              ("cost per iteration (USD)", cand.cost_usd, est.cost_per_iteration_usd))
     for what, searched, simulated in pairs:
@@ -32,6 +60,15 @@ def check_candidate(cand: Candidate, plan: Plan, est: Estimate, rel_tol: float =
     if cand.gpus != est.num_gpus:
         raise InternalError(f"the search's evaluator counts {cand.gpus} GPUs for the returned plan, simulate() "
                             f"{est.num_gpus}")
+    for s, row in enumerate(peaks or ()):
+        simulated = est.stages[s].replica_peak_bytes
+        if len(row) != len(simulated):
+            raise InternalError(f"stage {s}: the search counts {len(row)} replicas, simulate() {len(simulated)}")
+        for j, (a, b) in enumerate(zip(row, simulated)):
+            if not math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0):
+                raise InternalError(f"the search's evaluator and simulate() disagree on the peak memory of stage "
+                                    f"{s} replica {j} of the returned plan: {a!r} vs {b!r} bytes (relative "
+                                    f"tolerance {rel_tol:g})")
     if not est.fits_in_memory:
         raise InternalError("the returned plan does not fit in memory per the simulator")
 
@@ -42,6 +79,6 @@ def check_candidates(ctx: SimContext, cands: list[Candidate], gbs: int) -> list[
     for cand in cands:
         plan = build_plan(cand, ctx.model.num_layers, gbs, ctx.model.name)
         est = simulate(plan, ctx)
-        check_candidate(cand, plan, est)
+        check_candidate(cand, plan, est, peaks=search_replica_peaks(ctx, cand, plan))
         out.append((plan, est))
     return out

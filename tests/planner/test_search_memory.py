@@ -1,0 +1,123 @@
+"""The search's memory is the simulator's: on many seeded random small heterogeneous setups (several models,
+recomputation on and off, fp32 and bf16, models that tie their embeddings (planned untied), chain plans
+included) every plan the search returns has, GPU by GPU,
+the peak memory simulate() predicts (relative 1e-9: the causal mask and the recompute keep bytes included)
+and fits per simulate(); the production check catches a search that forgets the mask."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from planner.cluster import parse_gpus
+from planner.errors import InternalError
+from planner.hardware import GPUCatalog
+from planner.model import ModelSpec
+from planner.network import NetworkModel
+from planner.profiles import ProfileStore
+from planner.search import Objective, SearchSpace, build_plan, plan_search
+from planner.search import tables as T
+from planner.search.verify import check_candidates, search_replica_peaks
+from planner.simulator import simulate
+from planner.simulator.settings import OURS, SimContext
+
+TYPES = ("A100-40", "V100-16", "RTX-3090", "GH-96")
+ZONES = ("us-a", "us-b")
+
+
+def _model(rng: random.Random, i: int) -> ModelSpec:
+    heads = rng.choice((4, 8, 16))
+    hidden = heads * rng.choice((64, 128))
+    return ModelSpec(f"m{i}", num_layers=rng.randint(3, 7), hidden_size=hidden, num_heads=heads,
+                     ffn_hidden_size=4 * hidden, seq_length=rng.choice((1024, 2048, 4096)),
+                     vocab_size=rng.choice((4096, 32000)), max_position_embeddings=4096,
+                     tied_embeddings=rng.random() < 0.5)
+
+
+def _setup(seed: int):
+    rng = random.Random(seed)
+    model = _model(rng, seed)
+    precision = rng.choice(("fp32", "bf16"))
+    cat = GPUCatalog()
+    settings = OURS.with_(activation_reserve_factor=rng.choice((1.0, 1.2)),
+                          memory_headroom_fraction=rng.choice((0.0, 0.1)))
+    ctx = SimContext(model, ProfileStore(model, cat, precision=precision), NetworkModel(cat), cat, settings)
+    pools = {}
+    for _ in range(rng.randint(2, 3)):
+        pools[(rng.choice(TYPES), rng.choice(ZONES))] = rng.choice((2, 4, 6, 8))
+    cluster = parse_gpus(",".join(f"{g}@{z}={n}" for (g, z), n in sorted(pools.items())), cat)
+    space = SearchSpace(max_stages=4, precision=precision, recompute=rng.choice(((False,), (True,), (False, True))))
+    gbs = rng.choice((16, 32, 64))
+    return ctx, cluster, gbs, space
+
+
+def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int]:
+    """Asserts on every returned plan; returns (plans, chain plans, plans whose stages keep a mask)."""
+    res = plan_search(ctx, cluster, gbs, objective, space, top_k=8, verify=False)
+    n = chains = masked = 0
+    for c in res.candidates:
+        plan = build_plan(c, ctx.model.num_layers, gbs, None, precision=space.precision)
+        est = simulate(plan, ctx)
+        assert est.fits_in_memory
+        assert est.iteration_time_s == pytest.approx(c.iteration_s, rel=1e-9, abs=0)
+        assert est.cost_per_iteration_usd == pytest.approx(c.cost_usd, rel=1e-9, abs=0)
+        peaks = search_replica_peaks(ctx, c, plan)
+        for s, row in enumerate(peaks):
+            assert row == pytest.approx(list(est.stages[s].replica_peak_bytes), rel=1e-9, abs=0)
+            assert max(row) == pytest.approx(est.stages[s].peak_memory_bytes, rel=1e-9, abs=0)
+            assert all(b <= cap for b, cap in zip(row, est.stages[s].replica_capacity_bytes))
+        n += 1
+        chains += bool(c.chain)
+        masked += T.build_type_table(ctx, plan.stages[0].replicas[0].gpu_type, plan.stages[0].replicas[0].tp,
+                                     c.mbs, c.precision).mask_bytes > 0
+    return n, chains, masked
+
+
+def test_returned_plans_have_the_simulators_memory_on_random_setups():
+    plans = chains = masked = recompute = bf16 = 0
+    for seed in range(24):
+        ctx, cluster, gbs, space = _setup(seed)
+        for objective in (Objective("throughput"), Objective("cost")):
+            n, c, m = _check_returned(ctx, cluster, gbs, space, objective)
+            plans, chains, masked = plans + n, chains + c, masked + m
+            recompute += n if space.recompute == (True,) else 0
+            bf16 += n if space.precision == "bf16" else 0
+    # the sample is not vacuous: many plans, chain plans among them, recomputation and bf16 exercised
+    assert plans >= 150 and chains >= 5 and masked == plans and recompute >= 20 and bf16 >= 20, \
+        (plans, chains, masked, recompute, bf16)
+
+
+def test_search_memory_includes_the_causal_mask_and_keep_bytes():
+    """The search's per-stage memory grows by exactly the mask per in-flight micro-batch (times the reserve)."""
+    ctx, cluster, gbs, space = _setup(3)
+    tt = T.build_type_table(ctx, "A100-40", 1, 1, space.precision)
+    assert tt.mask_bytes == ctx.model.seq_length ** 2
+    counts = T.split_family(ctx.model.num_layers, 2)[:1]
+    with_mask = T.stage_arrays(ctx, tt, counts, space.precision, space.optimizer).memory_bytes
+    without = T.stage_arrays(ctx, replace(tt, mask_bytes=0.0), counts, space.precision, space.optimizer).memory_bytes
+    reserve = ctx.settings.activation_reserve_factor
+    assert list(with_mask[0] - without[0]) == pytest.approx([2 * tt.mask_bytes * reserve, tt.mask_bytes * reserve],
+                                                           rel=1e-12)
+    rc = T.stage_arrays(ctx, tt, counts, space.precision, space.optimizer, recompute=True).memory_bytes
+    rc0 = T.stage_arrays(ctx, replace(tt, keep_bytes=0.0), counts, space.precision, space.optimizer,
+                         recompute=True).memory_bytes
+    assert list(rc[0] - rc0[0]) == pytest.approx(list(counts[0] * tt.keep_bytes * reserve * [2, 1]), rel=1e-12)
+    assert tt.keep_bytes > 0
+
+
+def test_production_check_rejects_a_search_that_forgets_the_mask(monkeypatch):
+    ctx = _setup(5)[0]
+    cluster = parse_gpus("A100-40@us-a=4,V100-16@us-b=4", ctx.catalog)
+    space = SearchSpace(max_stages=3, precision="fp32")
+    res = plan_search(ctx, cluster, 32, Objective("throughput"), space, top_k=3)   # verify on: passes
+    assert res.candidates
+    real = T.build_type_table
+
+    def no_mask(*a, **k):
+        return replace(real(*a, **k), mask_bytes=0.0)
+
+    import planner.search.verify as V
+    monkeypatch.setattr(V, "build_type_table", no_mask)
+    with pytest.raises(InternalError, match="peak memory"):
+        check_candidates(ctx, res.candidates[:1], 32)
