@@ -105,7 +105,8 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     if cluster.nonempty().total_gpus == 0:
         raise InputError(f"no GPUs: every pool of the cluster is empty ({cluster.describe() or 'no pools'})")
     ctx = context_for(context, cluster)
-    space = search_space(request)
+    # a model that ties its embeddings is planned as tied plans (planner.search.tied prices the shared weight)
+    space = replace(search_space(request), tie_embeddings=ctx.model.tied_embeddings)
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=request.top_k, progress=progress)
     if not res.candidates:
         from planner.search.explain import diagnose_empty
@@ -127,6 +128,7 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
 def _grid_comparator(ctx: SimContext, request: PlanRequest, precision: str) -> Estimate | None:
     from planner.baselines.spaces import baseline_space
     gbs = request.global_batch_size
-    comp = plan_search(ctx, request.cluster, gbs, request.objective, baseline_space("grid", precision)).best
+    space = replace(baseline_space("grid", precision), tie_embeddings=ctx.model.tied_embeddings)
+    comp = plan_search(ctx, request.cluster, gbs, request.objective, space).best
     return None if comp is None else simulate(build_plan(comp, ctx.model.num_layers, gbs, ctx.model.name,
                                                          precision), ctx)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from planner import api
 from planner.baselines.spaces import baseline_space
@@ -202,7 +203,8 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
     if args.frontier:
         from planner.simulator.timeline_plot import require_matplotlib
         require_matplotlib()
-    fr = frontier_for(ctx, cluster, gbs, objective, space, baseline_space("grid", space.precision))
+    fr = frontier_for(ctx, cluster, gbs, objective, space,
+                      replace(baseline_space("grid", space.precision), tie_embeddings=space.tie_embeddings))
     if args.frontier_json:
         from pathlib import Path
         atomic_write_text(Path(args.frontier_json), json.dumps(fr.to_dict()) + "\n")
@@ -230,7 +232,8 @@ def main_args(argv: list[str] | None = None) -> int:
     ctx = api.make_context(bundle, args.runtime)
     gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
-    space = baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute)
+    space = replace(baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute),
+                    tie_embeddings=ctx.model.tied_embeddings)     # as api.plan plans it
     clusters = _clusters(args, bundle.catalog)
     if args.trace:
         return _trace(args, ctx, clusters, gbs)

@@ -12,10 +12,10 @@ from planner.search.space import Candidate
 
 
 def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | None, precision: str | None = None,
-               optimizer: str | None = None, tie_embeddings: bool = False) -> Plan:
-    """The plan of ``cand``; precision and optimizer come from the candidate (the search space it was scored
-    in). Passing a different ``precision`` / ``optimizer`` is a caller bug and raises ValueError."""
-    for name, given in (("precision", precision), ("optimizer", optimizer)):
+               optimizer: str | None = None, tie_embeddings: bool | None = None) -> Plan:
+    """The plan of ``cand``; precision, optimizer and tied embeddings come from the candidate (the search
+    space it was scored in). Passing a different value is a caller bug and raises ValueError."""
+    for name, given in (("precision", precision), ("optimizer", optimizer), ("tie_embeddings", tie_embeddings)):
         if given is not None and given != getattr(cand, name):
             raise ValueError(f"build_plan: {name} {given!r} differs from the {getattr(cand, name)!r} the "
                              "candidate was scored with")
@@ -32,5 +32,5 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
                 precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
-                tie_embeddings=tie_embeddings,
+                tie_embeddings=cand.tie_embeddings,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)

@@ -25,6 +25,7 @@ from planner.cluster import ClusterSpec
 from planner.search.netvec import Group, LinkCache, checked_time, link_time
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
+from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -284,8 +285,9 @@ def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objectiv
 
 
 def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num: int, objective: Objective,
-              uniform: bool):
-    """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max."""
+              uniform: bool, tied: tuple[TiedSync, list[tuple[str, str, int]]] | None = None):
+    """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max.
+    ``tied``: (the memo, the group names) when the plans tie their embeddings."""
     st = np.arange(s_num)
     slack = np.cumsum(tab.bwd[sc.gs, st], axis=1) - tab.bwd[sc.gs, st]        # backward of the stages before
     for d in range(1, int(sc.d_max.max(initial=0)) + 1):
@@ -301,8 +303,14 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num
             sync = per_stage.max(axis=1)
         else:
             sync = np.maximum(0.0, (per_stage - slack[sel]).max(axis=1))
+        tied_usd = 0.0
+        if tied is not None:       # the shared weight's all-reduce follows the stage syncs
+            memo, names = tied
+            te = np.array([memo.chain(names[sc.gs[c, 0]], names[sc.gs[c, -1]], d, s_num) for c in sel],
+                          dtype=float).reshape(-1, 2)
+            sync, tied_usd = sync + te[:, 0], te[:, 1]
         it = span + sync + sc.upd[sel]
-        cost = d * sc.usd_per_s[sel] * it + n_mb * sc.egress_per_mb[sel]
+        cost = d * sc.usd_per_s[sel] * it + n_mb * sc.egress_per_mb[sel] + tied_usd
         gpus = d * sc.gpus[sel]
         ok = objective.allows(it, cost, gpus) & np.isfinite(it)
         yield d, sel, it, cost, gpus, np.where(ok, objective.key(it, cost), np.inf)
@@ -335,10 +343,10 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                     for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                               n_mb, objective, best.threshold):
                         _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
-                                   mbs, rc)
+                                   mbs, rc, cache)
 
 
-def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc) -> None:
+def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache) -> None:
     sc = score_chains(ctx, tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
@@ -346,7 +354,9 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
     if len(keep) == 0:
         return
     sc = ChainScores(*(getattr(sc, f)[keep] for f in ChainScores.__dataclass_fields__))
-    for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches):
+    tied = (cache.tied, grp.names) if space.tie_embeddings else None
+    for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches,
+                                                  tied):
         stats.chains_exact += len(sel)
         for i in np.argsort(keys, kind="stable")[:best.k]:
             if not np.isfinite(keys[i]) or keys[i] > best.threshold():
@@ -357,7 +367,7 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
                 key=float(keys[i]), num_stages=s_num, mbs=mbs, layers_per_stage=tuple(int(x) for x in layers),
                 pools=(), microbatches=tuple([q + 1] * r + [q] * (d - r)), iteration_s=float(it[i]),
                 cost_usd=float(cost[i]), gpus=int(gpus[i]), precision=space.precision,
-                optimizer=space.optimizer, recompute=rc,
+                optimizer=space.optimizer, recompute=rc, tie_embeddings=space.tie_embeddings,
                 chain=tuple(grp.names[g] for g in sc.gs[c])))
 
 
@@ -380,12 +390,15 @@ def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
     sc = score_chains(ctx, tab, grp, gs, n_mb)
     if sc.d_max[0] < pipelines:
         return None
-    for d, _, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False):
+    tie = tables.space.tie_embeddings
+    for d, _, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False,
+                                                (cache.tied, grp.names) if tie else None):
         if d == pipelines:
             q2, r2 = divmod(n_mb, d)
             return Candidate(key=float(keys[0]), num_stages=s_num, mbs=mbs,
                              layers_per_stage=tuple(int(x) for x in counts[0]), pools=(),
                              microbatches=tuple([q2 + 1] * r2 + [q2] * (d - r2)), iteration_s=float(it[0]),
                              cost_usd=float(cost[0]), gpus=int(gpus[0]), precision=tables.space.precision,
-                             optimizer=tables.space.optimizer, recompute=recompute, chain=tuple(chain))
+                             optimizer=tables.space.optimizer, recompute=recompute, chain=tuple(chain),
+                             tie_embeddings=tie)
     return None

@@ -203,7 +203,7 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
     if not kept:
         return
     scs = score_batch(ctx, cache, [(pools, D) for _, pools, D in kept], n_mb, exact=True,
-                      uniform=space.uniform_microbatches)
+                      uniform=space.uniform_microbatches, tied=cache.tied if space.tie_embeddings else None)
     for (k, pools, D), sc in zip(kept, scs):
         stats.rows_exact += len(D)
         ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
@@ -243,4 +243,4 @@ def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: 
         pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
         microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
         cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]), precision=space.precision,
-        optimizer=space.optimizer, recompute=task.recompute)
+        optimizer=space.optimizer, recompute=task.recompute, tie_embeddings=space.tie_embeddings)

@@ -14,6 +14,7 @@ import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _valid_from
 from planner.simulator import formulas as F
+from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
 
 
@@ -82,6 +83,7 @@ class LinkCache:
         self.ctx = ctx
         self._links: dict[tuple, Link] = {}
         self.patterns: dict[tuple, object] = {}
+        self.tied = TiedSync(ctx)          # tied-embedding all-reduce per first/last-stage layout
 
     def get(self, a: Group, b: Group, conc: int) -> Link:
         key = (a.zone, a.gpu_type, b.zone, b.gpu_type, conc)

@@ -14,6 +14,7 @@ import numpy as np
 from planner.search.makespan import min_makespan, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache, checked_time, sync_rows
 from planner.search.tables import StageArrays
+from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -139,10 +140,11 @@ def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform
 
 
 def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
-                exact: bool = True, uniform: bool = False) -> list[RowScores]:
+                exact: bool = True, uniform: bool = False, tied: TiedSync | None = None) -> list[RowScores]:
     """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
     gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
-    the largest stage's sync, no egress)."""
+    the largest stage's sync, no egress, no tied-embedding all-reduce). ``tied``: the plans tie their
+    embeddings (the shared weight's all-reduce follows the stage syncs)."""
     items = [(pools, D) for pools, D in items]
     reps, parts = [], []
     for pools, D in items:
@@ -156,6 +158,9 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
     for (pools, D), (n, inv) in zip(items, parts):
         sync, egress = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv]
         lo += n
+        if exact and tied is not None:
+            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params))
+            sync, egress = sync + t_tied, egress + e_tied
         span = _span(pools, D, n_mb, exact, uniform)
         upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
         it = span + sync + upd
@@ -167,6 +172,6 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
 
 
 def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
-               exact: bool = True, uniform: bool = False) -> RowScores:
+               exact: bool = True, uniform: bool = False, tied: TiedSync | None = None) -> RowScores:
     """Scores of rows ``D`` ([R, P] pipelines per pool) for one pool list (see :func:`score_batch`)."""
-    return score_batch(ctx, cache, [(pools, D)], n_mb, exact, uniform)[0]
+    return score_batch(ctx, cache, [(pools, D)], n_mb, exact, uniform, tied)[0]

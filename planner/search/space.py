@@ -66,7 +66,10 @@ class SearchSpace:
     - ``recompute``: the full-activation-recomputation settings searched (trades compute for memory);
     - ``chain_segments``: also search *chain* plans (D identical pipelines whose stage s runs on its own
       (GPU type, TP, zone), so a pipeline may change type and zone along its stages) whose stage groups form
-      at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline).
+      at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline);
+    - ``tie_embeddings``: plans tie the input and output embeddings (the model ties them): with one stage
+      the head holds no matrix, with several the last stage holds a copy whose gradient is all-reduced
+      with the first stage's (:mod:`planner.search.tied`).
     """
 
     max_stages: int | None = None
@@ -81,6 +84,7 @@ class SearchSpace:
     optimizer: str = "adamw"
     recompute: tuple[bool, ...] = (False, True)
     chain_segments: int = 3
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
@@ -118,6 +122,7 @@ class Candidate:
     optimizer: str = "adamw"
     recompute: bool = False                 # full activation recomputation
     chain: tuple[tuple[str, str, int], ...] = ()   # chain plan: (gpu type, zone, tp) of every stage; pools = ()
+    tie_embeddings: bool = False            # from the SearchSpace
 
     @property
     def num_pipelines(self) -> int:

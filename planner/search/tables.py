@@ -41,6 +41,7 @@ class TypeTable:
     layer_params: int
     emb_params: int
     head_params: int
+    head_params_tied_single: int   # a tied plan with one stage: the head reuses the embedding (no matrix)
     layer_act_bytes: float
     keep_bytes: float          # what one layer keeps per micro-batch under full recomputation
     mask_bytes: float          # the causal mask a stage with >= 1 layer keeps per micro-batch
@@ -62,13 +63,15 @@ def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precisio
     # the last stage's norm + LM head as simulate() counts it for an untied plan (a tied *model* planned
     # untied still holds its own output matrix)
     hp = head_params_for_plan(_PlanShape(False, 2), ctx.model, tp, costs.head_params)
+    hp_tied_single = head_params_for_plan(_PlanShape(True, 1), ctx.model, tp, costs.head_params)
     keep, mask = recompute_keep_and_mask(ctx, costs, mbs, tp, elem)
     gpu = ctx.catalog.get(gpu_type)
     return TypeTable(
         gpu_type=gpu_type, tp=tp, mbs=mbs, cum_fwd_s=np.concatenate([[0.0], np.cumsum(fwd)]),
         cum_bwd_s=np.concatenate([[0.0], np.cumsum(bwd)]), emb_fwd_s=costs.embedding_fwd_s,
         emb_bwd_s=costs.embedding_bwd_s, head_fwd_s=costs.head_fwd_s, head_bwd_s=costs.head_bwd_s,
-        layer_params=int(lp), emb_params=int(ep), head_params=int(hp), layer_act_bytes=float(la),
+        layer_params=int(lp), emb_params=int(ep), head_params=int(hp),
+        head_params_tied_single=int(hp_tied_single), layer_act_bytes=float(la),
         keep_bytes=float(keep), mask_bytes=float(mask), emb_act_bytes=float(ea), head_act_bytes=float(ha),
         update_s_per_param=costs.update_s_per_param,
         usable_bytes=F.usable_bytes(gpu.memory_bytes, ctx.settings.memory_headroom_fraction),
@@ -88,10 +91,15 @@ class StageArrays:
     counts: np.ndarray         # [K, S] layers per stage
 
 
+def head_params(tt: TypeTable, num_stages: int, tie_embeddings: bool) -> int:
+    """Last stage's norm + LM head parameters on one GPU (simulate()'s rule: planner.simulator.tied)."""
+    return tt.head_params_tied_single if tie_embeddings and num_stages == 1 else tt.head_params
+
+
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
-                 optimizer: str, recompute: bool = False) -> StageArrays:
+                 optimizer: str, recompute: bool = False, tie_embeddings: bool = False) -> StageArrays:
     """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt`` (``recompute``: full
-    activation recomputation)."""
+    activation recomputation; ``tie_embeddings``: a tied plan)."""
     k, s_num = counts.shape
     ends = np.cumsum(counts, axis=1)
     starts = ends - counts
@@ -105,7 +113,7 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
     scale = ctx.settings.compute_scale
     compute = F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s)
-    params = counts * tt.layer_params + first * tt.emb_params + last * tt.head_params
+    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
     return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
                        update_s=F.update_s(tt.update_s_per_param, params, 1, False),
@@ -132,7 +140,7 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
 
 
 def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
-                     recompute: bool, microbatches: int) -> np.ndarray:
+                     recompute: bool, microbatches: int, tie_embeddings: bool = False) -> np.ndarray:
     """Peak bytes [S] of one GPU of ``tt`` on each stage of the split ``counts`` ([S]) in a pipeline that
     runs ``microbatches`` micro-batches (min(S - s, m) in flight, as the simulator keeps): what the
     production check compares with simulate() per stage."""
@@ -140,7 +148,7 @@ def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precisi
     s_num = c.shape[1]
     first = np.arange(s_num) == 0
     last = np.arange(s_num) == s_num - 1
-    params = c * tt.layer_params + first * tt.emb_params + last * tt.head_params
+    params = c * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     inflight = np.minimum(np.arange(s_num, 0, -1), microbatches)
     return _memory(ctx, tt, c, params, first, last, precision, optimizer, recompute, inflight)[0]
 

@@ -92,7 +92,8 @@ class Tables:
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
-                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute)
+                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
+                                   self.space.tie_embeddings)
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
                     self.min_overflow_bytes = over
@@ -107,7 +108,7 @@ class Tables:
         key = ("raw", g, tp, mbs, counts.tobytes(), counts.shape, recompute)
         if key not in self._arr:
             self._arr[key] = stage_arrays(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
-                                          self.space.optimizer, recompute)
+                                          self.space.optimizer, recompute, self.space.tie_embeddings)
         return self._arr[key]
 
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:

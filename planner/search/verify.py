@@ -40,7 +40,7 @@ def search_replica_peaks(ctx: SimContext, cand: Candidate, plan: Plan) -> list[l
                 if tkey not in tables:
                     tables[tkey] = build_type_table(ctx, rep.gpu_type, rep.tp, cand.mbs, cand.precision)
                 rows[key] = stage_peak_bytes(ctx, tables[tkey], counts, cand.precision, cand.optimizer,
-                                             cand.recompute, m).tolist()
+                                             cand.recompute, m, cand.tie_embeddings).tolist()
             peaks.append(rows[key][s])
         out.append(peaks)
     return out
@@ -77,7 +77,7 @@ def check_candidates(ctx: SimContext, cands: list[Candidate], gbs: int) -> list[
     """Build, simulate and check every candidate; returns their (plan, estimate) pairs."""
     out = []
     for cand in cands:
-        plan = build_plan(cand, ctx.model.num_layers, gbs, ctx.model.name)
+        plan = build_plan(cand, ctx.model.num_layers, gbs, ctx.model.name, tie_embeddings=cand.tie_embeddings)
         est = simulate(plan, ctx)
         check_candidate(cand, plan, est, peaks=search_replica_peaks(ctx, cand, plan))
         out.append((plan, est))

@@ -1,8 +1,8 @@
 """The search's memory is the simulator's: on many seeded random small heterogeneous setups (several models,
-recomputation on and off, fp32 and bf16, models that tie their embeddings (planned untied), chain plans
-included) every plan the search returns has, GPU by GPU,
+recomputation on and off, fp32 and bf16, tied embeddings (planned tied and untied), chain plans included) every plan the search returns has, GPU by GPU,
 the peak memory simulate() predicts (relative 1e-9: the causal mask and the recompute keep bytes included)
-and fits per simulate(); the production check catches a search that forgets the mask."""
+and fits per simulate(), and its iteration time and $/iteration equal simulate()'s (tied plans: the shared
+weight's all-reduce included); the production check catches a search that forgets the mask."""
 from __future__ import annotations
 
 import random
@@ -20,6 +20,7 @@ from planner.search import Objective, SearchSpace, build_plan, plan_search
 from planner.search import tables as T
 from planner.search.verify import check_candidates, search_replica_peaks
 from planner.simulator import simulate
+from planner.simulator.tied import tied_sync_seconds
 from planner.simulator.settings import OURS, SimContext
 
 TYPES = ("A100-40", "V100-16", "RTX-3090", "GH-96")
@@ -47,18 +48,23 @@ def _setup(seed: int):
     for _ in range(rng.randint(2, 3)):
         pools[(rng.choice(TYPES), rng.choice(ZONES))] = rng.choice((2, 4, 6, 8))
     cluster = parse_gpus(",".join(f"{g}@{z}={n}" for (g, z), n in sorted(pools.items())), cat)
-    space = SearchSpace(max_stages=4, precision=precision, recompute=rng.choice(((False,), (True,), (False, True))))
+    space = SearchSpace(max_stages=4, precision=precision, recompute=rng.choice(((False,), (True,), (False, True))),
+                        tie_embeddings=model.tied_embeddings and rng.random() < 0.8)
     gbs = rng.choice((16, 32, 64))
     return ctx, cluster, gbs, space
 
 
-def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int]:
-    """Asserts on every returned plan; returns (plans, chain plans, plans whose stages keep a mask)."""
+def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int, int, int]:
+    """Asserts on every returned plan; returns (plans, chain plans, plans whose stages keep a mask, tied
+    pool plans with an all-reduce, tied chain plans)."""
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=8, verify=False)
-    n = chains = masked = 0
+    n = chains = masked = tied_pools = tied_chains = 0
     for c in res.candidates:
         plan = build_plan(c, ctx.model.num_layers, gbs, None, precision=space.precision)
+        assert plan.tie_embeddings == space.tie_embeddings
         est = simulate(plan, ctx)
+        if tied_sync_seconds(plan, ctx)[0] > 0:
+            tied_pools, tied_chains = tied_pools + (not c.chain), tied_chains + bool(c.chain)
         assert est.fits_in_memory
         assert est.iteration_time_s == pytest.approx(c.iteration_s, rel=1e-9, abs=0)
         assert est.cost_per_iteration_usd == pytest.approx(c.cost_usd, rel=1e-9, abs=0)
@@ -71,21 +77,23 @@ def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int]
         chains += bool(c.chain)
         masked += T.build_type_table(ctx, plan.stages[0].replicas[0].gpu_type, plan.stages[0].replicas[0].tp,
                                      c.mbs, c.precision).mask_bytes > 0
-    return n, chains, masked
+    return n, chains, masked, tied_pools, tied_chains
 
 
 def test_returned_plans_have_the_simulators_memory_on_random_setups():
-    plans = chains = masked = recompute = bf16 = 0
+    plans = chains = masked = recompute = bf16 = tied_pools = tied_chains = 0
     for seed in range(24):
         ctx, cluster, gbs, space = _setup(seed)
         for objective in (Objective("throughput"), Objective("cost")):
-            n, c, m = _check_returned(ctx, cluster, gbs, space, objective)
+            n, c, m, tp_, tc = _check_returned(ctx, cluster, gbs, space, objective)
             plans, chains, masked = plans + n, chains + c, masked + m
+            tied_pools, tied_chains = tied_pools + tp_, tied_chains + tc
             recompute += n if space.recompute == (True,) else 0
             bf16 += n if space.precision == "bf16" else 0
-    # the sample is not vacuous: many plans, chain plans among them, recomputation and bf16 exercised
+    # the sample is not vacuous: many plans, chain plans among them, recomputation, bf16 and tied exercised
     assert plans >= 150 and chains >= 5 and masked == plans and recompute >= 20 and bf16 >= 20, \
         (plans, chains, masked, recompute, bf16)
+    assert tied_pools >= 5 and tied_chains >= 10, (tied_pools, tied_chains)
 
 
 def test_search_memory_includes_the_causal_mask_and_keep_bytes():
@@ -121,3 +129,22 @@ def test_production_check_rejects_a_search_that_forgets_the_mask(monkeypatch):
     monkeypatch.setattr(V, "build_type_table", no_mask)
     with pytest.raises(InternalError, match="peak memory"):
         check_candidates(ctx, res.candidates[:1], 32)
+
+
+def test_api_plans_a_tied_model_as_tied_plans():
+    """sailor-plan's API plans a model that ties its embeddings as tied plans (simulated as such, with the
+    shared weight's all-reduce when there are several stages) and keeps untied models untied."""
+    from planner import api
+    cat = GPUCatalog()
+    base = ModelSpec("t", num_layers=6, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=1024,
+                     vocab_size=32000, max_position_embeddings=1024)
+    cluster = parse_gpus("A100-40@us-a=4,V100-16@us-b=4", cat)
+    for tied in (False, True):
+        model = replace(base, tied_embeddings=tied)
+        ctx = SimContext(model, ProfileStore(model, cat), NetworkModel(cat), cat, OURS)
+        report = api.plan(api.PlanRequest(cluster=cluster, global_batch_size=32, top_k=3, max_stages=3), ctx)
+        for plan, est in ((report.plan, report.estimate), *report.alternatives):
+            assert plan.tie_embeddings is tied
+            assert est == simulate(plan, api.context_for(ctx, cluster))
+        if tied and report.plan.num_stages > 1:
+            assert tied_sync_seconds(report.plan, api.context_for(ctx, cluster))[0] > 0

@@ -1,0 +1,75 @@
+"""Tied input/output embeddings in the search: the shared weight's gradient all-reduce, priced exactly as the
+simulator prices it (:func:`planner.simulator.tied.tied_sync_seconds`, called on the first and last stages'
+replica lists the built plan will have, so there is one implementation of the rule).
+
+The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
+order), not on the layer split, so it is memoised per replica layout. It adds a non-negative time and egress
+cost after the stage syncs; the search's lower bounds leave it out and stay lower bounds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.plan import Replica
+from planner.simulator.settings import SimContext
+from planner.simulator.tied import tied_sync_seconds
+
+
+@dataclass(frozen=True)
+class _StageReplicas:
+    replicas: tuple[Replica, ...]
+
+
+@dataclass(frozen=True)
+class _TiedShape:
+    """The plan fields :func:`tied_sync_seconds` reads."""
+
+    tie_embeddings: bool
+    num_stages: int
+    stages: tuple[_StageReplicas, ...]
+
+
+class TiedSync:
+    """Memoised (seconds, egress USD) of the tied-embedding all-reduce per first/last-stage layout."""
+
+    def __init__(self, ctx: SimContext) -> None:
+        self.ctx = ctx
+        self._memo: dict[tuple, tuple[float, float]] = {}
+        self._chains: dict[tuple, tuple[float, float]] = {}
+
+    def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int) -> tuple[float, float]:
+        key = (first, last, num_stages)
+        if key not in self._memo:
+            shape = _TiedShape(True, num_stages, (_StageReplicas(first),) * (num_stages - 1)
+                               + (_StageReplicas(last),))
+            t, moved = tied_sync_seconds(shape, self.ctx)   # type: ignore[arg-type]
+            usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
+            self._memo[key] = (float(t), float(usd))
+        return self._memo[key]
+
+    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``D`` ([R, P] pipelines per pool, pools ``groups`` in plan order): (seconds, USD). Every
+        stage of a pool plan has the same replica list (pool by pool, in column order)."""
+        if num_stages < 2 or len(D) == 0:
+            return np.zeros(len(D)), np.zeros(len(D))
+        rows, inv = np.unique(D, axis=0, return_inverse=True)
+        t, usd = np.zeros(len(rows)), np.zeros(len(rows))
+        for i, row in enumerate(rows):
+            reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
+                         for g, d in zip(groups, row) for _ in range(int(d)))
+            if reps:
+                t[i], usd[i] = self.of(reps, reps, num_stages)
+        inv = inv.reshape(-1)
+        return t[inv], usd[inv]
+
+    def chain(self, first: tuple[str, str, int], last: tuple[str, str, int], d: int, num_stages: int
+              ) -> tuple[float, float]:
+        """A chain plan: d pipelines, stage 0 on ``first`` and the last stage on ``last`` ((type, zone, tp))."""
+        key = (first, last, d, num_stages)
+        if key not in self._chains:
+            a = (Replica(gpu_type=first[0], tp=first[2], zone=first[1]),) * d
+            b = (Replica(gpu_type=last[0], tp=last[2], zone=last[1]),) * d
+            self._chains[key] = self.of(a, b, num_stages)
+        return self._chains[key]
