@@ -48,11 +48,15 @@ class PlanRequest:
     top_k: int = 1
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
+    chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
                 or self.global_batch_size < 1:
             raise InputError(f"--gbs must be >= 1, got {self.global_batch_size}")
+        if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
+                or not 1 <= self.chain_segments <= 8:
+            raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
 
@@ -75,7 +79,8 @@ class PlanReport:
 def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
-    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute)
+    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
+                          chain_segments=request.chain_segments)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

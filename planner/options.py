@@ -45,11 +45,15 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-stages", type=int, metavar="S", help="largest pipeline depth to consider")
     p.add_argument("--planner", default="ours", choices=sorted(PLANNERS),
                    help="ours (default), grid (best homogeneous Megatron 3D grid), sailor (Sailor's plan shape) "
-                        "or sailor-space (Sailor's space with type- and zone-homogeneous pipelines)")
+                        "or sailor-space (Sailor's space with homogeneous pipelines or chain plans)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--no-recompute", action="store_true",
                    help="do not search full activation recomputation (searched by default in --planner ours)")
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
+    p.add_argument("--chain-segments", type=int, default=3, metavar="N",
+                   help="also search chain plans (pipelines that change GPU type, TP and zone along their stages) "
+                        "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3; ours and "
+                        "sailor-space)")
 
 
 def objective(args: argparse.Namespace):  # noqa: ANN201 - planner.search.Objective
@@ -63,7 +67,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     from planner.api import PlanRequest
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
-                       comparator=comparator, recompute=not args.no_recompute)
+                       comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments)
 
 
 def request_parser(prog: str) -> argparse.ArgumentParser:

@@ -85,6 +85,8 @@ def test_cluster_file_and_trace(capsys, tmp_path):
     (["--model", "llama-3-8b", "--gpus", "V100-16@us-a=2"], "fits on no available GPU"),
     (["--model", "opt-350m", "--gpus", "A100-40@us-a=8", "--max-gpus", "0"], "max_gpus must be > 0"),
     (["--model", "nosuch", "--gpus", "A100-40@us-a=8"], "unknown model"),
+    (["--model", "opt-350m", "--gpus", "A100-40@us-a=8", "--chain-segments", "0"], "--chain-segments must be"),
+    (["--model", "opt-350m", "--gpus", "A100-40@us-a=8", "--chain-segments", "9"], "--chain-segments must be"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, needle):
     path = tmp_path / "plan.json"
@@ -141,3 +143,26 @@ def test_plan_and_sim_report_heterogeneous_mfu(capsys, tmp_path):
     assert "MFU" in capsys.readouterr().out
     rc, out, _ = run(capsys, *BASIC, "--no-comparator")
     assert rc == 0 and "MFU" in out
+
+
+def test_chain_plans_written_and_flag_leaves_them_out(capsys, tmp_path):
+    """A cluster where only a chain plan fits (each zone too small for a pool pipeline, a whole model too big
+    for one GPU): sailor-plan writes a plan whose pipelines cross zones, sailor-sim scores it the same, every
+    stage carries the sync mode the estimate assumed; --chain-segments 1 finds nothing and says so."""
+    cat = tmp_path / "cat.json"
+    cat.write_text(json.dumps({"V100-16": {"memory_bytes": int(0.65 * 1024 ** 3)}}))
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"name": "chainwin", "num_layers": 4, "hidden_size": 1024, "num_heads": 8,
+                                 "ffn_hidden_size": 4096, "seq_length": 256, "vocab_size": 1024,
+                                 "max_position_embeddings": 256}))
+    base = ["--model", str(model), "--gpu-catalog", str(cat), "--gpus", "V100-16@us-a=3,V100-16@eu-b=2",
+            "--gbs", "4", "--max-stages", "3"]
+    path = tmp_path / "plan.json"
+    rc, out, err = run(capsys, *base, "--json", "-o", str(path))
+    assert rc == 0, err
+    rep = json.loads(out)
+    stages = rep["plan"]["stages"]
+    assert len({r["zone"] for st in stages for r in st["replicas"][:1]}) == 2
+    assert all(st.get("grad_sync") in ("flat", "hierarchical") for st in stages if len(st["replicas"]) > 1)
+    rc, out, err = run(capsys, *base, "--chain-segments", "1", "-o", str(tmp_path / "none.json"))
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1

@@ -89,7 +89,9 @@ CHAIN_MODEL = ModelSpec("chainwin", num_layers=4, hidden_size=1024, num_heads=8,
 ])
 def test_search_matches_brute_force_where_a_chain_wins(gpus, gbs, objective):
     catalog = GPUCatalog().with_entries({V: {"memory_bytes": int(1.35 * GIB)}})
-    ctx = SimContext(CHAIN_MODEL, ProfileStore(CHAIN_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    # 1 GiB runtime overhead pinned (the preset's own comes from the machine's constants file)
+    ctx = SimContext(CHAIN_MODEL, ProfileStore(CHAIN_MODEL, catalog), NetworkModel(catalog), catalog,
+                     OURS.with_(memory_overhead_bytes=1.0 * GIB))
     cluster = parse_gpus(gpus, catalog)
     space = SearchSpace(max_stages=3, mbs_options=(1,), tp_options=(1, 2))
     with_chains = plan_search(ctx, cluster, gbs, objective, space).best
@@ -104,7 +106,9 @@ def test_nothing_fits_returns_no_plan():
     """Chains are filtered by memory even before any plan sets a threshold (a regression: an infinite bound
     once passed an infinite threshold)."""
     catalog = GPUCatalog().with_entries({V: {"memory_bytes": int(0.5 * GIB)}})
-    ctx = SimContext(CHAIN_MODEL, ProfileStore(CHAIN_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    # 1 GiB runtime overhead pinned (the preset's own comes from the machine's constants file)
+    ctx = SimContext(CHAIN_MODEL, ProfileStore(CHAIN_MODEL, catalog), NetworkModel(catalog), catalog,
+                     OURS.with_(memory_overhead_bytes=1.0 * GIB))
     cluster = parse_gpus("V100-16@us-a=2,V100-16@eu-b=2", catalog)
     assert plan_search(ctx, cluster, 2, Objective("throughput"), SearchSpace(max_stages=3)).best is None
 
