@@ -13,8 +13,8 @@ the same replica: weights, gradients (without the constant overhead or transient
 (fp32 main weights + Adam states; sharded over the stage's replicas with the distributed optimizer) and
 in-flight activations. Error = (predicted - counted) / counted. Table, then one summary line:
 ``memory model: model states within X% (goal 5%), activations within Y% (goal 10%; Z% without the plans
-marked *) over N ranks of M plans`` (* = plans where the runtime's counter also counts tensors that die
-inside the forward: docs/SIMULATOR.md, "Activations under megatron-sailor").
+marked *) over N ranks of M plans`` (* = plans whose counted peak includes short-lived tensors inside a
+recomputed forward, which the simulator does not model: docs/SIMULATOR.md, "Activations under megatron-sailor").
 """
 from __future__ import annotations
 
@@ -158,9 +158,9 @@ def report(results: list[dict]) -> int:
                   f"{errs['optimizer']:>+6.1%} {counted['activations']:>11,} {p['activations']:>11,.0f} "
                   f"{errs['activations']:>+7.1%}")
     if flagged:
-        print(f"* {', '.join(sorted(flagged))}: the runtime's counter also counts the bias-dropout-add masks made "
-              "inside each checkpointed forward, which die before the forward ends (docs/SIMULATOR.md); the "
-              "simulator predicts the bytes kept until backward")
+        print(f"* {', '.join(sorted(flagged))}: the counted peak includes, while they live, the bias-dropout-add "
+              "masks made inside a checkpointed forward (freed before it ends); the simulator predicts only the "
+              "bytes kept until backward, so it misses that short-lived peak (docs/SIMULATOR.md)")
     print(f"memory model: model states within {worst_states:.1%} (goal 5%), activations within {worst_act:.1%} "
           f"(goal 10%; {worst_retained:.1%} without the {len(flagged)} plan(s) marked *) over {n} ranks of "
           f"{len(results)} plans")

@@ -1,7 +1,7 @@
 """Runtime overhead: our runtime vs plain megatron-core on the same homogeneous plan (PP 2 x DP 2, tiny GPT),
 in four variants: fp32 / bf16 x replicated optimizer / distributed optimizer.
 
-    python benchmarks/runtime_overhead.py            # launches itself under torchrun on 4 CPU ranks
+    python benchmarks/runtime_overhead.py [--blocks 20]   # launches itself under torchrun on 4 CPU ranks
 
 All eight runtimes live in one launch (same processes, same machine state) and run in alternating blocks of
 iterations after a warm-up. The baseline is megatron-core's own pieces: ``parallel_state`` groups, its
@@ -214,7 +214,7 @@ def worker() -> None:
         for side in ("ours", "theirs"):
             _measure(steps[name][side], WARMUP_ITERS)
     times = {name: {"ours": [], "theirs": []} for name in steps}
-    for _ in range(BLOCKS):
+    for _ in range(int(os.environ.get("SAILOR_OVERHEAD_BLOCKS", BLOCKS))):
         for name in steps:
             for side in ("ours", "theirs"):
                 dist.barrier()
@@ -268,9 +268,16 @@ def main() -> int:
     if "WORLD_SIZE" in os.environ:
         worker()
         return 0
+    import argparse
+    ap = argparse.ArgumentParser(description="ours vs plain megatron-core, 4 CPU ranks, median iteration times")
+    ap.add_argument("--blocks", type=int, default=BLOCKS,
+                    help=f"timed blocks of {ITERS_PER_BLOCK} iterations per runtime and variant (default {BLOCKS})")
+    args = ap.parse_args()
+    if args.blocks < 2:
+        ap.error(f"--blocks must be at least 2, got {args.blocks}")
     from planner.ports import free_port
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="FATAL")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="FATAL", SAILOR_OVERHEAD_BLOCKS=str(args.blocks))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-addr",
            "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)

@@ -15,7 +15,7 @@ import torch
 
 from megatron_sailor.runtime.cross_entropy import vocab_parallel_cross_entropy
 from megatron_sailor.runtime.data import MicroBatch
-from megatron_sailor.runtime.memory import SavedActivationCounter
+from megatron_sailor.runtime.memory import SavedActivationCounter, SavedRecord
 from megatron_sailor.runtime.p2p import StageP2P
 
 
@@ -49,8 +49,9 @@ class StageStep:
         self.tp_group = tp_group         # the replica's TP group (vocab-parallel cross entropy)
         self.dropout_ctx = dropout_ctx   # megatron_sailor.runtime.dropout.DropoutContext, keyed per micro-batch
         self.saved = SavedActivationCounter(model)
-        self.saved_of: dict[int, int] = {}
+        self.saved_of: dict[int, SavedRecord] = {}
         self.last_saved_bytes = 0
+        self.last_saved: SavedRecord | None = None
         self.device = device
         self.emulation = emulation   # see megatron_sailor.runtime.emulation (demos only)
         self.role = role
@@ -70,7 +71,7 @@ class StageStep:
             self.model.set_input_tensor(input_tensor)
         tokens = batch.tokens.to(self.device) if self.role.is_first else None
         saved = [0]
-        with self.saved.counting(saved):
+        with self.saved.counting(saved) as record:
             out = self.model(tokens, self.positions, self.mask)   # last stage: logits [b, s, vocab / tp]
             share = 0.0
             if self.role.is_last:
@@ -79,8 +80,7 @@ class StageStep:
                 share = float(out.detach())
                 if self.grad_scale != 1.0:
                     out = out * self.grad_scale
-        self.saved.add(saved[0])
-        self.last_saved_bytes = saved[0]
+        self.last_saved_bytes, self.last_saved = saved[0], record
         if self.emulation is not None:
             self.emulation.compute(time.perf_counter() - start_s)
         return out, share
@@ -93,7 +93,7 @@ class StageStep:
             self.dropout_ctx.set(batch.iteration, batch.first_sample, batch.tokens.shape[0])
         torch.autograd.backward(output, grad_tensors=output_grad)
         if batch is not None:
-            self.saved.remove(self.saved_of.pop(id(batch), 0))
+            self.saved.release(self.saved_of.pop(id(batch), None))
         if self.emulation is not None:
             self.emulation.compute(time.perf_counter() - start_s)
         return None if input_tensor is None else input_tensor.grad
@@ -116,7 +116,7 @@ def run_1f1b(step: StageStep, p2p: StageP2P, batches: Callable[[int], MicroBatch
         inp = p2p.recv_forward()
         batch = batches(fwd_index)
         out, loss = step.forward(inp, batch)
-        step.saved_of[id(batch)] = step.last_saved_bytes
+        step.saved_of[id(batch)] = step.last_saved
         in_flight.append(batch)
         fwd_index += 1
         loss_sum += loss
