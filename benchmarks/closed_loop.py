@@ -176,8 +176,7 @@ def worker(job_path: str) -> int:
     from megatron_sailor.runtime.data import MockTokens
     from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
     from megatron_sailor.runtime.emulation import Emulation, emulation_from
-    from megatron_sailor.runtime.groups import create_groups
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
+    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, plan_sync_modes, rank_groups
     from planner.layout import build_layout
     from patches import apply_cpu_patches
     from planner.model import load_model
@@ -194,11 +193,11 @@ def worker(job_path: str) -> int:
     for path in job["plans"]:   # every plan is built first, then they run interleaved (see the docstring)
         plan = Plan.load(path)
         layout = build_layout(plan)
-        groups = create_groups(layout, rank)
         emu = job.get("emulation", {}).get(path)
-        emu = Emulation(**emu) if emu else emulation_from()
-        runtimes.append((RankRuntime(plan, model, rank, data, RunConfig(emulation=emu),
-                                     layout=layout, groups=groups), groups))
+        cfg = RunConfig(emulation=Emulation(**emu) if emu else emulation_from())
+        groups = rank_groups(layout, rank, cfg, tied_embeddings=plan.tie_embeddings,
+                             plan_modes=plan_sync_modes(plan))   # the plan's per-stage sync modes
+        runtimes.append((RankRuntime(plan, model, rank, data, cfg, layout=layout, groups=groups), groups))
     times: list[list[float]] = [[] for _ in runtimes]
     rp, profiles = job.get("reprofile"), []
     for it in range(job["warmup"] + job["iters"]):
