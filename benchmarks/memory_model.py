@@ -179,9 +179,12 @@ def main() -> int:
         out = os.path.join(tmp, "memory.json")
         env = dict(os.environ, OMP_NUM_THREADS="1",
                    PYTHONPATH=os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-port",
-               os.environ.get("MASTER_PORT", "29741"), __file__, out]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        from planner.ports import free_port
+        from planner.progress import status
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-addr",
+               "127.0.0.1", "--master-port", str(free_port()), __file__, out]
+        with status(f"running the plans on {NPROC} CPU ranks"):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1

@@ -280,7 +280,9 @@ def main() -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="FATAL", SAILOR_OVERHEAD_BLOCKS=str(args.blocks))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC), "--master-addr",
            "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    from planner.progress import status
+    with status(f"ours and megatron-core, {len(VARIANTS)} variants x {args.blocks} blocks on {NPROC} CPU ranks"):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)
