@@ -213,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print(f"error: {args.sailor_data}: no validation runs under {RUNS}", file=sys.stderr)
         return 2
-    t_err, m_err = time_errors(args.sailor_data, cases), memory_errors(args.sailor_data, cases)
+    from planner.progress import status
+    with status(f"simulating {len(cases)} runs under every calibration choice"):
+        t_err, m_err = time_errors(args.sailor_data, cases), memory_errors(args.sailor_data, cases)
     t_loo, t_pick = leave_one_out(t_err)
     m_loo, _ = leave_one_out(m_err)
     _print_loo(cases, t_loo, t_pick, m_loo, t_err)
