@@ -24,19 +24,13 @@ from planner.simulator import simulate
 from planner.simulator.settings import OURS, SimContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_planner_bruteforce import BF_MODEL, GIB, SAILOR_DIR, check_exact  # noqa: E402
+from test_planner_bruteforce import BF_MODEL, GIB, check_exact  # noqa: E402
+from test_planner_bruteforce import sailor_ctx as sailor_opt  # noqa: E402,F401 - the OPT-350 fixture
 
 A, V = "A100-40", "V100-16"
 ZA, ZB = "us-central1-a", "us-central1-b"
 
 
-@pytest.fixture(scope="module")
-def sailor_opt():
-    if not (SAILOR_DIR / "sailor" / "Planner").is_dir():
-        pytest.skip(f"Sailor data folder not found at {SAILOR_DIR} (set SAILOR_DATA)")
-    from planner.sailor_data import load_sailor_data
-    sd = load_sailor_data(SAILOR_DIR, "OPT-350")
-    return SimContext(sd.model, sd.profiles, sd.network, GPUCatalog(), OURS, dict(sd.gpus_per_node))
 
 
 def sailor_plan(ctx: SimContext, chain, d: int, gbs: int) -> Plan:
