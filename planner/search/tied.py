@@ -1,5 +1,5 @@
 """Tied input/output embeddings in the search: the shared weight's gradient all-reduce, priced exactly as the
-simulator prices it (:func:`planner.simulator.tied.tied_sync_seconds`, called on the first and last stages'
+simulator prices it (:func:`planner.simulator.tied.tied_sync_of_replicas`, called on the first and last stages'
 replica lists the built plan will have, so there is one implementation of the rule).
 
 The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
@@ -8,27 +8,11 @@ cost after the stage syncs; the search's lower bounds leave it out and stay lowe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from planner.plan import Replica
 from planner.simulator.settings import SimContext
-from planner.simulator.tied import tied_sync_seconds
-
-
-@dataclass(frozen=True)
-class _StageReplicas:
-    replicas: tuple[Replica, ...]
-
-
-@dataclass(frozen=True)
-class _TiedShape:
-    """The plan fields :func:`tied_sync_seconds` reads."""
-
-    tie_embeddings: bool
-    num_stages: int
-    stages: tuple[_StageReplicas, ...]
+from planner.simulator.tied import tied_sync_of_replicas
 
 
 class TiedSync:
@@ -42,9 +26,7 @@ class TiedSync:
     def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int) -> tuple[float, float]:
         key = (first, last, num_stages)
         if key not in self._memo:
-            shape = _TiedShape(True, num_stages, (_StageReplicas(first),) * (num_stages - 1)
-                               + (_StageReplicas(last),))
-            t, moved = tied_sync_seconds(shape, self.ctx)   # type: ignore[arg-type]
+            t, moved = tied_sync_of_replicas(first, last, self.ctx) if num_stages > 1 else (0.0, {})
             usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
             self._memo[key] = (float(t), float(usd))
         return self._memo[key]

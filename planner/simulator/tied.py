@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planner.model import ModelSpec
 from planner.network import Endpoint
-from planner.plan import Plan
+from planner.plan import Plan, Replica
 from planner.simulator.settings import SimContext
 
 
@@ -35,7 +35,14 @@ def tied_sync_seconds(plan: Plan, ctx: SimContext) -> tuple[float, dict[tuple[st
     """(seconds, cross-zone bytes per (src, dst) zone) of the shared weight's gradient all-reduce."""
     if not plan.tie_embeddings or plan.num_stages == 1:
         return 0.0, {}
-    reps = plan.stages[0].replicas + plan.stages[-1].replicas
+    return tied_sync_of_replicas(plan.stages[0].replicas, plan.stages[-1].replicas, ctx)
+
+
+def tied_sync_of_replicas(first: tuple[Replica, ...], last: tuple[Replica, ...], ctx: SimContext
+                          ) -> tuple[float, dict[tuple[str, str], float]]:
+    """:func:`tied_sync_seconds` of a several-stage tied plan whose first and last stages hold these replicas
+    (the all-reduce depends on nothing else; the search calls this directly)."""
+    reps = tuple(first) + tuple(last)
     n = len(reps)
     tp = min(r.tp for r in reps)
     nbytes = 4.0 * _vocab_shard_params(ctx.model, tp)          # fp32 gradients
