@@ -270,8 +270,12 @@ def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dic
     cores = consts.cores or os.cpu_count() or 1
     print(f"\ncore sharing ({cores} cores, profile taken with {PROFILED_RANKS} ranks; busy ranks from each plan's "
           "simulated timeline, slowdown from the table measured before planning):")
+    from planner.plan import Plan
+    from planner.simulator.core_sharing import core_sharing
     for n, p in paths.items():
-        print(f"  {n:<14} compute x{contexts(model_path, files, gpu, p).settings.compute_scale:.3f}")
+        share = core_sharing(Plan.load(p), contexts(model_path, files, gpu), cores, PROFILED_RANKS,
+                             consts.core_share_table)
+        print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}")
 
 
 def main() -> int:

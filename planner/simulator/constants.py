@@ -6,7 +6,8 @@ the environment variable ``SAILOR_RUNTIME_CONSTANTS``) into :class:`RuntimeConst
 core-sharing term: how much slower each rank computes when ``ranks`` busy ranks share ``cores`` cores,
 relative to the ranks-per-core the profile was taken at, interpolated in the measured table (linearly in
 ranks per core; beyond the table, proportional to ranks per core, as time slicing gives; the table is made
-non-decreasing on loading, since more ranks on the same cores never compute faster).
+non-decreasing on loading, since more ranks on the same cores never compute faster). How many ranks are
+busy at once for a given plan comes from its timeline: :mod:`planner.simulator.core_sharing`.
 """
 from __future__ import annotations
 
