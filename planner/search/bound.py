@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.network import Link
+from planner.network import Endpoint, Link
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import layer_sizes, recompute_keep_and_mask
@@ -208,11 +208,15 @@ def link_floor(ctx: SimContext, cluster: ClusterSpec) -> list[tuple[float, float
     """(latency s, peak B/s) of every link a plan on the cluster's pools can use between two nodes: each
     link's time at any size and concurrency is >= latency + bytes / peak (``Link.time_s``)."""
     net = ctx.network
-    pools = {(p.zone, p.gpu_type) for p in cluster.nonempty().pools}
+    # a replica's node size is its type's in the context (``SimContext.replica_node_size`` for a plan)
+    ends = {(p.zone, p.gpu_type, net.node_gpus(Endpoint(p.gpu_type, p.zone, ctx.node_size(p.gpu_type))))
+            for p in cluster.nonempty().pools}
     links: list[Link] = []
     if net.pair_links:
-        links = [l for (za, ga, _, zb, gb, _), l in net.pair_links.items()
-                 if (za, ga) in pools and (zb, gb) in pools] or list(net.pair_links.values())
+        if ctx.replica_node_gpus:           # node sizes declared per replica: any size of the pool's zone and type
+            ends = {(z, g, n) for (z, g, _) in ends for n in range(1, 1025)}
+        links = [l for (za, ga, na, zb, gb, nb), l in net.pair_links.items()
+                 if (za, ga, na) in ends and (zb, gb, nb) in ends] or list(net.pair_links.values())
     else:
         links = list(net.class_links.values())
     return [(l.latency_s, l.max_bw_bytes_per_s) for l in links]
