@@ -10,21 +10,21 @@ along a pipeline, any micro-batch counts, any recomputation, the distributed opt
 untied embeddings. So it bounds our declared space, Sailor's space and issue 13's full space alike.
 ``cost_usd`` is likewise <= every such plan's $/iteration.
 
-The proof is docs/PLANNER.md section 6 ("Upper bound and why 1.10x is out of reach"); in short, for a plan with
-micro-batch size b, S stages and D pipelines (m_j micro-batches on pipeline j, sum m_j b = GBS):
+The proof is docs/PLANNER.md section 6 ("Upper bound and why 1.10x is out of reach"). For a plan with
+micro-batch size b, largest TP degree T, S stages and D pipelines (m_j micro-batches on pipeline j), items =
+embedding, each layer, head:
 
-- every replica r (tp_r GPUs of type g) of pipeline j computes c_r >= b * sum_{items i in r} e_g(i, b) / tp_r
-  per micro-batch (e: the type's cheapest GPU-seconds per sample of item i over the TP degrees whose smallest
-  conceivable stage holding i fits in memory; items: embedding, each layer, head);
-- the pipeline's makespan P_j >= (m_j - 1) max_s c_s + F_j with F_j >= F(b, S) (one micro-batch through every
-  item on its fastest feasible (type, TP), S per-micro-batch overheads, 2 (S-1) cheapest p2p transfers);
-  GPU-time accounting over the GPUs of each type gives max_j P_j >= max(GBS U(b), F(b, S) + (GBS - D b) U(b)),
-  U(b) the fractional assignment LP of items to types (its dual, :func:`lp_per_sample_s`, is a valid bound
-  for any dual point, so its numerical solution needs no exactness to be sound);
-- the gradient sync >= the ring time of the stage holding the most gradient (>= 1/S of the smallest per-GPU
-  parameters of all items) over D members on the fastest link the cluster has (flat or hierarchical, with or
-  without the distributed optimizer); the optimizer step >= the cheapest step of any item's holder.
-The iteration bound is the minimum over (b, S, D) of the sum. numpy only.
+- item costs (:func:`item_tables`): per (type, TP <= T) the GPU-seconds per sample of each item without
+  recomputation (recomputation only adds backward time), kept only where the smallest conceivable stage
+  holding the item fits in memory (:func:`_item_min_memory`);
+- the slowest pipeline's makespan (``P_j >= (m_j - 1) max_s c_s + fill``) summed as GPU-time over each type's
+  GPUs: the work of GBS samples plus a bubble of (S - 1) micro-batches per pipeline at 1/TP of their work,
+  weighted by a dual point of the assignment LP (:func:`dual_point`; any dual point is sound by weak
+  duality); the fleet's GPUs in use; one fill plus the remaining work (:func:`_pipe_floor`);
+- the gradient sync: the ring of the stage holding the most gradient over D members on the fastest link the
+  cluster's pools have (flat, hierarchical, distributed optimizer: :func:`sync_floor`); coupled with the work
+  through each item's smallest TP (:func:`_coupled`); the optimizer step: the cheapest of any item's holder.
+The iteration floor is the minimum over (b, T, S, D). numpy only.
 """
 from __future__ import annotations
 
@@ -44,39 +44,47 @@ from planner.search.tasks import mbs_tp_options
 
 @dataclass(frozen=True)
 class ItemTable:
-    """Per (micro-batch size b, largest TP degree T a plan uses): the cheapest feasible cost of every item on
-    every type over the TP degrees <= T.
+    """Per (micro-batch size b, largest TP degree T a plan uses): the cheapest feasible cost of every item
+    (embedding, each layer, head) on every type at every TP degree ``tps`` (all <= T).
 
-    ``gpu_s_per_sample[g, i]``: GPU-seconds per sample of item i on type g (inf: no such TP of g can hold it);
-    ``wall_s[i]``: the fastest wall seconds of one micro-batch of item i on any type; ``params[i]``: the
-    fewest parameters one GPU holds for i; ``update_s``: the cheapest optimizer step of a GPU holding the
-    costliest item; ``usd_per_sample``: the cheapest GPU dollars of one sample's items."""
+    ``gpu_s_by_tp[g, k, i]``: GPU-seconds per sample of item i on type g at TP ``tps[k]`` (inf: that option
+    cannot hold i); ``params_by_tp[k, i]``: the fewest parameters one GPU of a TP-``tps[k]`` replica holds for
+    i; ``wall_s[i]``: the fastest wall seconds of one micro-batch of item i; ``update_s``: the cheapest
+    optimizer step of a GPU holding the costliest item; ``usd_per_sample``: the cheapest GPU dollars of one
+    sample's items."""
 
     mbs: int
     max_tp: int
     types: tuple[str, ...]
-    gpu_s_per_sample: np.ndarray
+    tps: tuple[int, ...]
+    gpu_s_by_tp: np.ndarray
+    params_by_tp: np.ndarray
     wall_s: np.ndarray
-    params: np.ndarray
     update_s: float
     usd_per_sample: float
+
+    @property
+    def gpu_s_per_sample(self) -> np.ndarray:
+        """[g, i]: the cheapest over the TP degrees."""
+        return self.gpu_s_by_tp.min(axis=1)
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.params_by_tp.min(axis=0)
 
 
 @dataclass(frozen=True)
 class ThroughputBound:
     """No plan of the scope (module docstring) iterates faster than ``iteration_s`` or costs less than
-    ``cost_usd``; the terms are those of the (b, S, D) attaining the minimum."""
+    ``cost_usd``."""
 
     iteration_s: float
     cost_usd: float
     compute_s: float             # GBS U alone: the pure compute bound (best micro-batch size and TP)
-    mbs: int
+    mbs: int                     # the (b, T, S, D) whose floor is the smallest
     max_tp: int
     stages: int
     pipelines: int
-    pipeline_s: float
-    sync_s: float
-    update_s: float
 
     @property
     def iters_per_s(self) -> float:
@@ -149,18 +157,20 @@ def _option_costs(ctx: SimContext, cluster: ClusterSpec, g: str, b: int, tp: int
 
 def _table(ctx: SimContext, types: tuple[str, ...], b: int, cap_tp: int, per: dict) -> ItemTable | None:
     n_items = ctx.model.num_layers + 2
-    e = np.full((len(types), n_items), np.inf)
-    wall, params, upd, usd = (np.full(n_items, np.inf) for _ in range(4))
+    tps = tuple(sorted({tp for _, tp in per}))
+    e = np.full((len(types), len(tps), n_items), np.inf)
+    params = np.full((len(tps), n_items), np.inf)
+    wall, upd, usd = (np.full(n_items, np.inf) for _ in range(3))
     for (g, tp), (ok, t, p, u) in per.items():
-        k = types.index(g)
-        e[k] = np.where(ok, np.minimum(e[k], tp * t / b), e[k])
+        k, q = types.index(g), tps.index(tp)
+        e[k, q] = np.where(ok, tp * t / b, np.inf)
+        params[q] = np.where(ok, np.minimum(params[q], p), params[q])
         wall = np.where(ok, np.minimum(wall, t), wall)
-        params = np.where(ok, np.minimum(params, p), params)
         upd = np.where(ok, np.minimum(upd, u), upd)
         usd = np.where(ok, np.minimum(usd, ctx.catalog.get(g).usd_per_s * tp * t / b), usd)
     if not np.all(np.isfinite(wall)):       # an item fits nowhere: no plan with (b, T)
         return None
-    return ItemTable(b, cap_tp, types, e, wall, params, float(np.max(upd)), float(usd.sum()))
+    return ItemTable(b, cap_tp, types, tps, e, params, wall, float(np.max(upd)), float(usd.sum()))
 
 
 def dual_point(e: np.ndarray, gpus: np.ndarray, iters: int = 3000) -> np.ndarray:
@@ -195,13 +205,16 @@ def dual_point(e: np.ndarray, gpus: np.ndarray, iters: int = 3000) -> np.ndarray
 
 
 def dual_value(e: np.ndarray, y: np.ndarray) -> float:
-    """``sum_i min_g y_g e_gi`` over the types with y_g > 0 (inf entries excluded; an item no such type
-    holds gives inf: the dual point then proves no assignment exists on those types)."""
-    live = y > 0
-    if not live.any():
-        return 0.0
-    prod = np.where(np.isfinite(e[live]), y[live, None] * np.where(np.isfinite(e[live]), e[live], 0.0), np.inf)
+    """``sum_i min_g y_g e_gi`` (inf entries: the type cannot hold the item; an item no type holds gives inf,
+    no assignment exists). With y >= 0, sum_g gpus_g y_g <= 1 it is <= the LP's U (weak duality)."""
+    prod = np.where(np.isfinite(e), np.asarray(y, dtype=float)[:, None] * np.where(np.isfinite(e), e, 0.0), np.inf)
     return float(prod.min(axis=0).sum())
+
+
+def _holder_min_y(e: np.ndarray, y: np.ndarray) -> float:
+    """The smallest y_g over the types that can hold some item (only they hold replicas, hence bubbles)."""
+    live = np.any(np.isfinite(e), axis=1)
+    return float(y[live].min()) if live.any() else 0.0
 
 
 def link_floor(ctx: SimContext, cluster: ClusterSpec) -> list[tuple[float, float]]:
@@ -264,13 +277,86 @@ def _pipe_floor(tab: ItemTable, gpus: np.ndarray, n_gpus: int, gbs: int, s_num: 
     the types' GPU-time holds the work of GBS samples plus a bubble of (S-1)/T of every pipeline's work of one
     micro-batch (dual point y); the fleet's GPUs in use (<= D S T) hold the same on the best type; and a
     pipeline's fill plus the rest of the work (the work LP's dual value times GBS - D b)."""
-    a, b_min = dual_value(tab.gpu_s_per_sample, y), float(y[y > 0].min()) if (y > 0).any() else 0.0
+    a, b_min = dual_value(tab.gpu_s_per_sample, y), _holder_min_y(tab.gpu_s_per_sample, y)
     e_min = float(np.min(tab.gpu_s_per_sample, axis=0).sum())
     bubble = (s_num - 1) * tab.mbs * d * e_min / tab.max_tp
     typed = gbs * a + bubble * b_min
     fleet = (gbs * e_min + bubble) / np.minimum(n_gpus, d * s_num * tab.max_tp)
     filled = fill_s + (gbs - d * tab.mbs) * a
     return np.maximum(np.maximum(typed, fleet), filled)
+
+
+def _affine_sync(links, d: np.ndarray, elem: int, zones: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a, c): every stage sync over d replicas of G gradient bytes per GPU takes >= a + c G, for every mode
+    :func:`sync_floor` covers (chunk times >= the smallest latency + bytes / the largest peak; a hierarchical
+    sync's inner part dropped; its leaders' ring has >= 2 members)."""
+    lat = min(l for l, _ in links)
+    bw = max(w for _, w in links)
+    d = np.asarray(d, dtype=float)
+    frac = (d - 1) / np.maximum(d, 1.0)
+    slope = np.minimum(2 * frac, frac * (1 + elem / F.GRAD_BYTES_PER_PARAM)) / bw
+    a = 2 * (d - 1) * lat
+    if zones >= 2:
+        slope = np.minimum(slope, min(1.0, (1 + elem / F.GRAD_BYTES_PER_PARAM) / 2) / bw)
+        a = np.minimum(a, 2 * lat)
+    return np.where(d > 1, a, 0.0), np.where(d > 1, slope, 0.0)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The coupled floor's per-item pieces for one (table, S): per sample at TP option k and above, the dual
+    work ``work[g, k, u]`` and the bubble ``bubble[g, k, u]`` of one micro-batch; the sync weight per parameter."""
+
+    mbs: int
+    work: np.ndarray
+    bubble: np.ndarray
+    params: np.ndarray
+    mult: np.ndarray
+    weight: np.ndarray
+
+
+def _parts(tab: ItemTable, y: np.ndarray, s_num: int, waits_for_all: bool) -> _Parts:
+    e, params, mult, emb = _dedupe_items(tab)
+    y_min = _holder_min_y(tab.gpu_s_per_sample, y)
+    tps = np.array(tab.tps, dtype=float)
+    fin = np.isfinite(e)
+    ez = np.where(fin, e, 0.0)
+    work = np.where(fin, y[:, None, None] * ez, np.inf)
+    bubble = np.where(fin, (s_num - 1) * y_min * ez / tps[None, :, None], np.inf)
+    # every stage waits for the slowest sync: the stage holding the most gradient has >= 1/S of all items';
+    # else stage 0's sync (no backward left to hide it) holds the embedding's
+    weight = np.full(params.shape[1], 4.0 / s_num) if waits_for_all else np.where(np.arange(params.shape[1]) == emb,
+                                                                                4.0, 0.0)
+    return _Parts(tab.mbs, work, bubble, params, mult, weight)
+
+
+def _coupled(parts: _Parts, ms: np.ndarray, ns: np.ndarray, sync_a, sync_c) -> np.ndarray:
+    """Floor on slowest makespan + sync (docs/PLANNER.md 6.3) when ``ns[v]`` pipelines run ``ms[v]``
+    micro-batches (arrays [v, D]; one column per D): with the dual point fixed, the makespan is >= the sum over
+    pipelines and items of b (m y_g e + (S-1) y_min e / t) at the item's (type g, TP t) in that pipeline, and
+    the sync >= a + c w sum_i p_i(t_i), t_i the smallest TP among item i's holders; each item picks t_i
+    independently."""
+    w, bub = parts.work, parts.bubble
+    best = np.full((w.shape[2],) + ms.shape[1:], np.inf)            # [u, D]
+    for k in range(w.shape[1]):
+        lines_w = w[:, k:].reshape(-1, w.shape[2])                   # holders' TP >= option k
+        lines_b = bub[:, k:].reshape(-1, w.shape[2])
+        total = np.zeros_like(best)
+        for v in range(ms.shape[0]):
+            env = np.min(lines_w[:, :, None] * ms[v][None, None, :] + lines_b[:, :, None], axis=0)   # [u, D]
+            total = total + np.where(ns[v] > 0, ns[v] * parts.mbs * env, 0.0)
+        sync = np.where(np.isfinite(parts.params[k]), parts.weight * parts.params[k], np.inf)[:, None] * sync_c
+        best = np.minimum(best, total + sync)
+    return (parts.mult[:, None] * best).sum(axis=0) + sync_a
+
+
+def _dedupe_items(tab: ItemTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(e [g, k, u], params [k, u], multiplicity [u], the embedding's column) over the distinct items."""
+    e = tab.gpu_s_by_tp.reshape(-1, tab.gpu_s_by_tp.shape[-1])
+    key = np.vstack([np.where(np.isfinite(e), e, -1.0),
+                     np.where(np.isfinite(tab.params_by_tp), tab.params_by_tp, -1.0)])
+    _, first, inverse, counts = np.unique(key.T, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    return tab.gpu_s_by_tp[:, :, first], tab.params_by_tp[:, first], counts.astype(float), int(np.ravel(inverse)[0])
 
 
 def throughput_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, precision: str = "fp32",
@@ -292,23 +378,25 @@ def throughput_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, precision:
         y = dual_point(tab.gpu_s_per_sample, gpus)
         compute = min(compute, gbs * dual_value(tab.gpu_s_per_sample, y))
         hop = p2p_floor(ctx, links, tab.mbs, elem)
+        n_mb = gbs // tab.mbs
         for s_num in range(1, ctx.model.num_layers + 3):
-            d = np.arange(1, min(n_gpus // s_num, gbs // tab.mbs) + 1)
+            d = np.arange(1, min(n_gpus // s_num, n_mb) + 1)
             if d.size == 0:
                 break
             fill = float(tab.wall_s.sum()) + s_num * st.per_microbatch_overhead_s + 2 * (s_num - 1) * hop
             pipe = _pipe_floor(tab, gpus, n_gpus, gbs, s_num, d, fill, y)
-            # the stage that syncs last holds >= 1/S of all items' fewest parameters (every stage waits for
-            # the slowest sync), or, when syncs overlap the backward, stage 0's (no slack) holds the embedding
             grad_b = F.grad_bytes(tab.params.sum() / s_num if st.dp_sync_waits_for_all else tab.params[0])
             sync = sync_floor(links, d, grad_b, grad_b / F.GRAD_BYTES_PER_PARAM * elem, zones)
             upd = tab.update_s / d                  # the distributed optimizer steps 1/D of the parameters
-            total = pipe + sync + upd
+            a, c = _affine_sync(links, d, elem, zones)
+            # a sum over pipelines of one concave function of m_j (sum m_j = N, m_j >= 1) is smallest at a
+            # vertex: one pipeline runs N - D + 1 micro-batches, the others one each
+            ms, ns = np.stack([n_mb - d + 1.0, np.ones(len(d))]), np.stack([np.ones(len(d)), d - 1.0])
+            coupled = _coupled(_parts(tab, y, s_num, st.dp_sync_waits_for_all), ms, ns, a, c)
+            total = np.maximum(pipe + sync, coupled) + upd
             k = int(np.argmin(total))
             if best is None or total[k] < best.iteration_s:
-                best = ThroughputBound(float(total[k]), 0.0, 0.0, tab.mbs, tab.max_tp, s_num, int(d[k]),
-                                       float(pipe[k]), float(sync[k]), float(upd[k]))
+                best = ThroughputBound(float(total[k]), 0.0, 0.0, tab.mbs, tab.max_tp, s_num, int(d[k]))
     assert best is not None
     cost = min(gbs * t.usd_per_sample for t in tables)
-    return ThroughputBound(best.iteration_s, cost, compute, best.mbs, best.max_tp, best.stages, best.pipelines,
-                           best.pipeline_s, best.sync_s, best.update_s)
+    return ThroughputBound(best.iteration_s, cost, compute, best.mbs, best.max_tp, best.stages, best.pipelines)
