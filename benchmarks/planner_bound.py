@@ -14,6 +14,7 @@ For every setup (imported from planner_vs_sailor.setups(), unchanged), in one pr
   smallest memory headroom of any GPU, and MFU.
 
 Usage: python benchmarks/planner_bound.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
+       [--bound-only NAME]
 The table and one last summary line go to stdout, progress to stderr.
 """
 from __future__ import annotations
@@ -93,14 +94,15 @@ def _shape(plan) -> str:
     return f"{plan.num_stages}x{plan.dp_degree} b{plan.micro_batch_size}{' rc' if plan.recompute_activations else ''}{chain}"
 
 
-def run(st: Setup, data: str) -> tuple[list[str], dict]:
+def run(st: Setup, data: str, bound_only: bool = False) -> tuple[list[str], dict]:
     from planner.search.bound import throughput_bound
     ctx, cluster, gbs = _context(st, data)
     objective = _objective(st)
     t0 = time.perf_counter()
     bound = throughput_bound(ctx, cluster, gbs)
     bound_s = time.perf_counter() - t0
-    (b, b_s), (c, c_s) = (_plan(ctx, cluster, gbs, objective, p) for p in ("sailor-space", "ours"))
+    (b, b_s), (c, c_s) = ((None, 0.0), (None, 0.0)) if bound_only else \
+        (_plan(ctx, cluster, gbs, objective, p) for p in ("sailor-space", "ours"))
     sb = _score(b.estimate, objective) if b else None
     sc = _score(c.estimate, objective) if c else None
     top = None if bound is None else (1 / bound.cost_usd if objective.kind == "cost" else bound.iters_per_s)
@@ -117,7 +119,7 @@ def run(st: Setup, data: str) -> tuple[list[str], dict]:
                   f"{bn['headroom']:.1%}", f"{bn['mfu']:.1%}"]
     else:
         cells += ["-"] * 8
-    cells += [f"{b_s:.1f}", f"{c_s:.1f}", f"{bound_s:.1f}"]
+    cells += ["-" if bound_only else f"{b_s:.1f}", "-" if bound_only else f"{c_s:.1f}", f"{bound_s:.1f}"]
     return cells, {"ratio": r, "hetero": st.hetero}
 
 
@@ -127,6 +129,8 @@ def main() -> int:
     ap.add_argument("--only", help="run setups whose name contains this")
     ap.add_argument("--skip", action="append", default=[], help="leave out setups whose name contains this "
                     "(repeatable; the 4,096-GPU setup's (b') and (c) take minutes)")
+    ap.add_argument("--bound-only", action="append", default=[], help="for setups whose name contains this, "
+                    "compute only the bound (repeatable)")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -142,7 +146,7 @@ def main() -> int:
     rows = []
     for i, st in enumerate(chosen):
         sys.stderr.write(f"[{i + 1}/{len(chosen)}] {st.name}\n")
-        cells, info = run(st, args.sailor_data)
+        cells, info = run(st, args.sailor_data, any(s in st.name for s in args.bound_only))
         t.add_row(*cells)
         rows.append((st, info))
     Console(width=260).print(t)

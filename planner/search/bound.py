@@ -345,7 +345,8 @@ def _coupled(parts: _Parts, ms: np.ndarray, ns: np.ndarray, sync_a, sync_c) -> n
         for v in range(ms.shape[0]):
             env = np.min(lines_w[:, :, None] * ms[v][None, None, :] + lines_b[:, :, None], axis=0)   # [u, D]
             total = total + np.where(ns[v] > 0, ns[v] * parts.mbs * env, 0.0)
-        sync = np.where(np.isfinite(parts.params[k]), parts.weight * parts.params[k], np.inf)[:, None] * sync_c
+        held = np.isfinite(parts.params[k])             # some type holds the item at TP >= option k
+        sync = np.where(held[:, None], (parts.weight * np.where(held, parts.params[k], 0.0))[:, None] * sync_c, np.inf)
         best = np.minimum(best, total + sync)
     return (parts.mult[:, None] * best).sum(axis=0) + sync_a
 
@@ -394,6 +395,8 @@ def throughput_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, precision:
             ms, ns = np.stack([n_mb - d + 1.0, np.ones(len(d))]), np.stack([np.ones(len(d)), d - 1.0])
             coupled = _coupled(_parts(tab, y, s_num, st.dp_sync_waits_for_all), ms, ns, a, c)
             total = np.maximum(pipe + sync, coupled) + upd
+            if np.isnan(total).any():
+                raise ArithmeticError(f"throughput bound: NaN floor at micro-batch {tab.mbs}, {s_num} stages")
             k = int(np.argmin(total))
             if best is None or total[k] < best.iteration_s:
                 best = ThroughputBound(float(total[k]), 0.0, 0.0, tab.mbs, tab.max_tp, s_num, int(d[k]))
