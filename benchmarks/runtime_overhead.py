@@ -1,7 +1,7 @@
 """Runtime overhead: our runtime vs plain megatron-core on the same homogeneous plan (PP 2 x DP 2, tiny GPT),
 in four variants: fp32 / bf16 x replicated optimizer / distributed optimizer.
 
-    python benchmarks/runtime_overhead.py [--blocks 60]   # launches itself under torchrun on 4 CPU ranks
+    python benchmarks/runtime_overhead.py [--blocks 100]   # launches itself under torchrun on 4 CPU ranks
 
 All eight runtimes live in one launch (same processes, same machine state) and run side by side in blocks
 after a warm-up: block ``b`` runs, for each variant, ``ITERS_PER_BLOCK`` iterations of ours and of
@@ -10,8 +10,8 @@ follows the other). Iteration times are rank 0's. The table gives each side's me
 of the medians (the goal: <= 1.05) and its 95% block-bootstrap confidence interval: whole blocks are
 resampled with replacement, ours and megatron-core's iterations of a block together (they ran next to each
 other, under the same machine load), and the interval is the 2.5-97.5 percentile range of the resampled
-ratio of medians (:func:`ratio_ci`). The goal is shown for a variant when the interval's upper end is
-<= 1.05; with 60 blocks (300 iterations a side) the interval is a few percent wide on a quiet machine.
+ratio of medians (:func:`ratio_ci`; none below ``MIN_CI_BLOCKS`` blocks, e.g. the README test's
+``--blocks 2``). The goal is shown for a variant when the interval's upper end is <= 1.05.
 The baseline is megatron-core's own pieces: ``parallel_state`` groups, its
 non-interleaved 1F1B schedule (``forward_backward_pipelining_without_interleaving``), its
 ``DistributedDataParallel`` (gradients reduced in fp32) and its optimizer from ``get_megatron_optimizer``:
@@ -45,11 +45,12 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 NPROC = 4
 WARMUP_ITERS = 5
-BLOCKS = 60
+BLOCKS = 100
 ITERS_PER_BLOCK = 5
 GOAL_RATIO = 1.05
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 4000
+MIN_CI_BLOCKS = 10            # fewer blocks: no interval (a bootstrap over a handful of blocks means nothing)
 VARIANTS = (("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True))   # (precision, distributed optimizer)
 _CUDA_FACTORY_MODULES = ("megatron.core.optimizer", "megatron.core.optimizer.optimizer",
                          "megatron.core.optimizer.distrib_optimizer", "megatron.core.optimizer.clip_grads",
@@ -283,27 +284,33 @@ def ratio_ci(ours_blocks: list[list[float]], theirs_blocks: list[list[float]], c
 def report(result: dict) -> None:
     print(f"{'variant':<14}{'runtime':<22}{'median ms':>10}{'p10 ms':>9}{'p90 ms':>9}{'iters':>7}{'ours/megatron':>15}"
           f"{'95% CI':>16}")
+    blocks = len(next(iter(result["times"].values()))["ours"])
     ratios, cis = {}, {}
     for variant, sides in result["times"].items():
         ours, theirs = sides["ours"], sides["theirs"]
-        ratios[variant], cis[variant] = ratio_of_medians(ours, theirs), ratio_ci(ours, theirs)
-        for name, blocks in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
-            ts = [t for b in blocks for t in b]
+        ratios[variant] = ratio_of_medians(ours, theirs)
+        cis[variant] = ratio_ci(ours, theirs) if blocks >= MIN_CI_BLOCKS else None
+        ci = f"{cis[variant][0]:>9.3f}-{cis[variant][1]:.3f}" if cis[variant] else f"{'-':>15}"
+        for name, blocks_of in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
+            ts = [t for b in blocks_of for t in b]
             q = statistics.quantiles(ts, n=10)
-            ratio = f"{ratios[variant]:>15.3f}{cis[variant][0]:>9.3f}-{cis[variant][1]:.3f}" \
-                if name == "megatron-sailor" else ""
+            ratio = f"{ratios[variant]:>15.3f}{ci}" if name == "megatron-sailor" else ""
             print(f"{variant:<14}{name:<22}{statistics.median(ts) * 1e3:>10.2f}{q[0] * 1e3:>9.2f}"
                   f"{q[-1] * 1e3:>9.2f}{len(ts):>7}{ratio}")
     zb = result["zone_bytes"]
     print(f"cross-zone bytes per iteration, 2-zone plan (DP 4 over zones a,a,b,b, tiny GPT): "
           f"flat ring {zb['flat']:,} B, hierarchical {zb['hierarchical']:,} B")
-    blocks = len(next(iter(result["times"].values()))["ours"])
-    shown = [v for v, (_, hi) in cis.items() if hi <= GOAL_RATIO]
-    print(f"goal ours/megatron <= {GOAL_RATIO} shown (95% CI upper end <= {GOAL_RATIO}, {blocks} blocks of "
-          f"{ITERS_PER_BLOCK} iterations a side) for: {', '.join(shown) or 'none'}; not shown for: "
-          f"{', '.join(v for v in cis if v not in shown) or 'none'}")
+    if blocks < MIN_CI_BLOCKS:
+        print(f"goal ours/megatron <= {GOAL_RATIO}: {blocks} blocks are too few for a confidence interval "
+              f"(at least {MIN_CI_BLOCKS}); nothing shown")
+    else:
+        shown = [v for v, ci in cis.items() if ci[1] <= GOAL_RATIO]
+        print(f"goal ours/megatron <= {GOAL_RATIO} shown (95% CI upper end <= {GOAL_RATIO}, {blocks} blocks of "
+              f"{ITERS_PER_BLOCK} iterations a side) for: {', '.join(shown) or 'none'}; not shown for: "
+              f"{', '.join(v for v in cis if v not in shown) or 'none'}")
     print("ratio ours/megatron median iteration time (95% CI): "
-          + ", ".join(f"{v} {r:.3f} ({cis[v][0]:.3f}-{cis[v][1]:.3f})" for v, r in ratios.items()))
+          + ", ".join(f"{v} {r:.3f}" + (f" ({cis[v][0]:.3f}-{cis[v][1]:.3f})" if cis[v] else " (-)")
+                      for v, r in ratios.items()))
 
 
 def main() -> int:

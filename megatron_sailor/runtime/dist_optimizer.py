@@ -83,6 +83,14 @@ class _Unit:
                 self.ranges.append(_Range(e, a - off, b - off, a - lo, b - lo))
             off += size
         self.grad_seg: torch.Tensor | None = None
+        # the segment's elements counted in the global norm, merged into runs (usually one)
+        self.norm_spans: list[tuple[int, int]] = []
+        for r in self.ranges:
+            if r.entry < self.replicated_from or self.count_replicated:
+                if self.norm_spans and self.norm_spans[-1][1] == r.seg_lo:
+                    self.norm_spans[-1] = (self.norm_spans[-1][0], r.seg_hi)
+                else:
+                    self.norm_spans.append((r.seg_lo, r.seg_hi))
         # contiguous parameter / gradient buffers (see the module docstring): whole parameters only
         self.flat = shard.pieces == 1 and bool(self.entries)
         self.param_buf: torch.Tensor | None = None
@@ -150,7 +158,7 @@ class DistributedOptimizer:
             if self.fp32_grads is None else []
         for p, g in self._flat_grads:
             p.grad = g
-        self._flat_ids = set(grad_views)
+        self._loose = [p for p in model.parameters() if id(p) not in grad_views]   # gradients outside the buffers
         # fp32 main weights of the owned segments (16-bit models); fp32 models train their own parameters
         self.main = [u.segment_of(u.pack(self._data, torch.float32)).clone() if self.fp32_grads else None
                      for u in self.units]
@@ -199,9 +207,8 @@ class DistributedOptimizer:
         """This rank's share of the squared global norm (owned elements; replicated ones in shard 0 only)."""
         total = 0.0
         for u in self.units:
-            for r in u.ranges:
-                if r.entry < u.replicated_from or u.count_replicated:
-                    total += float(u.grad_seg[r.seg_lo:r.seg_hi].double().pow(2).sum())
+            for lo, hi in u.norm_spans:
+                total += float(u.grad_seg[lo:hi].double().pow(2).sum())
         return total
 
     @torch.no_grad()
@@ -242,10 +249,10 @@ class DistributedOptimizer:
                 v.grad = None
             if u.grad_buf is not None:
                 u.grad_buf.zero_()
-        loose = [g for i, g in self.fp32_grads.grad_of.items() if i not in self._flat_ids] if self.fp32_grads \
-            else [p.grad for p in self.model.parameters() if p.grad is not None and id(p) not in self._flat_ids]
-        for g in loose:
-            g.zero_()
+        for p in self._loose:
+            g = self.fp32_grads.grad_of.get(id(p)) if self.fp32_grads else p.grad
+            if g is not None:
+                g.zero_()
 
     # ---- checkpoints: full TP-local tensors <-> owned segments
     @torch.no_grad()
