@@ -14,11 +14,12 @@
    built up front and run interleaved (round r runs iteration r of every plan), so that load from other
    processes hits every plan alike: ``warmup`` rounds, then ``iters`` timed iterations per plan (a barrier
    before each; the time is the slowest rank's).
-4. Core sharing: more ranks than cores (3 ranks on 2 cores) compute slower than profiled; the prediction
-   multiplies compute by the simulator's core-sharing term (``planner.simulator.constants.core_share_scale``)
-   from the table ``sailor-profile --runtime-constants-out`` measured in step 1 with the profile (and the
-   preset's other constants come from that same file). Other processes on a shared machine are not modelled:
-   the load is printed.
+4. Core sharing: more ranks than cores (3 ranks on 2 cores) compute slower than profiled, but only while
+   they compute at the same moments. Each prediction multiplies compute by the simulator's core-sharing
+   term for that plan (``planner.simulator.core_sharing``): the ranks busy at once on the plan's own
+   simulated timeline, and the slowdown table ``sailor-profile --runtime-constants-out`` measured in step 1
+   with the profile (the preset's other constants come from that same file). Other processes on a shared
+   machine are not modelled: the load is printed.
 5. Tables of measured vs predicted seconds per iteration (from the profile re-taken interleaved with the
    runs, median and min), then the summary line: the error of the predictions made from the profile taken
    before planning, ``up-front prediction error: mean X% max Y%``.
@@ -44,15 +45,6 @@ ZONE = "local"
 GBS = 8
 SLOW_LINK = {"cross_zone_latency_s": 2e-3, "cross_zone_gbps": 0.2}   # emulated link of the slow-link plan
 PROFILED_RANKS = 2
-
-
-def core_share_scale(ranks: int, cores: int, profiled_ranks: int = PROFILED_RANKS,
-                     table: tuple[tuple[float, float], ...] = ()) -> float:
-    """Compute slowdown of ``ranks`` busy processes on ``cores`` cores, relative to the profile's: the
-    simulator's core-sharing term (``planner.simulator.constants``), from the table sailor-profile measured
-    (time slicing, ranks / cores, without one)."""
-    from planner.simulator.constants import core_share_scale as term
-    return term(ranks, cores, profiled_ranks, table)
 
 
 # ---- orchestration (no torch) ----------------------------------------------------------------------------
@@ -246,25 +238,44 @@ def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
             "pipe-3": (plan_dict([(3, [(gpu, 1)]), (3, [(gpu, 1)]), (L - 6, [(gpu, 1)])], 1), 3)}
 
 
-def contexts(model_path: Path, files: dict[str, Path], gpu: str, world: int):
-    """Simulation context for a plan of ``world`` ranks: core sharing, and the emulated slow link."""
+def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path | None = None):
+    """Simulation context for ``plan_path``: the emulated slow link, and the simulator's core-sharing term for
+    that plan (:mod:`planner.simulator.core_sharing`: ranks busy at once on the plan's own timeline, slowdown
+    from the table measured with the profile; no plan: no sharing)."""
     from planner.network import Link
+    from planner.plan import Plan
     from planner.simulator.constants import load_runtime_constants
+    from planner.simulator.core_sharing import core_sharing
     from planner.simulator.settings import ours
     ctx = sim_context(model_path, files, gpus_per_node={gpu: 3})
     consts = load_runtime_constants(files["constants"])        # measured with the profile, before planning
-    cores = consts.cores or os.cpu_count() or 1
-    ctx.settings = ours(files["constants"]).with_(
-        compute_scale=core_share_scale(world, cores, PROFILED_RANKS, consts.core_share_table),
-        hidden_dropout=0.0, attention_dropout=0.0)             # the runs use RunConfig's dropout 0
+    ctx.settings = ours(files["constants"]).with_(hidden_dropout=0.0, attention_dropout=0.0)   # RunConfig: 0
     ctx.network = ctx.network.with_class_links({"cross_zone": Link(SLOW_LINK["cross_zone_gbps"] * 1e9 / 8,
                                                                    SLOW_LINK["cross_zone_latency_s"])})
+    if plan_path is not None:
+        share = core_sharing(Plan.load(plan_path), ctx, consts.cores or os.cpu_count() or 1, PROFILED_RANKS,
+                             consts.core_share_table)
+        ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale)
     return ctx
 
 
-def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path],
-                worlds: dict[str, int]) -> dict[str, float]:
-    return {n: predict(p, contexts(model_path, files, gpu, worlds[n])) for n, p in paths.items()}
+def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path]) -> dict[str, float]:
+    return {n: predict(p, contexts(model_path, files, gpu, p)) for n, p in paths.items()}
+
+
+def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path]) -> None:
+    """One line per plan: ranks busy at once (the plan's own timeline) and the compute multiplier."""
+    from planner.simulator.constants import load_runtime_constants
+    consts = load_runtime_constants(files["constants"])
+    cores = consts.cores or os.cpu_count() or 1
+    print(f"\ncore sharing ({cores} cores, profile taken with {PROFILED_RANKS} ranks; busy ranks from each plan's "
+          "simulated timeline, slowdown from the table measured before planning):")
+    from planner.plan import Plan
+    from planner.simulator.core_sharing import core_sharing
+    for n, p in paths.items():
+        share = core_sharing(Plan.load(p), contexts(model_path, files, gpu), cores, PROFILED_RANKS,
+                             consts.core_share_table)
+        print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}")
 
 
 def main() -> int:
@@ -311,12 +322,12 @@ def main() -> int:
             got = run_plans(out, model_path, [paths[n] for n in names], args.iters, args.warmup, nproc=world,
                             reprofile=reprofile if world == 2 else None, emulation=emu)
         measured.update(zip(names, got))
-    upfront = predict_all(model_path, files, gpu, paths, worlds)
+    upfront = predict_all(model_path, files, gpu, paths)
     summary, table = {}, []
     for stat in sorted(STATS, key=lambda x: x == args.stat):       # the chosen statistic last
         prof = out / f"profile_interleaved_{stat}.json"
         summarise_rounds(out / "profile_rounds.json", prof, stat)
-        again = predict_all(model_path, dict(files, profile=prof), gpu, paths, worlds)
+        again = predict_all(model_path, dict(files, profile=prof), gpu, paths)
         rows = [(n, describe(p) + f" w{worlds[n]}", again[n],
                  dict(measured[n], median_s=STATS[stat](measured[n]["times_s"]))) for n, p in paths.items()]
         print(f"\n[{stat}] measured = {stat} of {args.iters} iterations; predicted from the {stat} of the profile "
@@ -325,6 +336,7 @@ def main() -> int:
         table += [{"stat": stat, "plan": n, "layout": d, "predicted_s": pr, "measured_s": m["median_s"],
                    "predicted_upfront_s": upfront[n], "times_s": m["times_s"]} for n, d, pr, m in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
+    print_sharing(model_path, files, gpu, paths)
     print("\nup-front predictions (profile taken before planning) vs median of the timed iterations:")
     up_rows = [(n, describe(p) + f" w{worlds[n]}", upfront[n],
                 dict(measured[n], median_s=statistics.median(measured[n]["times_s"]))) for n, p in paths.items()]

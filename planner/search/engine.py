@@ -17,8 +17,8 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, checked_time
-from planner.search.pools import PoolModel, level_periods, pool_model, score_batch
+from planner.search.netvec import Group, LinkCache
+from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
 from planner.search.rows import pareto_min, product_rows, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
 from planner.search.verify import check_candidates
@@ -123,21 +123,20 @@ def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):
         yield chunk[:, order], [cols[i] for i in order]
 
 
-def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, task: Task, arrs: list,
-                    idx: np.ndarray, space: SearchSpace) -> np.ndarray:
+def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
+                    arrs: list, idx: np.ndarray, space: SearchSpace) -> np.ndarray:
     """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
     every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
     the summed stage gradients (egress)."""
     crit = []
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for a, (g, tp) in zip(arrs, task.tps):
-        comp = a.compute_s[idx]
-        s_num = comp.shape[1]
+        s_num = task.num_stages
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
             grp = Group(z, g, tp)
-            p2p = checked_time(cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1), mb_bytes) \
-                if s_num > 1 else 0.0
-            crit.append(level_periods(comp, p2p, ctx.settings.p2p_blocking))
+            p2p = pool_p2p_s(ctx, cache, grp, s_num, mb_bytes)
+            crit.append(tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
+                                      ctx.settings.p2p_blocking)[0][idx])
         crit.append(a.update_s[idx].max(axis=1)[:, None])
     params = np.max([a.params[idx] for a in arrs], axis=0)
     full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
@@ -153,7 +152,7 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
-        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
+        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     for D_all, cols in _row_grid(cluster, task, n_mb):
         if space.uniform_microbatches:
@@ -181,8 +180,15 @@ def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: L
     for g, tp in task.tps:
         arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
-            by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
-                                        n_mb)
+            # a pool's model depends on its group and split only: tasks sharing (type, TP) share it
+            key = ("pool", z, g, tp, task.mbs, task.num_stages, task.recompute, k, n_mb)
+            if key not in tables.memo:
+                grp = Group(z, g, tp)
+                lv = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute,
+                                   pool_p2p_s(ctx, cache, grp, task.num_stages, mb_bytes), ctx.settings.p2p_blocking)
+                tables.memo[key] = pool_model(ctx, cache, grp, arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
+                                              n_mb, lv)
+            by_col[(z, g)] = tables.memo[key]
     return by_col
 
 

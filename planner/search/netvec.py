@@ -82,6 +82,7 @@ class LinkCache:
     def __init__(self, ctx: SimContext) -> None:
         self.ctx = ctx
         self._links: dict[tuple, Link] = {}
+        self._times: dict[tuple, float] = {}
         self.patterns: dict[tuple, object] = {}
         self.tied = TiedSync(ctx)          # tied-embedding all-reduce per first/last-stage layout
 
@@ -91,6 +92,14 @@ class LinkCache:
             self._links[key] = self.ctx.network.link(Endpoint(a.gpu_type, a.zone), Endpoint(b.gpu_type, b.zone),
                                                      concurrent=conc)
         return self._links[key]
+
+    def checked(self, a: Group, b: Group, conc: int, nbytes: float) -> float:
+        """:func:`checked_time` of ``get(a, b, conc)`` at ``nbytes``, memoised."""
+        key = (a.zone, a.gpu_type, b.zone, b.gpu_type, conc, nbytes)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = checked_time(self.get(a, b, conc), nbytes)
+        return t
 
 
 @dataclass(frozen=True)

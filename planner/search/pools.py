@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, checked_time, sync_rows
+from planner.search.netvec import Group, LinkCache, sync_rows
 from planner.search.tables import StageArrays
 from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
@@ -42,17 +42,28 @@ def level_periods(comp: np.ndarray, p2p_s: float, blocking: bool) -> np.ndarray:
     return F.period_levels(busy.max(axis=-1), F.round_trip_bounds(comp, p2p_s))
 
 
+def pool_p2p_s(ctx: SimContext, cache: LinkCache, group: Group, s_num: int, mbs_bytes: float) -> float:
+    """One boundary transfer inside a pool's pipeline (0 with one stage)."""
+    conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
+    return cache.checked(group, group, conc, mbs_bytes) if s_num > 1 else 0.0
+
+
 def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays, k: int, mbs_bytes: float,
-               usd_per_s: float, n_mb: int) -> PoolModel:
-    """The pool's pipeline for split index ``k`` of ``arr``."""
+               usd_per_s: float, n_mb: int, levels_of_splits: tuple | None = None) -> PoolModel:
+    """The pool's pipeline for split index ``k`` of ``arr``. ``levels_of_splits``: the (levels, fill, busiest
+    stage) of every split of ``arr`` at this pool's transfer time, when already computed (row k is what the
+    one-split computation gives)."""
     comp = arr.compute_s[k]
     s_num = len(comp)
-    conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
-    p2p = checked_time(cache.get(group, group, conc), mbs_bytes) if s_num > 1 else 0.0
-    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
-    fill = float(F.fill_drain_s(comp, p2p))
-    levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
-    return PoolModel(group=group, period_s=float(busy.max()), fill_s=fill, gpus_per_pipeline=s_num * group.tp,
+    p2p = pool_p2p_s(ctx, cache, group, s_num, mbs_bytes)
+    if levels_of_splits is None:
+        period = float(F.busy_s(comp, p2p, ctx.settings.p2p_blocking).max())
+        fill = float(F.fill_drain_s(comp, p2p))
+        levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
+    else:
+        levels, fill, period = (x[k] for x in levels_of_splits)
+        fill, period = float(fill), float(period)
+    return PoolModel(group=group, period_s=period, fill_s=fill, gpus_per_pipeline=s_num * group.tp,
                      usd_per_s=usd_per_s, params=arr.params[k], update_s=float(arr.update_s[k].max()),
                      bwd_s=arr.bwd_s[k], p2p_s=p2p,
                      times_s=F.pipeline_s_of_m(levels, fill, n_mb) if np.isfinite(p2p) else np.full(n_mb, np.inf))
@@ -81,8 +92,18 @@ def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     if len(zones) == 1:
         _, first, inv = np.unique(code * (int(d.max()) + 1) + d, return_index=True, return_inverse=True)
     else:
-        _, first, inv = np.unique(np.column_stack([code, d, D @ ind]), axis=0, return_index=True,
-                                  return_inverse=True)
+        per_zone = D @ ind                                       # the total d is their sum
+        _, ci = np.unique(code, return_inverse=True)
+        ci = ci.reshape(-1)
+        radix = [int(x) + 1 for x in per_zone.max(axis=0)]
+        if (int(ci.max()) + 1) * int(np.prod(radix, dtype=object)) < 2 ** 62:   # one int64 key per row
+            key = ci.astype(np.int64)
+            for j, r in enumerate(radix):
+                key = key * r + per_zone[:, j]
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        else:
+            _, first, inv = np.unique(np.column_stack([code, d, per_zone]), axis=0, return_index=True,
+                                      return_inverse=True)
     return first, inv.reshape(-1)
 
 

@@ -51,20 +51,22 @@ def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000
         yield grid[grid.sum(axis=1) <= max_total]
 
 
-def pareto_min(crit: np.ndarray) -> np.ndarray:
+def pareto_min(crit: np.ndarray, block: int = 256) -> np.ndarray:
     """Indices of rows of ``crit`` ([K, C]) not dominated (<= everywhere, < somewhere) by another row;
-    among identical rows the first is kept."""
+    among identical rows the first is kept.
+
+    In lexicographic order a row can only be weakly dominated by an earlier row (a later one that is <=
+    everywhere equals it), and weak dominance is transitive, so a row is kept exactly when no earlier row is
+    <= it everywhere; that test runs on blocks of the pairwise comparison."""
     k = crit.shape[0]
     if k <= 1:
         return np.arange(k)
     order = np.lexsort(crit.T[::-1])
     c = crit[order]
-    keep: list[int] = []
-    for i in range(k):
-        row = c[i]
-        if keep:
-            kept = c[keep]
-            if np.any(np.all(kept <= row, axis=1)):
-                continue
-        keep.append(i)
-    return np.sort(order[keep])
+    dominated = np.zeros(k, dtype=bool)
+    for lo in range(0, k, block):
+        hi = min(k, lo + block)
+        le = np.all(c[:hi, None, :] <= c[None, lo:hi, :], axis=2)          # [j < hi, i in lo..hi-1]
+        le &= np.arange(hi)[:, None] < np.arange(lo, hi)[None, :]           # earlier rows only
+        dominated[lo:hi] = le.any(axis=0)
+    return np.sort(order[~dominated])

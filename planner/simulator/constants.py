@@ -6,7 +6,8 @@ the environment variable ``SAILOR_RUNTIME_CONSTANTS``) into :class:`RuntimeConst
 core-sharing term: how much slower each rank computes when ``ranks`` busy ranks share ``cores`` cores,
 relative to the ranks-per-core the profile was taken at, interpolated in the measured table (linearly in
 ranks per core; beyond the table, proportional to ranks per core, as time slicing gives; the table is made
-non-decreasing on loading, since more ranks on the same cores never compute faster).
+non-decreasing on loading, since more ranks on the same cores never compute faster). How many ranks are
+busy at once for a given plan comes from its timeline: :mod:`planner.simulator.core_sharing`.
 """
 from __future__ import annotations
 
@@ -76,11 +77,13 @@ def _slowdown(table: tuple[tuple[float, float], ...], per_core: float) -> float:
     return s_last * per_core / r_last
 
 
-def core_share_scale(ranks: int, cores: int, profiled_ranks: int, table: tuple[tuple[float, float], ...] = ()
-                     ) -> float:
+def core_share_scale(ranks: float, cores: int, profiled_ranks: float,
+                     table: tuple[tuple[float, float], ...] = ()) -> float:
     """Compute-time multiplier for ``ranks`` busy ranks on ``cores`` cores when the profile was taken with
-    ``profiled_ranks`` ranks on the same cores (the profile's times already hold its own sharing)."""
-    if ranks < 1 or cores < 1 or profiled_ranks < 1:
-        raise InputError(f"core sharing needs ranks, cores and profiled ranks >= 1, got {ranks}, {cores}, "
+    ``profiled_ranks`` ranks on the same cores (the profile's times already hold its own sharing). ``ranks``
+    may be fractional: :mod:`planner.simulator.core_sharing` passes the number of ranks computing at once
+    that the simulator's own schedule gives."""
+    if ranks <= 0 or cores < 1 or profiled_ranks <= 0:
+        raise InputError(f"core sharing needs ranks and profiled ranks > 0 and cores >= 1, got {ranks}, {cores}, "
                          f"{profiled_ranks}")
     return max(1.0, _slowdown(table, ranks / cores) / _slowdown(table, profiled_ranks / cores))

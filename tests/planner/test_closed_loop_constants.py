@@ -38,16 +38,19 @@ def _files(tmp_path, table):
 
 def test_contexts_use_the_measured_core_sharing_table(tmp_path):
     model, files = _files(tmp_path, [[0.5, 1.0], [1.0, 1.2], [1.5, 2.1]])
-    two = cl.contexts(model, files, GPU, 2)
-    three = cl.contexts(model, files, GPU, 3)
-    assert two.settings.compute_scale == 1.0
-    assert three.settings.compute_scale == pytest.approx(2.1 / 1.2)
-    assert three.settings.constants_file == str(files["constants"])
-    assert three.settings.memory_overhead_bytes == 1e8 and three.settings.hidden_dropout == 0.0
-    plans = {n: d for n, (d, w) in cl.fixed_plans(GPU).items() if w == 3}
-    for name, d in plans.items():
+    plain = cl.contexts(model, files, GPU)
+    assert plain.settings.compute_scale == 1.0
+    assert plain.settings.constants_file == str(files["constants"])
+    assert plain.settings.memory_overhead_bytes == 1e8 and plain.settings.hidden_dropout == 0.0
+    for name, (d, world) in cl.fixed_plans(GPU).items():
         p = tmp_path / f"{name}.json"
         p.write_text(json.dumps(d))
-        t2 = cl.predict(p, cl.contexts(model, files, GPU, 2))
-        t3 = cl.predict(p, three)
-        assert t3 > t2           # the same plan predicted with 3 ranks sharing 2 cores is slower
+        ctx = cl.contexts(model, files, GPU, p)
+        if world == 2 or name == "mixed-tp":
+            # 2 ranks on 2 cores, as profiled: no sharing; mixed-tp: this profile's TP 2 is no faster than
+            # TP 1, so its two ranks hold one core between them (core_sharing.core_demand)
+            assert ctx.settings.compute_scale == 1.0
+            continue
+        # 3 ranks on 2 cores, busy at once part of the time: slower than profiled, at most the table's x2.1/1.2
+        assert 1.0 < ctx.settings.compute_scale < 2.1 / 1.2
+        assert cl.predict(p, ctx) > cl.predict(p, plain)

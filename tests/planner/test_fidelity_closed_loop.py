@@ -10,6 +10,7 @@ from planner.network import Endpoint, Link, NetworkModel
 from planner.plan import Plan
 from planner.profiles import ProfileStore
 from planner.simulator import OURS, SimContext, simulate
+from planner.simulator.constants import core_share_scale
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -17,11 +18,13 @@ import closed_loop as cl  # noqa: E402
 
 
 def test_core_sharing_term():
-    assert cl.core_share_scale(2, 2) == 1.0
-    assert cl.core_share_scale(3, 2) == pytest.approx(1.5)
-    assert cl.core_share_scale(4, 2) == pytest.approx(2.0)
-    assert cl.core_share_scale(3, 16) == 1.0
-    assert cl.core_share_scale(4, 1, profiled_ranks=2) == pytest.approx(2.0)   # profile already shared 1 core
+    """Without a measured table the term is time slicing: ranks / cores over the profile's."""
+    assert core_share_scale(2, 2, 2) == 1.0
+    assert core_share_scale(3, 2, 2) == pytest.approx(1.5)
+    assert core_share_scale(4, 2, 2) == pytest.approx(2.0)
+    assert core_share_scale(3, 16, 2) == 1.0
+    assert core_share_scale(4, 1, 2) == pytest.approx(2.0)   # profile already shared 1 core
+    assert core_share_scale(2.5, 2, 2) == pytest.approx(1.25)   # fractional busy ranks (core_sharing.py)
 
 
 def test_plan_set_covers_the_issue_kinds():

@@ -1,0 +1,105 @@
+"""Core sharing: how much slower a plan's ranks compute when they outnumber the machine's cores.
+
+Contract: :func:`core_sharing` returns the compute-time multiplier of ``plan`` on ``cores`` cores, derived
+from two things only: the simulator's own event timeline of the plan (:func:`planner.simulator.events.
+simulate_events`) and the slowdown table measured before planning (``sailor-profile
+--runtime-constants-out``, :func:`planner.simulator.constants.core_share_scale`). Nothing is fitted to runs.
+
+The slowdown a computing rank suffers depends on how many ranks compute at the same moment, not on how many
+exist: pipeline stages wait in the fill and drain and on each other. So the term reads, off the timeline,
+the *busy ranks seen by computing work*: for every second of a rank's forward/backward compute, the number
+of ranks busy at that moment (itself included), averaged over all compute seconds. A TP rank counts as
+``core_demand`` of a rank: its profiled compute beyond its ``1/tp`` share of the same layers at TP 1 is time
+spent waiting on its peers' all-reduces, which holds no core. The multiplier is the table's slowdown at
+(busy ranks / cores) over its slowdown at the profile's (profiled ranks / cores), never below 1. Since the
+timeline itself stretches with the multiplier (transfers and the optimizer step do not), the multiplier is
+the fixed point ``x = term(busy_ranks(timeline at x))``, found by bisection.
+
+The result goes into ``RuntimeSettings.compute_scale``, which the simulator and the planner's search apply
+alike, so both give the same time for the plan.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from planner.errors import InputError
+from planner.plan import Plan, Replica
+from planner.simulator.constants import core_share_scale
+from planner.simulator.events import Timeline, simulate_events
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import replica_costs
+
+logger = logging.getLogger(__name__)
+
+COMPUTE_KINDS = ("fwd", "bwd")
+BUSY_KINDS = ("fwd", "bwd", "update")   # what holds a core (transfers and syncs wait; the optimizer step runs)
+
+
+@dataclass(frozen=True)
+class CoreSharing:
+    compute_scale: float     # multiplier for the profiled compute (1.0: no sharing beyond the profile's)
+    busy_ranks: float        # ranks busy at once, seen by compute (TP ranks weighted by their core demand)
+    cores: int
+    profiled_ranks: float
+
+
+def core_demand(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> float:
+    """Fraction of a core one TP rank of replica j of stage s holds while it computes: its 1/tp share of the
+    same layers' TP-1 compute over its own compute (1.0 at TP 1, or when TP 1 is not profiled)."""
+    if rep.tp == 1:
+        return 1.0
+    try:
+        alone = replica_costs(plan, ctx, s, j, replace(rep, tp=1))
+    except InputError:
+        return 1.0
+    mine = replica_costs(plan, ctx, s, j, rep)
+    own_s = mine.fwd_s + mine.bwd_s
+    return 1.0 if own_s <= 0 else min(1.0, (alone.fwd_s + alone.bwd_s) / rep.tp / own_s)
+
+
+def busy_ranks_seen(timeline: Timeline, ranks: dict[tuple[int, int], float]) -> float:
+    """Compute-weighted mean of the busy ranks at each moment: ``ranks[(stage, replica)]`` is the core
+    demand of that replica (TP ranks x core demand); every compute second of it weighs by that demand."""
+    deltas: list[tuple[float, float, float]] = []          # (time, change of busy load, change of weight)
+    for e in timeline.events:
+        if e.kind not in BUSY_KINDS or e.end_s <= e.start_s:
+            continue
+        load = ranks[(e.stage, e.replica)]
+        weight = load if e.kind in COMPUTE_KINDS else 0.0
+        deltas += [(e.start_s, load, weight), (e.end_s, -load, -weight)]
+    deltas.sort()
+    load = weight = num = den = 0.0
+    prev = deltas[0][0] if deltas else 0.0
+    for t, dl, dw in deltas:
+        num += weight * load * (t - prev)
+        den += weight * (t - prev)
+        load, weight, prev = load + dl, weight + dw, t
+    return num / den if den > 0 else 0.0
+
+
+def core_sharing(plan: Plan, ctx: SimContext, cores: int, profiled_ranks: float,
+                 table: tuple[tuple[float, float], ...] = (), tol: float = 1e-9) -> CoreSharing:
+    """The core-sharing multiplier of ``plan`` (see the module docstring), on top of ``ctx``'s own
+    ``compute_scale``."""
+    ranks = {(s, j): rep.tp * core_demand(plan, ctx, s, j, rep) for s, j, rep in plan.replicas()}
+    base = ctx.settings.compute_scale
+
+    def busy_at(x: float) -> float:
+        c = replace(ctx, settings=ctx.settings.with_(compute_scale=base * x))
+        return busy_ranks_seen(simulate_events(plan, c), ranks)
+
+    def term(x: float) -> float:
+        return core_share_scale(max(busy_at(x), 1e-9), cores, profiled_ranks, table)
+
+    # term(x) >= 1 and term(x) <= term at every rank busy all the time: a root of term(x) - x lies between
+    lo, hi = 1.0, core_share_scale(sum(rep.tp for _, _, rep in plan.replicas()), cores, profiled_ranks, table)
+    if term(lo) <= lo:
+        lo = hi = 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if term(mid) > mid else (lo, mid)
+    x = 0.5 * (lo + hi)
+    busy = busy_at(x)
+    logger.info("core sharing: %.3f ranks busy at once on %d cores -> compute x%.4f", busy, cores, x)
+    return CoreSharing(compute_scale=x, busy_ranks=busy, cores=cores, profiled_ranks=profiled_ranks)
