@@ -159,15 +159,21 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
             D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
         if len(D_all) == 0:
             continue
-        # bound every split's rows cheaply, then score the survivors of all splits in one batch
+        # bound every split's rows cheaply, then score the survivors of all splits in one batch; the
+        # pipeline rate, GPUs and sync bound of a row do not depend on the split
         thr = best.threshold()
         items = []
+        common = None
         for k, by_col in models.items():
             pools = [by_col[c] for c in cols]
-            keys = _cheap_keys(pools, D_all, n_mb, objective, sync_lb)
+            if common is None:
+                common = _row_terms(pools, D_all, sync_lb)
+            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common)
             stats.rows_bounded += len(D_all)
             if keys.min() <= thr:
-                items.append((k, pools, D_all[keys <= thr]))
+                sel = keys <= thr
+                rate, gpus = common[1][sel], common[2][sel]
+                items.append((k, pools, D_all[sel], (span[sel], upd[sel], rate, gpus)))
         if items:
             stats.splits_scored += len(items)
             _score_batch(ctx, cache, task, tables, items, n_mb, objective, space, best, stats)
@@ -196,12 +202,12 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
                  objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
     """Bound the rows of every (split, pools, rows) item with the largest stage's sync, then score the
     survivors exactly (gradient sync batched over the items)."""
-    stats.rows_sync_bounded += sum(len(D) for _, _, D in items)
-    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D in items], n_mb, exact=False,
-                      uniform=space.uniform_microbatches)
+    stats.rows_sync_bounded += sum(len(D) for _, _, D, _ in items)
+    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D, _ in items], n_mb, exact=False,
+                      uniform=space.uniform_microbatches, known=[pre for *_, pre in items])
     thr = best.threshold()
     kept = []
-    for (k, pools, D), lb in zip(items, lbs):
+    for (k, pools, D, _), lb in zip(items, lbs):
         keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
             (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
         if keep.any():
@@ -220,19 +226,30 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
             best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
 
 
-def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective,
-                sync_lb: np.ndarray | None) -> np.ndarray:
-    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
-    optimizer step and the task's sync lower bound for the row's pipeline count."""
-    M = np.array([p.period_s for p in pools])
-    F = np.array([p.fill_s for p in pools])
-    it = relaxed_lower_bound(D, M, F, n_mb)
-    it = it + np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
-    if sync_lb is not None:
-        it = it + sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
+def _row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None
+               ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Per row: the task's sync lower bound for the row's pipeline count (None without one), the GPU dollars
+    per second and the GPUs (the same for every split of a task)."""
+    slb = None if sync_lb is None else sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
     rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
     gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
-    return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    return slb, rate, gpus
+
+
+def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
+                rate: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
+    optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
+    makespan and the optimizer step per row, which the sync-bound pass reuses."""
+    M = np.array([p.period_s for p in pools])
+    F = np.array([p.fill_s for p in pools])
+    span = relaxed_lower_bound(D, M, F, n_mb)
+    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    it = span + upd
+    if slb is not None:
+        it = it + slb
+    keys = np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    return keys, span, upd
 
 
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _valid_from
+from planner.search.rows import unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -184,7 +185,9 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
               full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
     (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
-    codes, inv = np.unique(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), return_inverse=True)
+    key = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
+    first, inv = unique_first(key)
+    codes = key[first]
     keys = (codes[:, None] // (3 ** np.arange(D.shape[1], dtype=np.int64))[None, :]) % 3
     inv = inv.reshape(-1)
     gkey = tuple(groups)

@@ -13,6 +13,7 @@ import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache, sync_rows
+from planner.search.rows import unique_first
 from planner.search.tables import StageArrays
 from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
@@ -90,17 +91,16 @@ def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     code = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
     d = D.sum(axis=1)
     if len(zones) == 1:
-        _, first, inv = np.unique(code * (int(d.max()) + 1) + d, return_index=True, return_inverse=True)
+        first, inv = unique_first(code * (int(d.max()) + 1) + d)
     else:
         per_zone = D @ ind                                       # the total d is their sum
-        _, ci = np.unique(code, return_inverse=True)
-        ci = ci.reshape(-1)
+        _, ci = unique_first(code)
         radix = [int(x) + 1 for x in per_zone.max(axis=0)]
         if (int(ci.max()) + 1) * int(np.prod(radix, dtype=object)) < 2 ** 62:   # one int64 key per row
             key = ci.astype(np.int64)
             for j, r in enumerate(radix):
                 key = key * r + per_zone[:, j]
-            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            first, inv = unique_first(key)
         else:
             _, first, inv = np.unique(np.column_stack([code, d, per_zone]), axis=0, return_index=True,
                                       return_inverse=True)
@@ -113,7 +113,9 @@ def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     params = np.array([p.params for p in pools], dtype=float)            # [P, S]
     tps = np.array([p.group.tp for p in pools], dtype=float)
     bwd = np.array([p.bwd_s for p in pools], dtype=float)
-    codes, inv = np.unique((D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1])), return_inverse=True)
+    key = (D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1]))
+    first, inv = unique_first(key)
+    codes = key[first]
     used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)[:, :, None]   # [K, P, 1]
     grad = F.grad_bytes(np.where(used, params[None], 0.0).max(axis=1))
     full = F.grad_bytes(np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1))
@@ -161,11 +163,14 @@ def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform
 
 
 def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
-                exact: bool = True, uniform: bool = False, tied: TiedSync | None = None) -> list[RowScores]:
+                exact: bool = True, uniform: bool = False, tied: TiedSync | None = None,
+                known: list[tuple] | None = None) -> list[RowScores]:
     """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
     gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
     the largest stage's sync, no egress, no tied-embedding all-reduce). ``tied``: the plans tie their
-    embeddings (the shared weight's all-reduce follows the stage syncs)."""
+    embeddings (the shared weight's all-reduce follows the stage syncs). ``known`` (``exact=False`` only):
+    per item the (relaxed makespan, optimizer step, dollars per second, GPUs) of its rows, already computed
+    by the same expressions."""
     items = [(pools, D) for pools, D in items]
     reps, parts = [], []
     for pools, D in items:
@@ -176,17 +181,22 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
     cat = [np.concatenate([r[i] for r in reps], axis=0) for i in range(4)]
     t_all, e_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
     out, lo = [], 0
-    for (pools, D), (n, inv) in zip(items, parts):
+    for i, ((pools, D), (n, inv)) in enumerate(zip(items, parts)):
         sync, egress = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv]
         lo += n
         if exact and tied is not None:
             t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params))
             sync, egress = sync + t_tied, egress + e_tied
-        span = _span(pools, D, n_mb, exact, uniform)
-        upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+        if known is not None and not exact:
+            span, upd, rate, gpus = known[i]
+            if uniform:
+                span = _span(pools, D, n_mb, exact, uniform)
+        else:
+            span = _span(pools, D, n_mb, exact, uniform)
+            upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+            rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+            gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
         it = span + sync + upd
-        rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
-        gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
         out.append(RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it,
                              cost_usd=rate * it + egress, egress_usd=egress, gpus=gpus))
     return out
