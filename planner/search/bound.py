@@ -2,8 +2,9 @@
 
 Contract: :func:`throughput_bound(ctx, cluster, gbs)` returns a :class:`ThroughputBound` whose
 ``iteration_s`` is <= ``simulate(plan, ctx).iteration_time_s`` for EVERY plan that fits in memory per
-``simulate`` and whose replicas use the cluster's GPUs (at most the pool's count per type), one micro-batch size
-dividing ``gbs``, and for every replica a (micro-batch, TP) option of its type that the search may use
+``simulate`` (``ctx``: the context plans on ``cluster`` are simulated with, ``api.context_for``), trains in
+``precision`` with ``optimizer``, and whose replicas use the cluster's GPUs (at most the pool's count per
+type), one micro-batch size dividing ``gbs``, and for every replica a (micro-batch, TP) option of its type that the search may use
 (:func:`planner.search.tasks.mbs_tp_options` under the default space). Nothing else about the plan is assumed:
 any depth and layer split (uneven middle stages too), any mix of types, TP degrees and zones inside a stage or
 along a pipeline, any micro-batch counts, any recomputation, the distributed optimizer on or off, tied or

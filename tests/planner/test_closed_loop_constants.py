@@ -1,9 +1,7 @@
 """benchmarks/closed_loop.py predicts from the constants measured with its up-front profile: the core-sharing
-term from that file's table scales compute of plans with more ranks than cores."""
+term (the plan's busy ranks, that file's table) scales compute of plans with more ranks than cores."""
 import json
 import sys
-
-import pytest
 
 from tests.conftest import ROOT
 
