@@ -1,10 +1,18 @@
 """Runtime overhead: our runtime vs plain megatron-core on the same homogeneous plan (PP 2 x DP 2, tiny GPT),
 in four variants: fp32 / bf16 x replicated optimizer / distributed optimizer.
 
-    python benchmarks/runtime_overhead.py [--blocks 20]   # launches itself under torchrun on 4 CPU ranks
+    python benchmarks/runtime_overhead.py [--blocks 100]   # launches itself under torchrun on 4 CPU ranks
 
-All eight runtimes live in one launch (same processes, same machine state) and run in alternating blocks of
-iterations after a warm-up. The baseline is megatron-core's own pieces: ``parallel_state`` groups, its
+All eight runtimes live in one launch (same processes, same machine state) and run side by side in blocks
+after a warm-up: block ``b`` runs, for each variant, ``ITERS_PER_BLOCK`` iterations of ours and of
+megatron-core's, ours first in even blocks and megatron-core first in odd ones (so neither side always
+follows the other). Iteration times are rank 0's. The table gives each side's median / p10 / p90, the ratio
+of the medians (the goal: <= 1.05) and its 95% block-bootstrap confidence interval: whole blocks are
+resampled with replacement, ours and megatron-core's iterations of a block together (they ran next to each
+other, under the same machine load), and the interval is the 2.5-97.5 percentile range of the resampled
+ratio of medians (:func:`ratio_ci`; none below ``MIN_CI_BLOCKS`` blocks, e.g. the README test's
+``--blocks 2``). The goal is shown for a variant when the interval's upper end is <= 1.05.
+The baseline is megatron-core's own pieces: ``parallel_state`` groups, its
 non-interleaved 1F1B schedule (``forward_backward_pipelining_without_interleaving``), its
 ``DistributedDataParallel`` (gradients reduced in fp32) and its optimizer from ``get_megatron_optimizer``:
 ``FP32Optimizer`` / ``Float16OptimizerWithFloat16Params`` (bf16, ``Float16Module``) or ``DistributedOptimizer``
@@ -18,7 +26,8 @@ routes those factories to the CPU (in the six megatron modules that create them)
 names to those checks, only around the baseline's own calls; no arithmetic changes.
 It also prints the bytes that cross zones per iteration for a 2-zone plan (DP 4 over zones a,a,b,b) with
 flat vs hierarchical sync (ring model, ``megatron_sailor.runtime.grad_sync.ring_cross_zone_bytes``).
-The last line is ``ratio ours/megatron median iteration time: fp32 X, bf16 X, fp32+distopt X, bf16+distopt X``.
+The last line is ``ratio ours/megatron median iteration time (95% CI): fp32 X (LO-HI), bf16 ..., fp32+distopt ...,
+bf16+distopt ...``; the one before it says for which variants the goal is shown.
 """
 from __future__ import annotations
 
@@ -36,8 +45,12 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 NPROC = 4
 WARMUP_ITERS = 5
-BLOCKS = 20
+BLOCKS = 100
 ITERS_PER_BLOCK = 5
+GOAL_RATIO = 1.05
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 4000
+MIN_CI_BLOCKS = 10            # fewer blocks: no interval (a bootstrap over a handful of blocks means nothing)
 VARIANTS = (("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True))   # (precision, distributed optimizer)
 _CUDA_FACTORY_MODULES = ("megatron.core.optimizer", "megatron.core.optimizer.optimizer",
                          "megatron.core.optimizer.distrib_optimizer", "megatron.core.optimizer.clip_grads",
@@ -213,12 +226,12 @@ def worker() -> None:
     for name in steps:
         for side in ("ours", "theirs"):
             _measure(steps[name][side], WARMUP_ITERS)
-    times = {name: {"ours": [], "theirs": []} for name in steps}
-    for _ in range(int(os.environ.get("SAILOR_OVERHEAD_BLOCKS", BLOCKS))):
+    times = {name: {"ours": [], "theirs": []} for name in steps}     # one list of iteration times per block
+    for block in range(int(os.environ.get("SAILOR_OVERHEAD_BLOCKS", BLOCKS))):
         for name in steps:
-            for side in ("ours", "theirs"):
+            for side in ("ours", "theirs") if block % 2 == 0 else ("theirs", "ours"):
                 dist.barrier()
-                times[name][side] += _measure(steps[name][side], ITERS_PER_BLOCK)
+                times[name][side].append(_measure(steps[name][side], ITERS_PER_BLOCK))
     zone_bytes = {}
     for mode in ("flat", "hierarchical"):
         rt = RankRuntime(Plan.from_dict(two_zone_plan_dict()), spec, env.rank, data,
@@ -246,22 +259,58 @@ def _steppers(ours, theirs) -> dict:  # noqa: ANN001
     return {"ours": step_ours, "theirs": step_theirs}
 
 
+def ratio_of_medians(ours_blocks: list[list[float]], theirs_blocks: list[list[float]]) -> float:
+    """Median of all of ours' iteration times over the median of all of megatron-core's."""
+    return statistics.median(t for b in ours_blocks for t in b) / statistics.median(t for b in theirs_blocks for t in b)
+
+
+def ratio_ci(ours_blocks: list[list[float]], theirs_blocks: list[list[float]], confidence: float = CONFIDENCE,
+             resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """Block-bootstrap ``confidence`` interval of :func:`ratio_of_medians`: draw as many blocks as were run,
+    with replacement, the same block indices for both sides (a block's two halves ran side by side), and take
+    the percentile interval of the resampled ratios. Blocks must hold equal numbers of iterations."""
+    import numpy as np
+    ours, theirs = np.asarray(ours_blocks, dtype=float), np.asarray(theirs_blocks, dtype=float)
+    if ours.ndim != 2 or ours.shape[0] != theirs.shape[0] or ours.shape[0] < 1:
+        raise ValueError(f"need the same number (>= 1) of equal-size blocks per side, got {ours.shape} {theirs.shape}")
+    pick = np.random.default_rng(seed).integers(0, ours.shape[0], size=(resamples, ours.shape[0]))
+    ratios = np.median(ours[pick].reshape(resamples, -1), axis=1) / np.median(theirs[pick].reshape(resamples, -1),
+                                                                              axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 def report(result: dict) -> None:
-    print(f"{'variant':<14}{'runtime':<22}{'median ms':>10}{'p10 ms':>9}{'p90 ms':>9}{'iters':>7}{'ours/megatron':>15}")
-    ratios = {}
+    print(f"{'variant':<14}{'runtime':<22}{'median ms':>10}{'p10 ms':>9}{'p90 ms':>9}{'iters':>7}{'ours/megatron':>15}"
+          f"{'95% CI':>16}")
+    blocks = len(next(iter(result["times"].values()))["ours"])
+    ratios, cis = {}, {}
     for variant, sides in result["times"].items():
         ours, theirs = sides["ours"], sides["theirs"]
-        ratios[variant] = statistics.median(ours) / statistics.median(theirs)
-        for name, ts in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
+        ratios[variant] = ratio_of_medians(ours, theirs)
+        cis[variant] = ratio_ci(ours, theirs) if blocks >= MIN_CI_BLOCKS else None
+        ci = f"{cis[variant][0]:>9.3f}-{cis[variant][1]:.3f}" if cis[variant] else f"{'-':>15}"
+        for name, blocks_of in (("megatron-sailor", ours), ("megatron-core plain", theirs)):
+            ts = [t for b in blocks_of for t in b]
             q = statistics.quantiles(ts, n=10)
-            ratio = f"{ratios[variant]:>15.3f}" if name == "megatron-sailor" else ""
+            ratio = f"{ratios[variant]:>15.3f}{ci}" if name == "megatron-sailor" else ""
             print(f"{variant:<14}{name:<22}{statistics.median(ts) * 1e3:>10.2f}{q[0] * 1e3:>9.2f}"
                   f"{q[-1] * 1e3:>9.2f}{len(ts):>7}{ratio}")
     zb = result["zone_bytes"]
     print(f"cross-zone bytes per iteration, 2-zone plan (DP 4 over zones a,a,b,b, tiny GPT): "
           f"flat ring {zb['flat']:,} B, hierarchical {zb['hierarchical']:,} B")
-    print("ratio ours/megatron median iteration time: "
-          + ", ".join(f"{v} {r:.3f}" for v, r in ratios.items()))
+    if blocks < MIN_CI_BLOCKS:
+        print(f"goal ours/megatron <= {GOAL_RATIO}: {blocks} blocks are too few for a confidence interval "
+              f"(at least {MIN_CI_BLOCKS}); nothing shown")
+    else:
+        shown = [v for v, ci in cis.items() if ci[1] <= GOAL_RATIO]
+        print(f"goal ours/megatron <= {GOAL_RATIO} shown (95% CI upper end <= {GOAL_RATIO}, {blocks} blocks of "
+              f"{ITERS_PER_BLOCK} iterations a side) for: {', '.join(shown) or 'none'}; not shown for: "
+              f"{', '.join(v for v in cis if v not in shown) or 'none'}")
+    print("ratio ours/megatron median iteration time (95% CI): "
+          + ", ".join(f"{v} {r:.3f}" + (f" ({cis[v][0]:.3f}-{cis[v][1]:.3f})" if cis[v] else " (-)")
+                      for v, r in ratios.items()))
 
 
 def main() -> int:
@@ -282,7 +331,11 @@ def main() -> int:
            "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)]
     from planner.progress import status
     with status(f"ours and megatron-core, {len(VARIANTS)} variants x {args.blocks} blocks on {NPROC} CPU ranks"):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 + 30 * args.blocks)
+        except subprocess.TimeoutExpired:
+            print(f"error: benchmark launch did not finish in {600 + 30 * args.blocks} s", file=sys.stderr)
+            return 1
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)

@@ -152,7 +152,8 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
     "tiny": ModelSpec("tiny", num_layers=4, hidden_size=64, num_heads=4, ffn_hidden_size=256, seq_length=32,
                       vocab_size=128, max_position_embeddings=32, make_vocab_size_divisible_by=8),
     "opt-350m": ModelSpec("opt-350m", num_layers=24, hidden_size=1024, num_heads=16, ffn_hidden_size=4096,
-                          seq_length=2048, vocab_size=50272, max_position_embeddings=2048),
+                          seq_length=2048, vocab_size=50272, max_position_embeddings=2048,
+                          tied_embeddings=True),   # OPT ties its input and output embeddings
     "gpt-neo-2.7b": ModelSpec("gpt-neo-2.7b", num_layers=32, hidden_size=2560, num_heads=32,
                               ffn_hidden_size=10240, seq_length=2048, vocab_size=50257,
                               max_position_embeddings=2048, tied_embeddings=True),

@@ -64,6 +64,18 @@ def _known(name: str) -> bool:
         return False
 
 
+def _ties_embeddings(llm: dict, hidden_size: int, vocab_size: int) -> bool:
+    """Whether Sailor's own model ties its input and output embeddings, read off ``llm_info.json``: its last
+    layer (LM head + loss) holds an output matrix of at least ``vocab x hidden / tp`` parameters when untied,
+    only the final norm when tied. Evidence (TP 1): OPT-350's layer 25 holds 51,513,344 = 50,304 x 1,024 (the
+    padded vocabulary) + 2,048 (final norm), so the 15 GH200 OPT-350 runs trained an untied output matrix,
+    although OPT itself ties (the built-in ``opt-350m`` does); GPT-Neo-2.7's layer 33 holds 5,120 (the final
+    norm): tied. The artifact's training configs and plan files carry no tie flag."""
+    tp, layers = min(llm.items(), key=lambda kv: int(kv[0]))
+    head = layers[max(layers, key=int)]
+    return float(head["params_floats"]) < hidden_size * vocab_size / int(tp)
+
+
 def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | None]:
     cfg_key = SAILOR_MODELS[sname]
     cfg_path = root / "Planner" / "simulations" / "configs" / f"training_config_{cfg_key}.json"
@@ -75,11 +87,14 @@ def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | Non
             base or get_model("opt-350m"), name=sname, num_layers=cfg["num_layers"], hidden_size=cfg["hidden_size"],
             num_heads=cfg["heads"], ffn_hidden_size=4 * cfg["hidden_size"], seq_length=cfg["sequence_length"],
             max_position_embeddings=cfg["max_position_embeddings"])
-        return spec, cfg.get("global_batch_size")
-    if base is None:
+    elif base is None:
         raise InputError(f"model '{sname}': no training config and no built-in shape",
                          source=str(root / "Planner" / "simulations" / "configs"))
-    return with_overrides(base, name=sname, num_layers=n_layers), None
+    else:
+        spec, cfg = with_overrides(base, name=sname, num_layers=n_layers), {}
+    # the runs' model, not the built-in's: Sailor's OPT-350 is untied (_ties_embeddings names the evidence)
+    spec = with_overrides(spec, tied_embeddings=_ties_embeddings(llm, spec.hidden_size, spec.vocab_size))
+    return spec, cfg.get("global_batch_size")
 
 
 def _profile_source(root: Path, sname: str) -> dict[str, Any]:

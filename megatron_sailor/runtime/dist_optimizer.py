@@ -6,14 +6,23 @@ every rank (fp32, accumulated over micro-batches). Each fine-shard buffer that g
 shards; the tied embedding over the embedding group) is reduce-scattered instead of all-reduced
 (:class:`~megatron_sailor.runtime.shard_comm.ShardComm`): the member at position ``i`` owns contiguous
 segment ``i`` of ``n`` and keeps, for that segment only, the fp32 main weights (16-bit models; an fp32
-model's segment is packed from its own fp32 parameters each step, as Megatron's fp32 main params are views
-of the model's) and the AdamW states. AdamW runs as ``torch.optim.AdamW`` on one 1-D view per parameter
-piece inside the segment (weight decay per original parameter: none on 1-D ones), elementwise the same
-arithmetic as the replicated optimizer. The updated segments are all-gathered in the model dtype and
-unpacked into the model. A rank holding ``k > 1`` fine shards (a low-TP replica next to high-TP ones)
-carries the stage's replicated parameters (norms, biases of row-parallel layers, position embeddings) in
-each of its ``k`` buffers, as every TP rank does in Megatron; every group computes the same update for
-them and the rank writes the copy of its first shard.
+model trains its own parameters, as Megatron's fp32 main params are views of the model's) and the AdamW
+states. AdamW runs as ``torch.optim.AdamW`` (``foreach``: bitwise the same arithmetic as the per-tensor loop
+on CPU, fewer dispatches) on one 1-D view per parameter piece inside the segment (weight decay per
+original parameter: none on 1-D ones), elementwise the same arithmetic as the replicated optimizer. The
+updated segments are all-gathered in the model dtype into the model.
+
+Contiguous buffers (Megatron's ``ParamAndGradBuffer``): a buffer that holds whole parameters (the rank holds
+one fine shard of that sync, the usual case) owns them: the parameters become views of one flat buffer in
+the model dtype and their fp32 gradients views of one flat gradient buffer, both padded to ``n * c``
+(padding not counted in :meth:`DistributedOptimizer.memory_bytes`). Then the reduce-scatter reads the
+gradient buffer as it is, an fp32 model's AdamW views are slices of its own parameter buffer, the
+all-gather writes the parameter buffer in place and zeroing the gradients is one fill: no per-step
+packing or unpacking. A rank holding ``k > 1`` fine shards (a low-TP replica next to high-TP ones) packs
+and unpacks instead: it carries the stage's replicated parameters (norms, biases of row-parallel layers,
+position embeddings) in each of its ``k`` buffers, as every TP rank does in Megatron; every group computes
+the same update for them and the rank writes the copy of its first shard. An fp32 model's segment is then
+packed from its parameters each step.
 
 Global gradient norm: every element counted once: each owner adds its segment's squares, the replicated
 part only in fine shard 0 of the stage (Megatron's "not a TP duplicate" rule). The tied weight is owned
@@ -74,6 +83,35 @@ class _Unit:
                 self.ranges.append(_Range(e, a - off, b - off, a - lo, b - lo))
             off += size
         self.grad_seg: torch.Tensor | None = None
+        # the segment's elements counted in the global norm, merged into runs (usually one)
+        self.norm_spans: list[tuple[int, int]] = []
+        for r in self.ranges:
+            if r.entry < self.replicated_from or self.count_replicated:
+                if self.norm_spans and self.norm_spans[-1][1] == r.seg_lo:
+                    self.norm_spans[-1] = (self.norm_spans[-1][0], r.seg_hi)
+                else:
+                    self.norm_spans.append((r.seg_lo, r.seg_hi))
+        # contiguous parameter / gradient buffers (see the module docstring): whole parameters only
+        self.flat = shard.pieces == 1 and bool(self.entries)
+        self.param_buf: torch.Tensor | None = None
+        self.grad_buf: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def flatten(self) -> dict[int, torch.Tensor]:
+        """Make the entries views of one parameter buffer; returns their fp32 gradient views (zeros) of
+        one gradient buffer, by ``id(param)``."""
+        first = self.entries[0]
+        total = self.chunk * self.comm.n
+        self.param_buf = torch.zeros(total, dtype=first.dtype, device=first.device)
+        self.grad_buf = torch.zeros(total, dtype=torch.float32, device=first.device)
+        grads: dict[int, torch.Tensor] = {}
+        off = 0
+        for p, size in zip(self.entries, self.sizes):
+            self.param_buf[off:off + size].copy_(p.data.reshape(-1))
+            p.data = self.param_buf[off:off + size].view_as(p)
+            grads[id(p)] = self.grad_buf[off:off + size].view_as(p)
+            off += size
+        return grads
 
     def pack(self, tensor_of: Callable[[torch.nn.Parameter], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
         """The whole buffer (padded to ``n * chunk``) from one tensor per entry."""
@@ -105,27 +143,39 @@ class DistributedOptimizer:
                  emulation: Any | None = None) -> None:
         self.model = model
         self.dtype = next(model.parameters()).dtype
-        self.fp32_grads = Fp32Grads(model) if self.dtype != torch.float32 else None
         syncs = ((GradSync.for_stage(model, layout, groups), True),
                  (GradSync.for_tied_embedding(model, layout, groups), False))
         self.units = [_Unit(sync, shard, ShardComm(shard.groups, shard.groups.mode, layout, groups.rank, emulation),
                             stage_sync)
                       for sync, stage_sync in syncs for shard in sync.shards]
-        # fp32 main weights of the owned segments (16-bit models); fp32 models pack theirs every step
+        grad_views: dict[int, torch.Tensor] = {}
+        for u in self.units:
+            if u.flat:
+                grad_views.update(u.flatten())
+        self.fp32_grads = Fp32Grads(model, grad_views) if self.dtype != torch.float32 else None
+        # (param, its gradient view) of an fp32 model's flat buffers: autograd accumulates into the views
+        self._flat_grads = [(p, grad_views[id(p)]) for p in model.parameters() if id(p) in grad_views] \
+            if self.fp32_grads is None else []
+        for p, g in self._flat_grads:
+            p.grad = g
+        self._loose = [p for p in model.parameters() if id(p) not in grad_views]   # gradients outside the buffers
+        # fp32 main weights of the owned segments (16-bit models); fp32 models train their own parameters
         self.main = [u.segment_of(u.pack(self._data, torch.float32)).clone() if self.fp32_grads else None
                      for u in self.units]
         self.views: list[list[torch.nn.Parameter]] = []
         decay, no_decay = [], []
         for u, main in zip(self.units, self.main):
-            # fp32 models: placeholders until step() points them into the segment packed from the model
-            views = [torch.nn.Parameter(main[r.seg_lo:r.seg_hi] if main is not None else torch.empty(0))
+            # fp32 models: slices of the parameter buffer, or placeholders until step() points them into
+            # the segment packed from the model
+            own = main if main is not None else u.segment_of(u.param_buf) if u.flat else None
+            views = [torch.nn.Parameter(own[r.seg_lo:r.seg_hi] if own is not None else torch.empty(0))
                      for r in u.ranges]
             for r, v in zip(u.ranges, views):
                 (decay if u.entries[r.entry].dim() >= 2 else no_decay).append(v)
             self.views.append(views)
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, foreach=False)
+            lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, foreach=True)
 
     # ---- tensors of an entry
     @staticmethod
@@ -143,7 +193,12 @@ class DistributedOptimizer:
     def reduce_scatter_grads(self, unscale: float = 1.0) -> None:
         """Sum the gradients over the replicas; each unit keeps only its owned segment (divided by
         ``unscale``, the fp16 loss scale)."""
-        packed = [u.pack(self._grad, torch.float32) for u in self.units]   # pack all before any reduce
+        for p, g in self._flat_grads:           # autograd accumulates in place; re-point if anything replaced it
+            if p.grad is not g:
+                g.copy_(p.grad) if p.grad is not None else g.zero_()
+                p.grad = g
+        # the contiguous gradient buffer as it is (consumed: zero_grad refills it), else pack all before any reduce
+        packed = [u.grad_buf if u.flat else u.pack(self._grad, torch.float32) for u in self.units]
         for u, buf in zip(self.units, packed):
             seg = u.comm.reduce_scatter(buf)
             u.grad_seg = seg.mul_(1.0 / unscale) if unscale != 1.0 else seg
@@ -152,9 +207,8 @@ class DistributedOptimizer:
         """This rank's share of the squared global norm (owned elements; replicated ones in shard 0 only)."""
         total = 0.0
         for u in self.units:
-            for r in u.ranges:
-                if r.entry < u.replicated_from or u.count_replicated:
-                    total += float(u.grad_seg[r.seg_lo:r.seg_hi].double().pow(2).sum())
+            for lo, hi in u.norm_spans:
+                total += float(u.grad_seg[lo:hi].double().pow(2).sum())
         return total
 
     @torch.no_grad()
@@ -163,27 +217,42 @@ class DistributedOptimizer:
         coeff = clip_grad / (grad_norm + 1.0e-6) if clip_grad > 0 else 1.0
         segments = []
         for u, main, views in zip(self.units, self.main, self.views):
-            seg = main if main is not None else u.segment_of(u.pack(self._data, torch.float32))
+            seg = self._segment(u, main)
             if coeff < 1.0:
                 u.grad_seg.mul_(coeff)
             for r, v in zip(u.ranges, views):
-                if main is None:
+                if main is None and not u.flat:
                     v.data = seg[r.seg_lo:r.seg_hi]
                 v.grad = u.grad_seg[r.seg_lo:r.seg_hi]
             segments.append(seg)
         self.optimizer.step()
         for u, seg in zip(self.units, segments):
-            full = u.comm.all_gather(seg.to(self.dtype))
-            u.unpack(full, self._data)
+            seg = seg.to(self.dtype)
+            if not u.flat:
+                u.unpack(u.comm.all_gather(seg), self._data)
+                continue
+            full = u.comm.all_gather(seg, out=u.param_buf)
+            if full.data_ptr() != u.param_buf.data_ptr():     # one member: the segment came back
+                u.param_buf[:full.numel()].copy_(full)
+
+    def _segment(self, u: _Unit, main: torch.Tensor | None) -> torch.Tensor:
+        """The fp32 weights of ``u``'s owned segment: main weights, the parameter buffer's own segment
+        (fp32 model, contiguous buffer) or packed from the model."""
+        if main is not None:
+            return main
+        return u.segment_of(u.param_buf) if u.flat else u.segment_of(u.pack(self._data, torch.float32))
 
     def zero_grad(self) -> None:
         for u, views in zip(self.units, self.views):
             u.grad_seg = None
             for v in views:
                 v.grad = None
-        for g in (self.fp32_grads.tensors() if self.fp32_grads else
-                  [p.grad for p in self.model.parameters() if p.grad is not None]):
-            g.zero_()
+            if u.grad_buf is not None:
+                u.grad_buf.zero_()
+        for p in self._loose:
+            g = self.fp32_grads.grad_of.get(id(p)) if self.fp32_grads else p.grad
+            if g is not None:
+                g.zero_()
 
     # ---- checkpoints: full TP-local tensors <-> owned segments
     @torch.no_grad()
@@ -192,7 +261,7 @@ class DistributedOptimizer:
         of the rank's TP-local shape, "step": float}}`` rebuilt from every member's segment."""
         out: dict[int, dict[str, Any]] = {}
         for u, main, views in zip(self.units, self.main, self.views):
-            seg = main if main is not None else u.segment_of(u.pack(self._data, torch.float32))
+            seg = self._segment(u, main)
             fulls = {"param": u.comm.all_gather(seg.clone())}
             steps = [float(self.optimizer.state[v]["step"]) for v in views if v in self.optimizer.state]
             for k in STATE_KEYS:

@@ -128,11 +128,14 @@ class Fp32Grads:
     keeps main weights only for the slice each rank owns): ``grad_of[id(p)]`` receives every micro-batch's
     16-bit gradient of ``p`` (post-accumulate hook, the 16-bit one freed), as :class:`MainParams` does."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, views: dict[int, torch.Tensor] | None = None) -> None:
+        """``views``: zeroed fp32 tensors to accumulate into, by ``id(param)`` (views of a contiguous
+        gradient buffer); the other parameters get their own."""
         self.grad_of: dict[int, torch.Tensor] = {}
         for p in model.parameters():
             if p.requires_grad:
-                g = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                g = views[id(p)] if views and id(p) in views else \
+                    torch.zeros(p.shape, dtype=torch.float32, device=p.device)
                 self.grad_of[id(p)] = g
                 p.register_post_accumulate_grad_hook(self._accumulate_into(g))
 

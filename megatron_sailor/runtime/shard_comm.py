@@ -101,12 +101,17 @@ class ShardComm:
         dist.scatter(out, parts, src=zone[0], group=sg.zone)
         return out
 
-    def all_gather(self, segment: torch.Tensor) -> torch.Tensor:
-        """Every member's segment, concatenated in ``order`` (``n * c`` elements)."""
+    def all_gather(self, segment: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Every member's segment, concatenated in ``order`` (``n * c`` elements), written into ``out`` when
+        given (``n * c`` elements; ``segment`` may be this member's own segment of it, as Megatron's in-place
+        parameter all-gather). With one member the segment itself comes back."""
         c = segment.numel()
         if self.n == 1:
             return segment
-        full = torch.empty(self.n * c, dtype=segment.dtype, device=segment.device)
+        if out is not None and (out.numel() != self.n * c or out.dtype != segment.dtype):
+            raise ValueError(f"all_gather: out has {out.numel()} {out.dtype} elements, need {self.n * c} "
+                             f"{segment.dtype}")
+        full = out if out is not None else torch.empty(self.n * c, dtype=segment.dtype, device=segment.device)
         if not self.hierarchical:
             succ = self.order[(self.index + 1) % self.n]
             self._emulate((self.n - 1) / self.n * full.numel() * full.element_size(),

@@ -22,7 +22,7 @@ from itertools import combinations
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.search.netvec import Group, LinkCache, checked_time, link_time
+from planner.search.netvec import Group, LinkCache, link_time
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
 from planner.search.tied import TiedSync
@@ -108,8 +108,8 @@ def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes:
     all_tp = ctx.settings.p2p_all_tp_ranks
     for a, ga in enumerate(groups):
         for b, gb in enumerate(groups):
-            fwd = checked_time(cache.get(ga, gb, gb.tp if all_tp else 1), nbytes)
-            back = checked_time(cache.get(gb, ga, ga.tp if all_tp else 1), nbytes)
+            fwd = cache.checked(ga, gb, gb.tp if all_tp else 1, nbytes)
+            back = cache.checked(gb, ga, ga.tp if all_tp else 1, nbytes)
             p2p[a, b] = 0.5 * (fwd + back)
             if ga.zone != gb.zone:      # forward: one copy per receiving TP rank; backward: per sending one
                 k_fwd, k_bwd = (gb.tp, ga.tp) if all_tp else (1, 1)

@@ -17,8 +17,8 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, checked_time
-from planner.search.pools import PoolModel, level_periods, pool_model, score_batch
+from planner.search.netvec import Group, LinkCache
+from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
 from planner.search.rows import pareto_min, product_rows, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
 from planner.search.verify import check_candidates
@@ -123,21 +123,20 @@ def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):
         yield chunk[:, order], [cols[i] for i in order]
 
 
-def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, task: Task, arrs: list,
-                    idx: np.ndarray, space: SearchSpace) -> np.ndarray:
+def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
+                    arrs: list, idx: np.ndarray, space: SearchSpace) -> np.ndarray:
     """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
     every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
     the summed stage gradients (egress)."""
     crit = []
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for a, (g, tp) in zip(arrs, task.tps):
-        comp = a.compute_s[idx]
-        s_num = comp.shape[1]
+        s_num = task.num_stages
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
             grp = Group(z, g, tp)
-            p2p = checked_time(cache.get(grp, grp, tp if ctx.settings.p2p_all_tp_ranks else 1), mb_bytes) \
-                if s_num > 1 else 0.0
-            crit.append(level_periods(comp, p2p, ctx.settings.p2p_blocking))
+            p2p = pool_p2p_s(ctx, cache, grp, s_num, mb_bytes)
+            crit.append(tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
+                                      ctx.settings.p2p_blocking)[0][idx])
         crit.append(a.update_s[idx].max(axis=1)[:, None])
     params = np.max([a.params[idx] for a in arrs], axis=0)
     full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
@@ -153,22 +152,28 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
-        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, task, arrs, idx, space))]
+        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     for D_all, cols in _row_grid(cluster, task, n_mb):
         if space.uniform_microbatches:
             D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
         if len(D_all) == 0:
             continue
-        # bound every split's rows cheaply, then score the survivors of all splits in one batch
+        # bound every split's rows cheaply, then score the survivors of all splits in one batch; the
+        # pipeline rate, GPUs and sync bound of a row do not depend on the split
         thr = best.threshold()
         items = []
+        common = None
         for k, by_col in models.items():
             pools = [by_col[c] for c in cols]
-            keys = _cheap_keys(pools, D_all, n_mb, objective, sync_lb)
+            if common is None:
+                common = _row_terms(pools, D_all, sync_lb)
+            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common)
             stats.rows_bounded += len(D_all)
             if keys.min() <= thr:
-                items.append((k, pools, D_all[keys <= thr]))
+                sel = keys <= thr
+                rate, gpus = common[1][sel], common[2][sel]
+                items.append((k, pools, D_all[sel], (span[sel], upd[sel], rate, gpus)))
         if items:
             stats.splits_scored += len(items)
             _score_batch(ctx, cache, task, tables, items, n_mb, objective, space, best, stats)
@@ -181,8 +186,15 @@ def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: L
     for g, tp in task.tps:
         arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
         for z, _ in caps_for(cluster, g, tp, task.num_stages):
-            by_col[(z, g)] = pool_model(ctx, cache, Group(z, g, tp), arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
-                                        n_mb)
+            # a pool's model depends on its group and split only: tasks sharing (type, TP) share it
+            key = ("pool", z, g, tp, task.mbs, task.num_stages, task.recompute, k, n_mb)
+            if key not in tables.memo:
+                grp = Group(z, g, tp)
+                lv = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute,
+                                   pool_p2p_s(ctx, cache, grp, task.num_stages, mb_bytes), ctx.settings.p2p_blocking)
+                tables.memo[key] = pool_model(ctx, cache, grp, arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
+                                              n_mb, lv)
+            by_col[(z, g)] = tables.memo[key]
     return by_col
 
 
@@ -190,12 +202,12 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
                  objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
     """Bound the rows of every (split, pools, rows) item with the largest stage's sync, then score the
     survivors exactly (gradient sync batched over the items)."""
-    stats.rows_sync_bounded += sum(len(D) for _, _, D in items)
-    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D in items], n_mb, exact=False,
-                      uniform=space.uniform_microbatches)
+    stats.rows_sync_bounded += sum(len(D) for _, _, D, _ in items)
+    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D, _ in items], n_mb, exact=False,
+                      uniform=space.uniform_microbatches, known=[pre for *_, pre in items])
     thr = best.threshold()
     kept = []
-    for (k, pools, D), lb in zip(items, lbs):
+    for (k, pools, D, _), lb in zip(items, lbs):
         keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
             (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
         if keep.any():
@@ -214,19 +226,30 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
             best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
 
 
-def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective,
-                sync_lb: np.ndarray | None) -> np.ndarray:
-    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
-    optimizer step and the task's sync lower bound for the row's pipeline count."""
-    M = np.array([p.period_s for p in pools])
-    F = np.array([p.fill_s for p in pools])
-    it = relaxed_lower_bound(D, M, F, n_mb)
-    it = it + np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
-    if sync_lb is not None:
-        it = it + sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
+def _row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None
+               ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Per row: the task's sync lower bound for the row's pipeline count (None without one), the GPU dollars
+    per second and the GPUs (the same for every split of a task)."""
+    slb = None if sync_lb is None else sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
     rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
     gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
-    return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    return slb, rate, gpus
+
+
+def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
+                rate: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
+    optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
+    makespan and the optimizer step per row, which the sync-bound pass reuses."""
+    M = np.array([p.period_s for p in pools])
+    F = np.array([p.fill_s for p in pools])
+    span = relaxed_lower_bound(D, M, F, n_mb)
+    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    it = span + upd
+    if slb is not None:
+        it = it + slb
+    keys = np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    return keys, span, upd
 
 
 def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _valid_from
+from planner.search.rows import unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -82,6 +83,7 @@ class LinkCache:
     def __init__(self, ctx: SimContext) -> None:
         self.ctx = ctx
         self._links: dict[tuple, Link] = {}
+        self._times: dict[tuple, float] = {}
         self.patterns: dict[tuple, object] = {}
         self.tied = TiedSync(ctx)          # tied-embedding all-reduce per first/last-stage layout
 
@@ -91,6 +93,14 @@ class LinkCache:
             self._links[key] = self.ctx.network.link(Endpoint(a.gpu_type, a.zone), Endpoint(b.gpu_type, b.zone),
                                                      concurrent=conc)
         return self._links[key]
+
+    def checked(self, a: Group, b: Group, conc: int, nbytes: float) -> float:
+        """:func:`checked_time` of ``get(a, b, conc)`` at ``nbytes``, memoised."""
+        key = (a.zone, a.gpu_type, b.zone, b.gpu_type, conc, nbytes)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = checked_time(self.get(a, b, conc), nbytes)
+        return t
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,9 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
               full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
     (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
-    codes, inv = np.unique(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), return_inverse=True)
+    key = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
+    first, inv = unique_first(key)
+    codes = key[first]
     keys = (codes[:, None] // (3 ** np.arange(D.shape[1], dtype=np.int64))[None, :]) % 3
     inv = inv.reshape(-1)
     gkey = tuple(groups)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, checked_time, sync_rows
+from planner.search.netvec import Group, LinkCache, sync_rows
+from planner.search.rows import unique_first
 from planner.search.tables import StageArrays
 from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
@@ -42,17 +43,28 @@ def level_periods(comp: np.ndarray, p2p_s: float, blocking: bool) -> np.ndarray:
     return F.period_levels(busy.max(axis=-1), F.round_trip_bounds(comp, p2p_s))
 
 
+def pool_p2p_s(ctx: SimContext, cache: LinkCache, group: Group, s_num: int, mbs_bytes: float) -> float:
+    """One boundary transfer inside a pool's pipeline (0 with one stage)."""
+    conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
+    return cache.checked(group, group, conc, mbs_bytes) if s_num > 1 else 0.0
+
+
 def pool_model(ctx: SimContext, cache: LinkCache, group: Group, arr: StageArrays, k: int, mbs_bytes: float,
-               usd_per_s: float, n_mb: int) -> PoolModel:
-    """The pool's pipeline for split index ``k`` of ``arr``."""
+               usd_per_s: float, n_mb: int, levels_of_splits: tuple | None = None) -> PoolModel:
+    """The pool's pipeline for split index ``k`` of ``arr``. ``levels_of_splits``: the (levels, fill, busiest
+    stage) of every split of ``arr`` at this pool's transfer time, when already computed (row k is what the
+    one-split computation gives)."""
     comp = arr.compute_s[k]
     s_num = len(comp)
-    conc = group.tp if ctx.settings.p2p_all_tp_ranks else 1
-    p2p = checked_time(cache.get(group, group, conc), mbs_bytes) if s_num > 1 else 0.0
-    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
-    fill = float(F.fill_drain_s(comp, p2p))
-    levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
-    return PoolModel(group=group, period_s=float(busy.max()), fill_s=fill, gpus_per_pipeline=s_num * group.tp,
+    p2p = pool_p2p_s(ctx, cache, group, s_num, mbs_bytes)
+    if levels_of_splits is None:
+        period = float(F.busy_s(comp, p2p, ctx.settings.p2p_blocking).max())
+        fill = float(F.fill_drain_s(comp, p2p))
+        levels = level_periods(comp, p2p, ctx.settings.p2p_blocking)
+    else:
+        levels, fill, period = (x[k] for x in levels_of_splits)
+        fill, period = float(fill), float(period)
+    return PoolModel(group=group, period_s=period, fill_s=fill, gpus_per_pipeline=s_num * group.tp,
                      usd_per_s=usd_per_s, params=arr.params[k], update_s=float(arr.update_s[k].max()),
                      bwd_s=arr.bwd_s[k], p2p_s=p2p,
                      times_s=F.pipeline_s_of_m(levels, fill, n_mb) if np.isfinite(p2p) else np.full(n_mb, np.inf))
@@ -79,10 +91,19 @@ def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     code = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
     d = D.sum(axis=1)
     if len(zones) == 1:
-        _, first, inv = np.unique(code * (int(d.max()) + 1) + d, return_index=True, return_inverse=True)
+        first, inv = unique_first(code * (int(d.max()) + 1) + d)
     else:
-        _, first, inv = np.unique(np.column_stack([code, d, D @ ind]), axis=0, return_index=True,
-                                  return_inverse=True)
+        per_zone = D @ ind                                       # the total d is their sum
+        _, ci = unique_first(code)
+        radix = [int(x) + 1 for x in per_zone.max(axis=0)]
+        if (int(ci.max()) + 1) * int(np.prod(radix, dtype=object)) < 2 ** 62:   # one int64 key per row
+            key = ci.astype(np.int64)
+            for j, r in enumerate(radix):
+                key = key * r + per_zone[:, j]
+            first, inv = unique_first(key)
+        else:
+            _, first, inv = np.unique(np.column_stack([code, d, per_zone]), axis=0, return_index=True,
+                                      return_inverse=True)
     return first, inv.reshape(-1)
 
 
@@ -92,7 +113,9 @@ def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     params = np.array([p.params for p in pools], dtype=float)            # [P, S]
     tps = np.array([p.group.tp for p in pools], dtype=float)
     bwd = np.array([p.bwd_s for p in pools], dtype=float)
-    codes, inv = np.unique((D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1])), return_inverse=True)
+    key = (D > 0).astype(np.int64) @ (1 << np.arange(D.shape[1]))
+    first, inv = unique_first(key)
+    codes = key[first]
     used = ((codes[:, None] >> np.arange(D.shape[1])[None, :]) & 1).astype(bool)[:, :, None]   # [K, P, 1]
     grad = F.grad_bytes(np.where(used, params[None], 0.0).max(axis=1))
     full = F.grad_bytes(np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1))
@@ -140,11 +163,14 @@ def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform
 
 
 def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
-                exact: bool = True, uniform: bool = False, tied: TiedSync | None = None) -> list[RowScores]:
+                exact: bool = True, uniform: bool = False, tied: TiedSync | None = None,
+                known: list[tuple] | None = None) -> list[RowScores]:
     """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
     gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
     the largest stage's sync, no egress, no tied-embedding all-reduce). ``tied``: the plans tie their
-    embeddings (the shared weight's all-reduce follows the stage syncs)."""
+    embeddings (the shared weight's all-reduce follows the stage syncs). ``known`` (``exact=False`` only):
+    per item the (relaxed makespan, optimizer step, dollars per second, GPUs) of its rows, already computed
+    by the same expressions."""
     items = [(pools, D) for pools, D in items]
     reps, parts = [], []
     for pools, D in items:
@@ -155,17 +181,22 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
     cat = [np.concatenate([r[i] for r in reps], axis=0) for i in range(4)]
     t_all, e_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
     out, lo = [], 0
-    for (pools, D), (n, inv) in zip(items, parts):
+    for i, ((pools, D), (n, inv)) in enumerate(zip(items, parts)):
         sync, egress = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv]
         lo += n
         if exact and tied is not None:
             t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params))
             sync, egress = sync + t_tied, egress + e_tied
-        span = _span(pools, D, n_mb, exact, uniform)
-        upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+        if known is not None and not exact:
+            span, upd, rate, gpus = known[i]
+            if uniform:
+                span = _span(pools, D, n_mb, exact, uniform)
+        else:
+            span = _span(pools, D, n_mb, exact, uniform)
+            upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+            rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+            gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
         it = span + sync + upd
-        rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
-        gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
         out.append(RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it,
                              cost_usd=rate * it + egress, egress_usd=egress, gpus=gpus))
     return out

@@ -51,20 +51,42 @@ def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000
         yield grid[grid.sum(axis=1) <= max_total]
 
 
-def pareto_min(crit: np.ndarray) -> np.ndarray:
+def pareto_min(crit: np.ndarray, block: int = 128) -> np.ndarray:
     """Indices of rows of ``crit`` ([K, C]) not dominated (<= everywhere, < somewhere) by another row;
-    among identical rows the first is kept."""
+    among identical rows the first is kept.
+
+    In lexicographic order a row can only be weakly dominated by an earlier row (a later one that is <=
+    everywhere equals it), and weak dominance is transitive, so a row is kept exactly when no earlier *kept*
+    row is <= it everywhere. Rows go in blocks: each block is compared with the rows kept before it, then
+    its survivors with each other (earlier ones only)."""
     k = crit.shape[0]
     if k <= 1:
         return np.arange(k)
     order = np.lexsort(crit.T[::-1])
     c = crit[order]
-    keep: list[int] = []
-    for i in range(k):
-        row = c[i]
-        if keep:
-            kept = c[keep]
-            if np.any(np.all(kept <= row, axis=1)):
-                continue
-        keep.append(i)
-    return np.sort(order[keep])
+    kept = np.zeros(0, dtype=np.int64)
+    for lo in range(0, k, block):
+        cand = np.arange(lo, min(k, lo + block))
+        if len(kept):
+            cand = cand[~np.all(c[kept, None, :] <= c[None, cand, :], axis=2).any(axis=0)]
+        if len(cand) > 1:
+            le = np.all(c[cand, None, :] <= c[None, cand, :], axis=2)
+            cand = cand[~np.triu(le, 1).any(axis=0)]          # dominated by an earlier survivor of the block
+        kept = np.concatenate([kept, cand])
+    return np.sort(order[kept])
+
+
+def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_index=True, return_inverse=True)[1:]`` for non-negative integer keys; by a
+    first-occurrence table when the largest key is below ``max_size`` (no sort), else by ``np.unique``."""
+    key = np.asarray(key).reshape(-1)
+    size = int(key.max()) + 1 if len(key) else 0
+    if not 0 < size <= max_size or int(key.min()) < 0:
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return first, inv.reshape(-1)
+    first = np.full(size, len(key), dtype=np.int64)
+    np.minimum.at(first, key, np.arange(len(key), dtype=np.int64))
+    present = np.nonzero(first < len(key))[0]
+    rank = np.full(size, -1, dtype=np.int64)
+    rank[present] = np.arange(len(present))
+    return first[present], rank[key]

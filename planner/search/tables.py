@@ -12,8 +12,9 @@ from functools import lru_cache
 import numpy as np
 
 from planner.simulator import formulas as F
+from planner.simulator.activations import recompute_peak_excess_bytes
 from planner.simulator.settings import SimContext
-from planner.simulator.stage import layer_sizes, recompute_keep_and_mask
+from planner.simulator.stage import layer_sizes, recompute_keep_and_mask, recompute_live_bytes
 from planner.simulator.tied import head_params_for_plan
 
 
@@ -48,6 +49,7 @@ class TypeTable:
     emb_act_bytes: float
     head_act_bytes: float
     update_s_per_param: float
+    recompute_live_bytes: float         # saved inside a recomputed layer's forward until its group returns
     usable_bytes: float
     usd_per_s: float
     estimated: bool
@@ -73,7 +75,7 @@ def build_type_table(ctx: SimContext, gpu_type: str, tp: int, mbs: int, precisio
         layer_params=int(lp), emb_params=int(ep), head_params=int(hp),
         head_params_tied_single=int(hp_tied_single), layer_act_bytes=float(la),
         keep_bytes=float(keep), mask_bytes=float(mask), emb_act_bytes=float(ea), head_act_bytes=float(ha),
-        update_s_per_param=costs.update_s_per_param,
+        update_s_per_param=costs.update_s_per_param, recompute_live_bytes=recompute_live_bytes(ctx, mbs, tp, elem),
         usable_bytes=F.usable_bytes(gpu.memory_bytes, ctx.settings.memory_headroom_fraction),
         usd_per_s=gpu.usd_per_s, estimated=costs.estimated)
 
@@ -134,8 +136,12 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
         + F.stage_mask_bytes(counts, tt.mask_bytes) + first * tt.emb_act_bytes + last * tt.head_act_bytes
     biggest = np.where(counts > 0, tt.layer_act_bytes, 0.0)
     biggest = np.where(last, np.maximum(biggest, tt.head_act_bytes), biggest)
+    # the search's recompute is the plan field recompute_activations: full, uniform, 1 layer (Plan.recompute)
+    extra = recompute_peak_excess_bytes(counts, ("full", "uniform", 1) if recompute else (None, None, None),
+                                        tt.recompute_live_bytes, tt.keep_bytes, tt.mask_bytes,
+                                        tt.layer_act_bytes, last * tt.head_act_bytes)
     terms = F.memory_terms(params, act, inflight, biggest, boundary, F.state_bytes_per_param(precision, optimizer),
-                           st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes)
+                           st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes, extra)
     return F.memory_total(terms)
 
 

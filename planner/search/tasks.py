@@ -3,14 +3,13 @@ objective over every plan of the task (used to visit tasks best-first and to ski
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import combinations, product
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.netvec import Group, LinkCache, bandwidth, checked_time, link_time
+from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.search.space import Objective, SearchSpace
 from planner.search.pools import level_periods
 from planner.search.tables import StageArrays, TypeTable, build_type_table, split_family, stage_arrays
@@ -70,6 +69,17 @@ def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | 
     return np.array([counts], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class SplitStats:
+    """Per split ([K]) of one (type, TP, micro-batch, S, recompute): the slowest stage's optimizer step, the
+    largest per-GPU parameter count, the busiest stage's compute and the summed compute."""
+
+    upd_max: np.ndarray
+    params_max: np.ndarray
+    comp_max: np.ndarray
+    comp_sum: np.ndarray
+
+
 class Tables:
     """Caches of type tables and per-split stage arrays."""
 
@@ -78,6 +88,7 @@ class Tables:
         self._tt: dict[tuple[str, int, int], TypeTable] = {}
         self._arr: dict[tuple[str, int, int, int, bool], StageArrays | None] = {}
         self.min_overflow_bytes: float | None = None
+        self.memo: dict[tuple, object] = {}       # the engine's per-pool models, shared across tasks
 
     def table(self, g: str, tp: int, mbs: int) -> TypeTable:
         key = (g, tp, mbs)
@@ -111,23 +122,58 @@ class Tables:
                                           self.space.optimizer, recompute, self.space.tie_embeddings)
         return self._arr[key]
 
+    def split_stats(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool) -> SplitStats:
+        """Per-split maxima and sums of :meth:`arrays` (computed once; the task bounds read them)."""
+        key = ("stats", g, tp, mbs, s_num, recompute)
+        if key not in self._arr:
+            a = self.arrays(g, tp, mbs, s_num, recompute)
+            self._arr[key] = SplitStats(a.update_s.max(axis=1), a.params.max(axis=1), a.compute_s.max(axis=1),
+                                        a.compute_s.sum(axis=1))
+        return self._arr[key]
+
+    def levels(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool, p2p_s: float,
+               blocking: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([K, S + 1] steady-period levels, [K] fill/drain, [K] busiest stage) of every split with one
+        transfer time ``p2p_s`` on every boundary (row k equals the one-split computation on split k)."""
+        key = ("levels", g, tp, mbs, s_num, recompute, p2p_s, blocking)
+        if key not in self._arr:
+            comp = self.arrays(g, tp, mbs, s_num, recompute).compute_s
+            self._arr[key] = (level_periods(comp, p2p_s, blocking), F.fill_drain_s(comp, p2p_s),
+                              F.busy_s(comp, p2p_s, blocking).max(axis=-1))
+        return self._arr[key]
+
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:
         """[K] splits of the task where every used type fits. With recomputation, splits that also fit
         without it are dropped when the objective is monotone in compute (``dp_sync_waits_for_all``):
         recomputation only adds backward seconds there, so the same plan without it is at least as good."""
+        key = ("fits", combo, mbs, s_num, recompute)
+        if key in self.memo:
+            return self.memo[key]
         fits = np.logical_and.reduce([self.arrays(g, t, mbs, s_num, recompute).fits for g, t in combo])
         if recompute and self.ctx.settings.dp_sync_waits_for_all:
             plain = [self.arrays(g, t, mbs, s_num, False) for g, t in combo]
             if all(a is not None for a in plain):
                 fits = fits & ~np.logical_and.reduce([a.fits for a in plain])
+        self.memo[key] = fits
         return fits
 
 
-@lru_cache(maxsize=4096)
+_CAPS: dict[tuple[int, str, int, int], tuple[ClusterSpec, tuple[tuple[str, int], ...]]] = {}
+
+
 def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> tuple[tuple[str, int], ...]:
-    """(zone, max pipelines) of every zone holding type g."""
-    return tuple((p.zone, p.count // (s_num * tp)) for p in sorted(cluster.pools, key=lambda p: p.zone)
-            if p.gpu_type == g and p.count // (s_num * tp) > 0)
+    """(zone, max pipelines) of every zone holding type g. Memoised by the cluster object's identity (hashing a
+    many-pool cluster costs more than the answer; the entry keeps its cluster, so an id is never reused)."""
+    key = (id(cluster), g, tp, s_num)
+    hit = _CAPS.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_CAPS) > 65536:
+        _CAPS.clear()
+    out = tuple((p.zone, p.count // (s_num * tp)) for p in sorted(cluster.pools, key=lambda p: p.zone)
+                if p.gpu_type == g and p.count // (s_num * tp) > 0)
+    _CAPS[key] = (cluster, out)
+    return out
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
@@ -146,14 +192,47 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
             choices = {g: c[:1] for g, c in choices.items()}
         for k in range(1, max_types + 1):
             for subset in combinations(types, k):
-                for tps in product(*(choices[g] for g in subset)):
-                    combo = tuple(zip(subset, tps))
-                    b = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
-                                   with_sync=False, recompute=rc)
+                combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+                for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
+                                                          objective, rc)):
                     if b < np.inf:
-                        tasks.append(Task(s_num, mbs, combo, b, rc))
+                        tasks.append(Task(s_num, mbs, combo, float(b), rc))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
     return tasks
+
+
+def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: list, s_num: int, mbs: int,
+                 n_mb: int, objective: Objective, recompute: bool) -> np.ndarray:
+    """``task_bound(..., with_sync=False)`` of many combos of one type subset at once ([C]): the same
+    operations on the same values, one row per combo."""
+    if not combos:
+        return np.zeros(0)
+    n_types = len(combos[0])
+    fits = np.array([tables.task_fits(c, mbs, s_num, recompute) for c in combos])          # [C, K]
+    stats = [[tables.split_stats(g, t, mbs, s_num, recompute) for g, t in c] for c in combos]
+
+    def masked_min(field: str) -> np.ndarray:                                                # [C, types]
+        vals = np.array([[getattr(st, field) for st in row] for row in stats])              # [C, types, K]
+        return np.where(fits[:, None, :], vals, np.inf).min(axis=2)
+
+    upd = masked_min("upd_max").max(axis=1)
+    m_min, f_min = masked_min("comp_max"), masked_min("comp_sum")
+    cap = np.array([sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num)) for combo in combos])
+    d = np.arange(n_types, n_mb + 1, dtype=float)
+    if len(d) == 0:
+        return np.full(len(combos), np.inf)
+    with np.errstate(invalid="ignore"):
+        span = np.maximum(f_min.max(axis=1)[:, None],
+                          (f_min[:, None, :] + m_min[:, None, :] * (n_mb / d[None, :, None] - 1)).min(axis=2))
+        span = span * (1 - 1e-12)
+        it = span + 0.0 + upd[:, None]
+        usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
+        rate = (d[None, :] * s_num) * usd[:, None]
+        gpus = (d[None, :] * s_num) * np.array([min(t for _, t in c) for c in combos])[:, None]
+        ok = objective.allows(it, rate * it, gpus) & (d[None, :] <= np.minimum(cap, n_mb)[:, None])
+        keys = np.where(ok, objective.key(it, rate * it), np.inf)
+    keys = np.where(fits.any(axis=1)[:, None], keys, np.inf)
+    return keys.min(axis=1)
 
 
 def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
@@ -162,27 +241,27 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
     gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
     sync lower bound per total pipeline count d (index d)."""
-    arrs = [tables.arrays(g, t, mbs, s_num, recompute) for g, t in combo]
     fits = tables.task_fits(combo, mbs, s_num, recompute)
     if not fits.any():
         return np.inf
-    upd = max(float(a.update_s[fits].max(axis=1).min()) for a in arrs)
-    grad = F.grad_bytes(float(np.max([a.params[fits] for a in arrs], axis=0).max(axis=1).min()))
+    stats = [tables.split_stats(g, t, mbs, s_num, recompute) for g, t in combo]
+    upd = max(float(st.upd_max[fits].min()) for st in stats)
     cap = sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))
     d = np.arange(len(combo), min(cap, n_mb) + 1, dtype=float)
     if len(d) == 0:
         return np.inf
     if with_sync:
+        grad = F.grad_bytes(float(np.max([st.params_max[fits] for st in stats], axis=0).min()))
         m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
         t_types, f_types = [], []
-        for a, (g, t) in zip(arrs, combo):
-            t_of_m, fill = _type_times(ctx, cluster, cache, a, fits, g, t, s_num, mbs, n_mb, tables.space.precision)
-            t_types.append(t_of_m[m_per - 1])
+        for g, t in combo:
+            t_at, fill = _type_times(ctx, cluster, cache, tables, fits, g, t, s_num, mbs, m_per, recompute)
+            t_types.append(t_at)
             f_types.append(fill)
         span = np.maximum(max(f_types), np.min(t_types, axis=0))
     else:   # busiest stage as the period, no transfers: weaker, much cheaper
-        m_min = np.array([a.compute_s[fits].max(axis=1).min() for a in arrs])
-        f_min = np.array([a.compute_s[fits].sum(axis=1).min() for a in arrs])
+        m_min = np.array([st.comp_max[fits].min() for st in stats])
+        f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
@@ -198,17 +277,19 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     return float(keys.min())
 
 
-def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, a: StageArrays, fits: np.ndarray, g: str,
-                tp: int, s_num: int, mbs: int, n_mb: int, precision: str) -> tuple[np.ndarray, float]:
-    """Lower bounds over the task's splits and the type's pools: T(m) for m = 1..N, and the fill/drain."""
-    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
+def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, fits: np.ndarray, g: str,
+                tp: int, s_num: int, mbs: int, m: np.ndarray, recompute: bool) -> tuple[np.ndarray, float]:
+    """Lower bounds over the task's splits and the type's pools: T(m) at the counts ``m``, and the
+    fill/drain."""
+    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(tables.space.precision))
     conc = tp if ctx.settings.p2p_all_tp_ranks else 1
-    p2p = 0.0 if s_num == 1 else min(checked_time(cache.get(Group(z, g, tp), Group(z, g, tp), conc), nbytes)
+    p2p = 0.0 if s_num == 1 else min(cache.checked(Group(z, g, tp), Group(z, g, tp), conc, nbytes)
                                      for z, _ in caps_for(cluster, g, tp, s_num))
-    comp = a.compute_s[fits]
-    levels = level_periods(comp, p2p, ctx.settings.p2p_blocking).min(axis=0)
-    fill = float(F.fill_drain_s(comp, p2p).min())
-    times = F.pipeline_s_of_m(levels, fill, n_mb) if np.isfinite(p2p) else np.full(n_mb, np.inf)
+    levels_all, fill_all, _ = tables.levels(g, tp, mbs, s_num, recompute, p2p, ctx.settings.p2p_blocking)
+    levels = levels_all[fits].min(axis=0)
+    fill = float(fill_all[fits].min())
+    times = F.pipeline_s(m, levels[np.minimum(m, len(levels)) - 1], fill) if np.isfinite(p2p) \
+        else np.full(len(m), np.inf)
     return times * (1 - 1e-12), fill * (1 - 1e-12)
 
 
@@ -251,8 +332,11 @@ def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_by
     key = ("ring-bounds", groups, conc, grad_bytes, n_cap)
     if key in cache.patterns:
         return cache.patterns[key]
-    intra = {id(lk): lk for a in groups for b in groups if a.zone == b.zone for lk in [cache.get(a, b, conc)]}
-    cross = {id(lk): lk for a in groups for b in groups if a.zone != b.zone for lk in [cache.get(a, b, conc)]}
+    # links with the same parameters have the same times: one of each (the minimum over links is unchanged)
+    intra = {_link_params(lk): lk for a in groups for b in groups if a.zone == b.zone
+             for lk in [cache.get(a, b, conc)]}
+    cross = {_link_params(lk): lk for a in groups for b in groups if a.zone != b.zone
+             for lk in [cache.get(a, b, conc)]}
     n = np.arange(1, n_cap + 1, dtype=float)
     ring_intra = np.min([F.ring_s(n, link_time(lk, grad_bytes / n)) for lk in intra.values()], axis=0)
     raw = c = None
@@ -262,3 +346,8 @@ def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_by
         c = np.min([F.ring_s(zs, link_time(lk, grad_bytes / zs)) for lk in cross.values()], axis=0)
     cache.patterns[key] = (ring_intra, raw, c)
     return cache.patterns[key]
+
+
+def _link_params(link) -> tuple:
+    """What :func:`link_time` and :func:`bandwidth` read of a link."""
+    return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s)

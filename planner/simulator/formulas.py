@@ -180,19 +180,27 @@ def ring_s(n, chunk_s):
 
 # --- memory ---------------------------------------------------------------------------------------------
 
+def activation_peak_bytes(act_bytes_per_mb, inflight, peak_extra_bytes=0.0):
+    """Peak activation bytes of one GPU: ``inflight`` micro-batches keep theirs, and the forward of the last
+    one may pass through a short-lived peak ``peak_extra_bytes`` above what it keeps (full recomputation:
+    :func:`planner.simulator.activations.recompute_peak_excess_bytes`)."""
+    return act_bytes_per_mb * inflight + peak_extra_bytes
+
+
 def memory_terms(params, act_bytes_per_mb, inflight, max_layer_act_bytes, boundary_bytes,
                  state_bytes: tuple[float, float, float], reserve_factor: float, bucket_elems: float,
-                 overhead_bytes: float):
+                 overhead_bytes: float, act_peak_extra_bytes=0.0):
     """(weights, grads + bucket, optimizer, activations, transient, overhead) bytes of one GPU.
 
-    ``state_bytes``: per-parameter (weights, grads, optimizer) after sharding; ``inflight`` micro-batches
-    keep their activations (times the allocator reserve); transient: one more layer's activations during
-    backward (or the logits) and the p2p send/receive buffers; a flat fp32 gradient bucket if the runtime
-    keeps one.
+    ``state_bytes``: per-parameter (weights, grads, optimizer) after sharding; activations: ``inflight``
+    micro-batches keep theirs, plus a forward's short-lived peak (:func:`activation_peak_bytes`), times the
+    allocator reserve; transient: one more layer's activations during backward (or the logits) and the p2p
+    send/receive buffers; a flat fp32 gradient bucket if the runtime keeps one.
     """
     w, g, o = state_bytes
     bucket = GRAD_BYTES_PER_PARAM * np.minimum(params, bucket_elems)
-    return (w * params, g * params + bucket, o * params, act_bytes_per_mb * inflight * reserve_factor,
+    act = activation_peak_bytes(act_bytes_per_mb, inflight, act_peak_extra_bytes) * reserve_factor
+    return (w * params, g * params + bucket, o * params, act,
             max_layer_act_bytes + 2 * boundary_bytes, overhead_bytes)
 
 

@@ -5,7 +5,8 @@
   and Adam states by D (a rank holding several fine shards shards the replicated parameters once per
   shard: :func:`optimizer_params`); SGD keeps one momentum buffer;
 - activations of in-flight micro-batches: 1F1B keeps ``min(S - s, m)`` on stage s (capped by the
-  micro-batch count, unlike Sailor), times the allocator reserve factor;
+  micro-batch count, unlike Sailor), plus the short-lived peak of the last one's forward under full
+  recomputation (:func:`activation_peak_bytes`), times the allocator reserve factor;
 - transient: one more layer's activations during backward (or the logits on the last stage) and the p2p
   receive/send buffers;
 - a flat gradient bucket when the runtime uses one, and a constant overhead (context, communicators).
@@ -45,6 +46,13 @@ def inflight_microbatches(plan: Plan, s: int, j: int) -> int:
     return min(plan.num_stages - s, plan.microbatch_counts[j])
 
 
+def activation_peak_bytes(plan: Plan, c: ReplicaCosts) -> float:
+    """Peak bytes saved for backward on one GPU (before the allocator reserve): what the runtime's
+    saved-tensor counter reports as ``peak_saved_activation_bytes``."""
+    return float(F.activation_peak_bytes(c.act_bytes_per_mb, inflight_microbatches(plan, c.stage, c.replica),
+                                         c.act_peak_extra_bytes))
+
+
 def optimizer_params(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> float:
     """Parameters whose optimizer state one GPU shards: its own, and, under the distributed optimizer, the
     stage's replicated parameters (norms, row-parallel biases, position embeddings) once more for every extra
@@ -71,7 +79,7 @@ def replica_memory(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> MemoryBreakd
     boundary = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     terms = F.memory_terms(c.params, c.act_bytes_per_mb, inflight_microbatches(plan, c.stage, c.replica),
                            c.max_layer_act_bytes, boundary, (w, g, o), st.activation_reserve_factor,
-                           st.grad_bucket_elems, st.memory_overhead_bytes)
+                           st.grad_bucket_elems, st.memory_overhead_bytes, c.act_peak_extra_bytes)
     return MemoryBreakdown(*(float(t) for t in terms))
 
 

@@ -7,7 +7,8 @@ from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
-from planner.simulator.activations import ActivationTerms, megatron_core_terms, stage_layers_bytes
+from planner.simulator.activations import (ActivationTerms, megatron_core_terms, recompute_peak_excess_bytes,
+                                           stage_layers_bytes)
 from planner.simulator.tied import head_params_for_plan
 
 
@@ -27,6 +28,7 @@ class ReplicaCosts:
     max_layer_act_bytes: float    # largest single-layer activation (transient working set)
     update_s: float               # optimizer step of this GPU
     estimated: bool
+    act_peak_extra_bytes: float = 0.0   # a forward's short-lived peak above what it keeps (full recompute)
 
 
 def activation_terms(ctx: SimContext, mbs: int, tp: int, elem: int) -> ActivationTerms | None:
@@ -66,6 +68,13 @@ def recompute_keep_and_mask(ctx: SimContext, costs: LayerCosts, mbs: int, tp: in
     return terms.group_input, terms.mask
 
 
+def recompute_live_bytes(ctx: SimContext, mbs: int, tp: int, elem: int) -> float:
+    """Bytes a recomputed layer's forward saves that live until its group's forward returns (megatron-core's
+    activation model: :attr:`ActivationTerms.recompute_live`; 0 under the other models)."""
+    terms = activation_terms(ctx, mbs, tp, elem)
+    return terms.recompute_live if terms is not None else 0.0
+
+
 def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
     stage = plan.stages[s]
     last = plan.num_stages - 1
@@ -84,9 +93,15 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
         bwd = float(F.recompute_bwd_s(fwd, bwd, plan.recompute_activations))
     else:   # megatron-core's explicit recompute fields: uniform / block groups, selective (activations.py)
         terms = activation_terms(ctx, plan.micro_batch_size, rep.tp, plan.bytes_per_element)
-        scores = terms.scores if terms is not None and costs.layer_act_bytes is None else None
-        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp, scores, keep)
+        from_terms = terms is not None and costs.layer_act_bytes is None
+        scores = terms.scores if from_terms else None
+        act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp, scores, keep,
+                                             terms.selective_keep if from_terms else 0.0)
         bwd += recomputed * fwd
+    extra = float(recompute_peak_excess_bytes(
+        stage.num_layers, plan.recompute, recompute_live_bytes(ctx, plan.micro_batch_size, rep.tp,
+                                                               plan.bytes_per_element),
+        keep, mask, la, ha if s == last else 0.0))
     act += float(F.stage_mask_bytes(stage.num_layers, mask))
     biggest = la if stage.num_layers else 0.0
     if s == 0:
@@ -104,7 +119,8 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     update_s = F.update_s(costs.update_s_per_param, params, plan.dp_degree, plan.distributed_optimizer)
     return ReplicaCosts(stage=s, replica=j, gpu_type=rep.gpu_type, tp=rep.tp, zone=rep.zone,
                         fwd_s=fwd * scale, bwd_s=bwd * scale, params=int(params), act_bytes_per_mb=act,
-                        max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated)
+                        max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated,
+                        act_peak_extra_bytes=extra)
 
 
 def all_replica_costs(plan: Plan, ctx: SimContext) -> list[list[ReplicaCosts]]:

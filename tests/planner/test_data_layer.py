@@ -106,3 +106,28 @@ def test_every_sailor_model_imports(sailor_data_dir):
         assert sd.profiles.measured_gpu_types()
     opt30 = load_sailor_data(sailor_data_dir, "OPT-30").model
     assert sum(opt30.layer_params()) == info["OPT-30"]["1"]["1"]["params_floats"]
+
+
+def test_builtin_opt_ties_but_sailors_opt_350_runs_did_not(sailor_data_dir):
+    """OPT ties its embeddings (the built-in does); Sailor's llm_info.json gives OPT-350's LM-head layer a
+    [padded vocab, hidden] matrix of its own, so the model of the 15 GH200 runs stays untied; GPT-Neo-2.7's
+    head layer holds only the final norm (tied)."""
+    assert get_model("opt-350m").tied_embeddings and get_model("gpt-neo-2.7b").tied_embeddings
+    info = json.loads((sailor_data_dir / "sailor/Planner/llm_info.json").read_text())
+    opt = load_sailor_data(sailor_data_dir, "OPT-350").model
+    assert info["OPT-350"]["1"]["25"]["params_floats"] == opt.padded_vocab_for_tp(1) * 1024 + 2 * 1024
+    assert not opt.tied_embeddings
+    assert load_sailor_data(sailor_data_dir, "GPT-Neo-2.7").model.tied_embeddings
+    assert info["GPT-Neo-2.7"]["1"]["33"]["params_floats"] == 2 * 2560
+
+
+def test_sailor_import_without_head_parameters_is_one_input_error(sailor_data_dir, tmp_path):
+    import shutil
+    root = tmp_path / "sd"
+    shutil.copytree(sailor_data_dir / "sailor" / "Planner" / "simulations" / "configs",
+                    root / "sailor" / "Planner" / "simulations" / "configs")
+    info = json.loads((sailor_data_dir / "sailor/Planner/llm_info.json").read_text())
+    del info["OPT-350"]["1"]["25"]["params_floats"]
+    (root / "sailor" / "Planner" / "llm_info.json").write_text(json.dumps({"OPT-350": info["OPT-350"]}))
+    with pytest.raises(InputError, match="malformed Sailor data .KeyError.*params_floats"):
+        load_sailor_data(root, "OPT-350")

@@ -107,11 +107,31 @@ def test_search_memory_includes_the_causal_mask_and_keep_bytes():
     reserve = ctx.settings.activation_reserve_factor
     assert list(with_mask[0] - without[0]) == pytest.approx([2 * tt.mask_bytes * reserve, tt.mask_bytes * reserve],
                                                            rel=1e-12)
-    rc = T.stage_arrays(ctx, tt, counts, space.precision, space.optimizer, recompute=True).memory_bytes
-    rc0 = T.stage_arrays(ctx, replace(tt, keep_bytes=0.0), counts, space.precision, space.optimizer,
+    quiet = replace(tt, recompute_live_bytes=0.0)     # without the short-lived peak of recomputed forwards
+    rc = T.stage_arrays(ctx, quiet, counts, space.precision, space.optimizer, recompute=True).memory_bytes
+    rc0 = T.stage_arrays(ctx, replace(quiet, keep_bytes=0.0), counts, space.precision, space.optimizer,
                          recompute=True).memory_bytes
     assert list(rc[0] - rc0[0]) == pytest.approx(list(counts[0] * tt.keep_bytes * reserve * [2, 1]), rel=1e-12)
     assert tt.keep_bytes > 0
+
+
+def test_search_memory_includes_the_recompute_peak():
+    """With dropout (the preset's 0.1) each recomputed layer's forward holds its two bias-dropout-add masks
+    until it returns: on a first stage of a layers (not last) the peak rises by 2 sbhe - sbhe (- s^2 if a == 1)
+    above the kept bytes, once (the last in-flight micro-batch's forward), times the reserve."""
+    ctx, cluster, gbs, space = _setup(3)
+    tt = T.build_type_table(ctx, "A100-40", 1, 1, space.precision)
+    m = ctx.model
+    sbhe = m.seq_length * m.hidden_size * (4 if space.precision == "fp32" else 2)
+    assert tt.recompute_live_bytes == 2 * sbhe and tt.keep_bytes == sbhe
+    counts = T.split_family(m.num_layers, 2)[:2]             # first stage of 1 and of 2 layers
+    rc = T.stage_arrays(ctx, tt, counts, space.precision, space.optimizer, recompute=True).memory_bytes
+    quiet = replace(tt, recompute_live_bytes=0.0)
+    rc0 = T.stage_arrays(ctx, quiet, counts, space.precision, space.optimizer, recompute=True).memory_bytes
+    reserve = ctx.settings.activation_reserve_factor
+    first = [max(0.0, 2 * sbhe - sbhe - (m.seq_length ** 2 if a == 1 else 0)) for a in counts[:, 0]]
+    assert list(rc[:, 0] - rc0[:, 0]) == pytest.approx([f * reserve for f in first], rel=1e-12)
+    assert first[1] > 0
 
 
 def test_production_check_rejects_a_search_that_forgets_the_mask(monkeypatch):

@@ -96,3 +96,34 @@ def test_hierarchical_order_is_zone_by_zone_and_cross_zone_bytes() -> None:
     assert flat.cross_zone_bytes(3000, 4, 2) == int(2 * 2 / 3 * 3000 * 6)
     one_zone = ShardComm(ShardSyncGroups(0, (0, 2), object(), None, None, None), SYNC_FLAT, layout, 0)
     assert one_zone.cross_zone_bytes(3000, 4, 2) == 0
+
+
+def test_flatten_makes_parameters_and_gradients_views_of_padded_buffers() -> None:
+    """A unit holding whole parameters (one piece) owns them: the parameters keep their values but live in one
+    padded buffer, their gradient views (zeros) in another; a write to the buffer is a write to the model."""
+    units = _units(3, piece=0, pieces=1, shard=0)
+    u = units[0]
+    before = [p.detach().clone() for p in u.entries]
+    grads = u.flatten()
+    assert u.flat and u.param_buf.numel() == u.grad_buf.numel() == u.chunk * 3 >= u.numel
+    assert all(torch.equal(p.data, b) for p, b in zip(u.entries, before))
+    assert torch.equal(u.param_buf[:u.numel], torch.cat([b.reshape(-1) for b in before]))
+    assert float(u.param_buf[u.numel:].abs().sum()) == 0.0
+    u.param_buf.add_(1.0)
+    assert all(torch.equal(p.data, b + 1.0) for p, b in zip(u.entries, before))
+    u.grad_buf.fill_(2.0)
+    assert all(float(grads[id(p)].min()) == 2.0 and grads[id(p)].shape == p.shape for p in u.entries)
+    assert not _units(3, piece=1, pieces=2, shard=1)[0].flat    # several pieces: packed instead
+
+
+def test_all_gather_refuses_a_wrong_out_buffer() -> None:
+    layout = _two_zone_layout()
+    comm = ShardComm(ShardSyncGroups(0, (0, 1, 2), object(), None, None, None), SYNC_FLAT, layout, 0)
+    seg = torch.zeros(4)
+    for bad in (torch.zeros(11), torch.zeros(12, dtype=torch.bfloat16)):
+        try:
+            comm.all_gather(seg, out=bad)
+        except ValueError as e:
+            assert "out has" in str(e)
+        else:
+            raise AssertionError("accepted a wrong out buffer")
