@@ -161,7 +161,7 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
                          seq_length=2048, vocab_size=50272, max_position_embeddings=2048),
     "llama-3-8b": ModelSpec("llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
                             ffn_hidden_size=14336, seq_length=8192, vocab_size=128256,
-                            max_position_embeddings=8192, tied_embeddings=True,
+                            max_position_embeddings=8192, tied_embeddings=False,
                             learned_position_embeddings=False, gated_mlp=True, bias=False),
 }
 # Sailor's model names map to ours.

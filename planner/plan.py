@@ -21,6 +21,9 @@ JSON form (``schema_version`` 1)::
 ``recompute_granularity`` (optional: null, "full" or "selective"), ``recompute_method`` ("uniform" or "block",
 full only) and ``recompute_num_layers`` (>= 1, full only): megatron-core's activation recomputation. The older
 ``recompute_activations: true`` means full / uniform / 1 layer (what the simulator has always modelled).
+A stage of ``L`` layers recomputes groups of ``n = min(recompute_num_layers, L)`` layers; with ``uniform``,
+``n`` must divide ``L`` (megatron-core 0.16.1's ``_checkpointed_forward`` indexes past the stage's last layer
+otherwise), so such a plan is refused (:func:`uniform_recompute_conflict`). ``block`` has no such limit.
 
 ``tie_embeddings`` (optional, default false): the LM head reuses the input word embedding; with several
 stages the first and last stage each hold a copy and sum its gradient (Megatron's embedding group).
@@ -120,6 +123,25 @@ class Stage:
                 "replicas": [r.to_dict() for r in self.replicas], "grad_sync": self.grad_sync}
 
 
+def uniform_recompute_conflict(stage_layers: list[int],
+                               recompute: tuple[str | None, str | None, int | None]) -> str | None:
+    """The one rule for uniform full recomputation: a message naming the first stage whose layer count
+    ``L`` is not a multiple of its group ``n = min(recompute_num_layers, L)`` (megatron-core 0.16.1 then
+    raises IndexError in ``_checkpointed_forward``); None when every stage can run. Stages without layers
+    recompute nothing; ``block`` and selective recomputation never conflict."""
+    granularity, method, group = recompute
+    if granularity != "full" or method != "uniform" or not group:
+        return None
+    for s, layers in enumerate(stage_layers):
+        n = min(group, layers)
+        if layers and layers % n:
+            return (f"field 'recompute_num_layers' {group} does not divide stages[{s}].num_layers {layers}: "
+                    f"uniform full recomputation runs groups of {n} layers, so every stage's layer count "
+                    f"must be a multiple of {n} (or at most {group}); use recompute_method 'block' or "
+                    f"another group size")
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     """A validated training plan (see the module docstring)."""
@@ -161,6 +183,9 @@ class Plan:
         if not isinstance(self.stages, tuple) or not self.stages:
             raise InputError(f"field 'stages' must be a non-empty list, got {self.stages!r}")
         self._check_layers()
+        conflict = uniform_recompute_conflict([st.num_layers for st in self.stages], self.recompute)
+        if conflict:
+            raise InputError(conflict)
         self._check_replicas()
         object.__setattr__(self, "_counts", self._compute_counts())
 

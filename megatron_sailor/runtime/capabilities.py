@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
-from planner.plan import Plan
+from planner.plan import Plan, uniform_recompute_conflict
 
 SUPPORTED_PRECISIONS = ("fp32", "bf16", "fp16")
 SUPPORTED_OPTIMIZERS = ("adamw",)
@@ -37,6 +37,9 @@ def unsupported_options(plan: Plan) -> list[str]:
     if plan.p2p_pattern not in SUPPORTED_P2P_PATTERNS:
         msgs.append(f"p2p_pattern '{plan.p2p_pattern}' is not implemented by the runtime "
                     f"(supported: {', '.join(SUPPORTED_P2P_PATTERNS)})")
+    conflict = uniform_recompute_conflict([st.num_layers for st in plan.stages], plan.recompute)
+    if conflict:                 # Plan validation refuses it already; kept should that rule ever relax
+        msgs.append(conflict.removeprefix("field "))
     if plan.optimizer not in SUPPORTED_OPTIMIZERS:
         msgs.append(f"optimizer '{plan.optimizer}' is not implemented by the runtime "
                     f"(supported: {', '.join(SUPPORTED_OPTIMIZERS)})")

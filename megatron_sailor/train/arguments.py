@@ -234,7 +234,7 @@ def resolve_plan_options(args: argparse.Namespace, plan: Plan, sailor_format: bo
                            precision=flag_precision or "fp32", recompute_granularity=g, recompute_method=m,
                            recompute_num_layers=n, distributed_optimizer=args.use_distributed_optimizer)
         except InputError as exc:
-            raise InputError(f"recompute flags: {exc}") from None
+            raise InputError(f"recompute flags: {exc}", source=args.sailor_plan) from None
     if recompute is not None and recompute != plan.recompute:
         raise InputError(f"--recompute-* flags {recompute} contradict the plan's recompute {plan.recompute}",
                          source=args.sailor_plan)
