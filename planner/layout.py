@@ -131,3 +131,11 @@ def global_rank(plan: Plan, stage: int, replica: int, tp_rank: int) -> int:
 def replica_first_rank(plan: Plan, stage: int, replica: int) -> int:
     """Global rank of TP rank 0 of replica ``replica`` of stage ``stage``."""
     return global_rank(plan, stage, replica, 0)
+
+
+def tied_embedding_sync_mode(stage_modes: tuple[str | None, ...]) -> str | None:
+    """The ONE rule for the tied-embedding group's gradient-sync mode (flat or hierarchical): the first stage's
+    mode as resolved for it (the runtime: ``stages[0].grad_sync``, else ``--grad-sync``; the simulator: the mode
+    it models stage 0 with). None (stage 0 has one replica, so every stage has one): each embedding group is
+    then one rank of the first and one of the last stage, where both modes are the same two-member sum."""
+    return stage_modes[0] if stage_modes else None

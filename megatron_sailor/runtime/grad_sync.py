@@ -15,7 +15,7 @@ are left out of the stage sync and summed instead over Megatron's embedding grou
 gradient of the shared weight and both copies take the same step.
 
 Modes (per stage, carried by each group: the plan's ``stages[s].grad_sync`` or the run's ``--grad-sync``; the
-tied-embedding groups use the run's): ``flat`` all-reduces over the whole group; ``hierarchical`` reduces
+tied-embedding groups use the first stage's, the rule the simulator prices them by): ``flat`` all-reduces over the whole group; ``hierarchical`` reduces
 inside each zone to the zone's leader, all-reduces among zone leaders, then broadcasts inside each zone.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from planner.layout import RankLayout
+from planner.layout import RankLayout, tied_embedding_sync_mode
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RankGroups:
     p2p: Any                              # all ranks; used only for point-to-point between stages
     world: Any                            # all ranks; loss / grad-norm reductions
     grad_sync: tuple[ShardSyncGroups, ...]
-    sync_mode: str                        # the run's mode (--grad-sync): stages without their own, tied sync
+    sync_mode: str                        # the run's mode (--grad-sync): stages without their own
     embedding: tuple[ShardSyncGroups, ...] = ()   # tied embeddings: first + last stage, per fine shard
     stage_modes: tuple[str, ...] = ()     # each stage's mode (the plan's grad_sync, else sync_mode)
 
@@ -96,11 +96,21 @@ def stage_sync_modes(plan_modes: tuple[str | None, ...], sync_mode: str) -> tupl
     return modes
 
 
+def tied_sync_mode(modes: tuple[str, ...]) -> str:
+    """The tied-embedding groups' mode from the stages' resolved modes (:func:`stage_sync_modes`), by the
+    planner's one rule (:func:`planner.layout.tied_embedding_sync_mode`: the first stage's)."""
+    mode = tied_embedding_sync_mode(modes)
+    if mode is None:
+        raise ValueError("a plan has at least one stage")
+    return mode
+
+
 def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHICAL,
                   timeout: timedelta = timedelta(seconds=120), tied_embeddings: bool = False,
                   plan_modes: tuple[str | None, ...] | None = None) -> RankGroups:
     """Create every group of the plan (collectively) and return this rank's. ``plan_modes``: the plan's
-    per-stage ``grad_sync`` (None entries, or None: ``sync_mode``); the tied-embedding groups use ``sync_mode``."""
+    per-stage ``grad_sync`` (None entries, or None: ``sync_mode``); the tied-embedding groups use
+    :func:`tied_sync_mode` (the first stage's resolved mode)."""
     modes = stage_sync_modes(plan_modes or (None,) * layout.num_stages, sync_mode)
     me = layout.info(rank)
     world_ranks = tuple(range(layout.world_size))
@@ -126,7 +136,7 @@ def create_groups(layout: RankLayout, rank: int, sync_mode: str = SYNC_HIERARCHI
     embedding: list[ShardSyncGroups] = []
     if tied_embeddings and layout.num_stages > 1:
         for f in range(embedding_fine_shards(layout)):
-            sg = _shard_groups(layout, rank, embedding_group(layout, f), f, sync_mode, timeout)
+            sg = _shard_groups(layout, rank, embedding_group(layout, f), f, tied_sync_mode(modes), timeout)
             if rank in sg.members:
                 embedding.append(sg)
     logger.debug("rank %d: %d grad-sync shard groups (%s)", rank, len(grad_sync), modes)

@@ -182,9 +182,10 @@ class _Chooser:
 
 
 def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
-              full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) of one stage for rows ``D`` ([R, G] replicas per group, columns sorted by
-    (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once."""
+              full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD, hierarchical?) of one stage for rows ``D`` ([R, G] replicas per group, columns
+    sorted by (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once (the third: True
+    where it models the row's sync as hierarchical, False where flat or nothing to sync)."""
     key = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
     first, inv = unique_first(key)
     codes = key[first]
@@ -200,19 +201,20 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
     conc = np.array([min([groups[i].tp for i in range(len(groups)) if k[i] > 0] or [1]) for k in keys])
     time_s = np.zeros(len(d))
     usd = np.zeros(len(d))
+    hier = np.zeros(len(d), dtype=bool)
     for c in np.unique(conc):
         rows = np.nonzero(conc[inv] == c)[0]
         sub_keys = sorted(set(inv[rows].tolist()))
         remap = np.full(len(keys), -1)
         remap[sub_keys] = np.arange(len(sub_keys))
-        t, u = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
+        t, u, h = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
                           D[rows], d[rows], grad_bytes[rows], full_bytes[rows])
-        time_s[rows], usd[rows] = t, u
-    return time_s, usd
+        time_s[rows], usd[rows], hier[rows] = t, u, h
+    return time_s, usd, hier
 
 
 def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
-               grad: np.ndarray, full: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               grad: np.ndarray, full: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     worst_at = grad / np.maximum(d, 1)
     flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at)
     nz = np.array([p.n_zones for p in pats])[inv]
@@ -220,7 +222,8 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
     per_edge_flat = F.ring_edge_bytes(d, full)
     multi = nz > 1
     if not np.any(multi) or ctx.settings.grad_sync == "flat":
-        return np.where(d > 1, flat, 0.0), np.where(multi & (d > 1), per_edge_flat * price, 0.0)
+        return (np.where(d > 1, flat, 0.0), np.where(multi & (d > 1), per_edge_flat * price, 0.0),
+                np.zeros(len(d), dtype=bool))
     inner = np.zeros(len(d))
     zmax = max(p.n_zones for p in pats)
     for zi in range(zmax):
@@ -237,4 +240,4 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
     use_flat = use_flat | ~multi
     t = np.where(use_flat, flat, hier)
     per_edge = np.where(use_flat, per_edge_flat, F.ring_edge_bytes(nz, full))
-    return np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0)
+    return (np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0), ~use_flat & (d > 1))

@@ -125,14 +125,16 @@ def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad: np.ndarray,
-                full: np.ndarray, slow_bwd: np.ndarray, bound_only: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(sync seconds, egress USD) per row from per-row stage gradients. ``bound_only``: a lower bound (the
-    stage with the largest gradient only, no egress)."""
+                full: np.ndarray, slow_bwd: np.ndarray, bound_only: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sync seconds, egress USD, stage 0 hierarchical?) per row from per-row stage gradients. ``bound_only``: a
+    lower bound (the stage with the largest gradient only, no egress; the third all False)."""
     if bound_only:
         top = np.argmax(grad, axis=1)[:, None]
-        t, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
+        t, _, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
                          np.take_along_axis(full, top, 1)[:, 0])
-        return (t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D))
+        return ((t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D)),
+                np.zeros(len(D), dtype=bool))
     times, egress, memo = [], np.zeros(len(D)), {}
     for s in range(grad.shape[1]):
         key = (grad[:, s].tobytes(), full[:, s].tobytes())
@@ -140,14 +142,15 @@ def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nd
             memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s])
         times.append(memo[key][0])
         egress = egress + memo[key][1]
+    hier0 = memo[(grad[:, 0].tobytes(), full[:, 0].tobytes())][2]
     if ctx.settings.dp_sync_waits_for_all:
-        return np.max(np.vstack(times), axis=0), egress
+        return np.max(np.vstack(times), axis=0), egress, hier0
     # ``sync_seconds``: stage s's sync overlaps with the remaining backward of stages < s
     extra, slack = np.zeros(len(D)), np.zeros(len(D))
     for s, t in enumerate(times):
         extra = np.maximum(extra, t - slack)
         slack = slack + slow_bwd[:, s]
-    return np.maximum(0.0, extra), egress
+    return np.maximum(0.0, extra), egress, hier0
 
 
 def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform: bool) -> np.ndarray:
@@ -179,13 +182,13 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
         reps.append((D[first], g, f, b))
         parts.append((len(first), inv))
     cat = [np.concatenate([r[i] for r in reps], axis=0) for i in range(4)]
-    t_all, e_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
+    t_all, e_all, h_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
     out, lo = [], 0
     for i, ((pools, D), (n, inv)) in enumerate(zip(items, parts)):
-        sync, egress = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv]
+        sync, egress, hier0 = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv], h_all[lo:lo + n][inv]
         lo += n
-        if exact and tied is not None:
-            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params))
+        if exact and tied is not None:      # in stage 0's mode, as the built plan will carry it
+            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params), hier0)
             sync, egress = sync + t_tied, egress + e_tied
         if known is not None and not exact:
             span, upd, rate, gpus = known[i]

@@ -1,9 +1,10 @@
 """Tied input/output embeddings in the search: the shared weight's gradient all-reduce, priced exactly as the
 simulator prices it (:func:`planner.simulator.tied.tied_sync_of_replicas`, called on the first and last stages'
-replica lists the built plan will have, so there is one implementation of the rule).
+replica lists the built plan will have and stage 0's sync mode as the search models it, so there is one
+implementation of the rule).
 
 The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
-order), not on the layer split, so it is memoised per replica layout. It adds a non-negative time and egress
+order) and on stage 0's mode, not otherwise on the layer split, so it is memoised per (layout, mode). It adds a non-negative time and egress
 cost after the stage syncs; the search's lower bounds leave it out and stay lower bounds.
 """
 from __future__ import annotations
@@ -23,32 +24,37 @@ class TiedSync:
         self._memo: dict[tuple, tuple[float, float]] = {}
         self._chains: dict[tuple, tuple[float, float]] = {}
 
-    def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int) -> tuple[float, float]:
-        key = (first, last, num_stages)
+    def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str = "flat"
+           ) -> tuple[float, float]:
+        """``mode``: stage 0's sync mode, which the tied all-reduce follows (planner.layout's rule)."""
+        key = (first, last, num_stages, mode)
         if key not in self._memo:
-            t, moved = tied_sync_of_replicas(first, last, self.ctx) if num_stages > 1 else (0.0, {})
+            t, moved = tied_sync_of_replicas(first, last, self.ctx, mode) if num_stages > 1 else (0.0, {})
             usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
             self._memo[key] = (float(t), float(usd))
         return self._memo[key]
 
-    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int) -> tuple[np.ndarray, np.ndarray]:
+    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int, hier0: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``D`` ([R, P] pipelines per pool, pools ``groups`` in plan order): (seconds, USD). Every
-        stage of a pool plan has the same replica list (pool by pool, in column order)."""
+        stage of a pool plan has the same replica list (pool by pool, in column order). ``hier0``: per row,
+        True where stage 0's sync is hierarchical (else flat)."""
         if num_stages < 2 or len(D) == 0:
             return np.zeros(len(D)), np.zeros(len(D))
-        rows, inv = np.unique(D, axis=0, return_inverse=True)
+        rows, inv = np.unique(np.column_stack([D, hier0.astype(D.dtype)]), axis=0, return_inverse=True)
         t, usd = np.zeros(len(rows)), np.zeros(len(rows))
         for i, row in enumerate(rows):
             reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
-                         for g, d in zip(groups, row) for _ in range(int(d)))
+                         for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
             if reps:
-                t[i], usd[i] = self.of(reps, reps, num_stages)
+                t[i], usd[i] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat")
         inv = inv.reshape(-1)
         return t[inv], usd[inv]
 
     def chain(self, first: tuple[str, str, int], last: tuple[str, str, int], d: int, num_stages: int
               ) -> tuple[float, float]:
-        """A chain plan: d pipelines, stage 0 on ``first`` and the last stage on ``last`` ((type, zone, tp))."""
+        """A chain plan: d pipelines, stage 0 on ``first`` and the last stage on ``last`` ((type, zone, tp)).
+        Stage 0's replicas share one zone, so its sync (and the tied all-reduce's mode) is flat."""
         key = (first, last, d, num_stages)
         if key not in self._chains:
             a = (Replica(gpu_type=first[0], tp=first[2], zone=first[1]),) * d

@@ -141,7 +141,7 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
                   for j, m in enumerate(plan.microbatch_counts))
     syncs = [stage_sync(plan, ctx, s, costs[s]) for s in range(S)]
     sync_s = sync_seconds(plan, ctx, syncs, costs)
-    tied_s, tied_bytes = tied_sync_seconds(plan, ctx)
+    tied_s, tied_bytes = tied_sync_seconds(plan, ctx, syncs[0].mode)   # stage 0's mode (one rule)
     sync_s += tied_s                                   # after the stage syncs (runtime order)
     syncs_with_tied = syncs + [SyncCost(tied_s, tied_bytes, "tied-embedding")]
     update_s = max(c.update_s for row in costs for c in row)

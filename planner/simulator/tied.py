@@ -3,13 +3,16 @@
 Memory: with one stage the LM head is the word embedding (no second matrix); with several stages the last
 stage holds a copy of the word-embedding shard (Megatron's scheme), so it counts a full vocab x hidden / TP
 matrix like an untied head. Time: after the stage gradient sync, the shared weight's gradient is summed
-over the first and last stages' replicas (one rank per replica of each, per fine shard): a ring all-reduce
-of the word-embedding shard over ``2 D`` members, limited by the slowest link among them.
+over the first and last stages' replicas (one rank per replica of each, per fine shard), ``2 D`` members, in
+the mode of the plan's first stage (:func:`planner.layout.tied_embedding_sync_mode`, the rule the runtime's
+groups follow): flat, a ring limited by its slowest link; hierarchical, priced exactly as a stage's
+hierarchical sync (:func:`planner.simulator.time.zone_aware_sync`).
 """
 from __future__ import annotations
 
 from planner.model import ModelSpec
 from planner.network import Endpoint
+from planner.layout import tied_embedding_sync_mode
 from planner.plan import Plan, Replica
 from planner.simulator.settings import SimContext
 
@@ -31,27 +34,33 @@ def head_params_for_plan(plan: Plan, model: ModelSpec, tp: int, profiled_hp: int
     return norm + (vocab if needs_matrix else 0)
 
 
-def tied_sync_seconds(plan: Plan, ctx: SimContext) -> tuple[float, dict[tuple[str, str], float]]:
-    """(seconds, cross-zone bytes per (src, dst) zone) of the shared weight's gradient all-reduce."""
+def tied_sync_seconds(plan: Plan, ctx: SimContext, stage0_mode: str | None = None
+                      ) -> tuple[float, dict[tuple[str, str], float]]:
+    """(seconds, cross-zone bytes per (src, dst) zone) of the shared weight's gradient all-reduce, in the mode
+    :func:`planner.layout.tied_embedding_sync_mode` gives: stage 0's as the simulator models it
+    (``stage0_mode``: what :func:`planner.simulator.time.stage_sync` chose for stage 0; None: resolved here)."""
     if not plan.tie_embeddings or plan.num_stages == 1:
         return 0.0, {}
-    return tied_sync_of_replicas(plan.stages[0].replicas, plan.stages[-1].replicas, ctx)
+    if stage0_mode is None:
+        from planner.simulator.stage import all_replica_costs      # stage imports this module
+        from planner.simulator.time import stage_sync
+        stage0_mode = stage_sync(plan, ctx, 0, all_replica_costs(plan, ctx)[0]).mode
+    return tied_sync_of_replicas(plan.stages[0].replicas, plan.stages[-1].replicas, ctx,
+                                 tied_embedding_sync_mode((stage0_mode,)))
 
 
-def tied_sync_of_replicas(first: tuple[Replica, ...], last: tuple[Replica, ...], ctx: SimContext
-                          ) -> tuple[float, dict[tuple[str, str], float]]:
-    """:func:`tied_sync_seconds` of a several-stage tied plan whose first and last stages hold these replicas
-    (the all-reduce depends on nothing else; the search calls this directly)."""
+def tied_sync_of_replicas(first: tuple[Replica, ...], last: tuple[Replica, ...], ctx: SimContext,
+                          mode: str | None = "flat") -> tuple[float, dict[tuple[str, str], float]]:
+    """:func:`tied_sync_seconds` of a several-stage tied plan whose first and last stages hold these replicas,
+    synced in ``mode`` (``flat``, ``hierarchical``; anything else, e.g. stage 0's ``none``, prices flat: with
+    one replica per stage both modes are the same two-member sum). The all-reduce depends on nothing else; the
+    search calls this directly. Priced by :func:`planner.simulator.time.zone_aware_sync`, the stage syncs'
+    function, on the first + last replicas: fp32 gradients of the word-embedding shard of the smallest TP."""
+    from planner.simulator.time import zone_aware_sync
     reps = tuple(first) + tuple(last)
-    n = len(reps)
     tp = min(r.tp for r in reps)
     nbytes = 4.0 * _vocab_shard_params(ctx.model, tp)          # fp32 gradients
     ends = [Endpoint(r.gpu_type, r.zone) for r in reps]
-    links = [ctx.network.link(ends[i], ends[(i + 1) % n], concurrent=tp) for i in range(n)]
-    link = min(links, key=lambda l: l.bandwidth_bytes_per_s(nbytes / n))
-    time_s = 2 * (n - 1) * link.time_s(nbytes / n)
-    zones = sorted({r.zone for r in reps})
-    if len(zones) < 2:
-        return time_s, {}
-    per_edge = 2 * (n - 1) / n * nbytes * tp
-    return time_s, {(zones[i], zones[(i + 1) % len(zones)]): per_edge for i in range(len(zones))}
+    rule = mode if mode in ("flat", "hierarchical") else "flat"
+    sc = zone_aware_sync(ends, ctx, rule, nbytes, nbytes * tp, tp)
+    return sc.time_s, sc.cross_zone_bytes

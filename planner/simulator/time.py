@@ -114,13 +114,27 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     """Gradient all-reduce of stage s over its D replicas (heterogeneous TP: fine-shard groups); the mode is
     :func:`sync_rule`'s. One zone: both modes are the runtime's flat all-reduce."""
     reps = plan.stages[s].replicas
-    d = len(reps)
-    if d == 1:
+    if len(reps) == 1:
         return SyncCost(0.0, {}, "none")
     grad_bytes = F.grad_bytes(max(c.params for c in costs))   # the smallest-TP replica's GPUs hold the most
     full_bytes = F.grad_bytes(max(c.params * c.tp for c in costs))   # the whole stage's gradient (all shards)
-    conc = min(r.tp for r in reps)
+    dist = plan.distributed_optimizer
+    param_bytes = max(c.params for c in costs) * plan.bytes_per_element if dist else None
+    # the distributed optimizer: reduce-scatter of fp32 gradients, all-gather of updated parameters
+    moved = (full_bytes + max(c.params * c.tp for c in costs) * plan.bytes_per_element) / 2 if dist else full_bytes
     ends = [endpoint(ctx, s, j, r) for j, r in enumerate(reps)]
+    return zone_aware_sync(ends, ctx, sync_rule(plan, ctx, s), grad_bytes, moved, min(r.tp for r in reps),
+                           param_bytes)
+
+
+def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes: float, moved_bytes: float,
+                    conc: int, param_bytes: float | None = None) -> SyncCost:
+    """Sum of one gradient over replicas at ``ends`` (ring order), in mode ``rule`` (``flat``: one ring;
+    ``hierarchical``: reduce + broadcast inside each zone, a ring over the zone leaders; ``auto``: the faster).
+    ``grad_bytes``: per GPU; ``moved_bytes``: what one ring carries across zones (all shards); ``conc``:
+    concurrent streams per link (the smallest TP); ``param_bytes``: the distributed optimizer's parameter
+    half (None: a plain all-reduce). One zone: the flat ring."""
+    d = len(ends)
     zones: dict[str, list[Endpoint]] = {}
     for e in ends:
         zones.setdefault(e.zone, []).append(e)
@@ -129,10 +143,7 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
         links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
         return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
 
-    dist = plan.distributed_optimizer
-    param_bytes = max(c.params for c in costs) * plan.bytes_per_element
-    # the distributed optimizer: reduce-scatter of fp32 gradients, all-gather of updated parameters
-    moved = (full_bytes + max(c.params * c.tp for c in costs) * plan.bytes_per_element) / 2 if dist else full_bytes
+    dist = param_bytes is not None
 
     def ring(n: int, link: Link, grad_halves: int = 1, param_halves: int = 1) -> float:
         if not dist:
@@ -142,8 +153,7 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     ring_pairs = [(ends[i], ends[(i + 1) % d]) for i in range(d)]
     flat_t = ring(d, worst(ring_pairs))
     zone_list = sorted(zones)
-    flat_bytes = _ring_cross_bytes(zone_list, d, moved)
-    rule = sync_rule(plan, ctx, s)
+    flat_bytes = _ring_cross_bytes(zone_list, d, moved_bytes)
     if len(zones) == 1 or rule == "flat":
         return SyncCost(flat_t, flat_bytes if len(zones) > 1 else {}, "flat")
     inner = 0.0
@@ -159,7 +169,7 @@ def stage_sync(plan: Plan, ctx: SimContext, s: int, costs: list[ReplicaCosts]) -
     leaders = [zones[z][0] for z in zone_list]
     cross = ring(len(leaders), worst([(leaders[i], leaders[(i + 1) % len(leaders)]) for i in range(len(leaders))]))
     hier_t = inner + cross
-    hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), moved)
+    hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), moved_bytes)
     if rule == "auto" and flat_t < hier_t:
         return SyncCost(flat_t, flat_bytes, "flat")
     return SyncCost(hier_t, hier_bytes, "hierarchical")

@@ -101,7 +101,9 @@ def run_case(case: dict, env, iterations: int, seed: int, data, model, refs: dic
              p.partition_dim if getattr(p, "tensor_model_parallel", False) else None) for n, p, e in final]
     per_rank = {"skipped": [m.skipped for m in metrics], "moved": moved, "scales": [m.loss_scale for m in metrics],
                 "memory": metrics[-1].memory, "stage": rt.me.stage,
-                "sync_modes": [(sg.mode, sg.flat is not None) for sg in rt.groups.grad_sync if len(sg.members) > 1]}
+                "sync_modes": [(sg.mode, sg.flat is not None) for sg in rt.groups.grad_sync if len(sg.members) > 1],
+                "embedding_modes": [(sg.mode, sg.flat is not None) for sg in rt.groups.embedding
+                                    if len(sg.members) > 1]}
     gathered = [None] * env.world_size if env.rank == 0 else None
     dist.gather_object((mine, per_rank), gathered, dst=0, group=rt.groups.world)
     if env.rank != 0:

@@ -20,7 +20,7 @@ from planner.search import Objective, SearchSpace, build_plan, plan_search
 from planner.search import tables as T
 from planner.search.verify import check_candidates, search_replica_peaks
 from planner.simulator import simulate
-from planner.simulator.tied import tied_sync_seconds
+from planner.simulator.tied import tied_sync_of_replicas, tied_sync_seconds
 from planner.simulator.settings import OURS, SimContext
 
 TYPES = ("A100-40", "V100-16", "RTX-3090", "GH-96")
@@ -168,3 +168,31 @@ def test_api_plans_a_tied_model_as_tied_plans():
             assert est == simulate(plan, api.context_for(ctx, cluster))
         if tied and report.plan.num_stages > 1:
             assert tied_sync_seconds(report.plan, api.context_for(ctx, cluster))[0] > 0
+
+
+@pytest.mark.parametrize("rule", ["hierarchical", "auto"])
+def test_search_prices_the_tied_all_reduce_in_stage_zeros_mode(rule):
+    """Tied pool plans (no chain plans) over two zones: the search prices the shared weight's all-reduce in stage 0's mode (the
+    one written into the plan), so the plan sailor-plan writes simulates to the search's time and cost; under
+    the hierarchical rule the sample holds plans whose tied sync is hierarchical and priced unlike a flat ring."""
+    from planner.simulator import with_chosen_sync_modes
+    cat = GPUCatalog()
+    # ~2.7e9 parameters: no TP-1 GPU holds them, so every plan has several stages
+    model = ModelSpec("t", num_layers=24, hidden_size=3072, num_heads=24, ffn_hidden_size=4 * 3072,
+                      seq_length=1024, vocab_size=32000, max_position_embeddings=1024, tied_embeddings=True)
+    ctx = SimContext(model, ProfileStore(model, cat), NetworkModel(cat), cat, OURS.with_(grad_sync=rule))
+    cluster = parse_gpus("A100-40@us-a=8,A100-40@us-b=8", cat)
+    res = plan_search(ctx, cluster, 32, Objective("throughput"),
+                      SearchSpace(max_stages=3, tp_options=(1,), tie_embeddings=True, chain_segments=1), top_k=8,
+                      verify=True)
+    hier = 0
+    for c in res.candidates:
+        plan = with_chosen_sync_modes(build_plan(c, model.num_layers, 32, None), ctx)
+        est = simulate(plan, ctx)
+        assert est.iteration_time_s == pytest.approx(c.iteration_s, rel=1e-9, abs=0)
+        assert est.cost_per_iteration_usd == pytest.approx(c.cost_usd, rel=1e-9, abs=0)
+        if plan.num_stages > 1 and plan.stages[0].grad_sync == "hierarchical":
+            flat = tied_sync_of_replicas(plan.stages[0].replicas, plan.stages[-1].replicas, ctx, "flat")[0]
+            hier += 0 < tied_sync_seconds(plan, ctx)[0] != flat       # a price the flat rule would miss
+    if rule == "hierarchical":                   # under auto the flat ring is the faster here
+        assert hier > 0, res.candidates

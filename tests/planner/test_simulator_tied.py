@@ -1,6 +1,8 @@
 """The cost model's tied-embedding terms (planner/simulator/tied.py)."""
 from __future__ import annotations
 
+import pytest
+
 from planner.simulator import simulate
 from tests.planner.test_simulator import TINY, ctx_with, plan
 
@@ -27,3 +29,41 @@ def test_several_stages_tied_keep_a_copy_and_pay_its_sync() -> None:
     assert _weights(tied, 1) == _weights(untied, 1)                   # the last stage's copy
     assert tied.sync_s > untied.sync_s                                # the embedding group's all-reduce
     assert tied.cross_zone_bytes_per_iteration > untied.cross_zone_bytes_per_iteration
+
+
+def _two_zone_tied(stage0_mode: str):
+    """4 replicas per stage, two in each zone; stage 0 carries ``stage0_mode``."""
+    from dataclasses import replace
+    p = plan(split=(2, 2), d=4, gbs=4, zones=["z-a", "z-a", "z-b", "z-b"], tie_embeddings=True)
+    return replace(p, stages=(replace(p.stages[0], grad_sync=stage0_mode), p.stages[1]))
+
+
+def test_tied_sync_follows_stage_zeros_mode_flat_or_hierarchical() -> None:
+    """The embedding group (4 + 4 replicas, two zones) syncs in stage 0's mode; hand-computed prices with
+    1e9 B/s inside a zone and 5e8 B/s across (no latency): flat, one ring of 8 at the cross-zone link;
+    hierarchical, 1.5 rings of 4 inside each zone, then a ring of the 2 zone leaders."""
+    from planner.simulator.tied import tied_sync_seconds
+    ctx = ctx_with()
+    nbytes = 4.0 * VOCAB_SHARD
+    flat_s, flat_b = tied_sync_seconds(_two_zone_tied("flat"), ctx)
+    hier_s, hier_b = tied_sync_seconds(_two_zone_tied("hierarchical"), ctx)
+    assert flat_s == pytest.approx(2 * 7 * (nbytes / 8) / 5e8, rel=1e-9)
+    assert hier_s == pytest.approx(1.5 * 2 * 3 * (nbytes / 4) / 1e9 + 2 * 1 * (nbytes / 2) / 5e8, rel=1e-9)
+    assert set(flat_b) == set(hier_b) == {("z-a", "z-b"), ("z-b", "z-a")}
+    for edge in flat_b:
+        assert flat_b[edge] == pytest.approx(2 * 7 / 8 * nbytes, rel=1e-12)
+        assert hier_b[edge] == pytest.approx(nbytes, rel=1e-12)
+        assert hier_b[edge] < flat_b[edge]
+
+
+def test_simulate_prices_tied_sync_in_stage_zeros_mode() -> None:
+    """simulate adds the tied all-reduce in stage 0's mode: tied minus untied sync time is that price."""
+    from dataclasses import replace
+    from planner.simulator.tied import tied_sync_seconds
+    ctx = ctx_with()
+    for mode in ("flat", "hierarchical"):
+        tied = _two_zone_tied(mode)
+        est_t, est_u = simulate(tied, ctx), simulate(replace(tied, tie_embeddings=False), ctx)
+        assert est_t.sync_s - est_u.sync_s == pytest.approx(tied_sync_seconds(tied, ctx)[0], rel=1e-9)
+        assert est_t.cross_zone_bytes_per_iteration - est_u.cross_zone_bytes_per_iteration == \
+            pytest.approx(sum(tied_sync_seconds(tied, ctx)[1].values()), rel=1e-9)

@@ -91,6 +91,19 @@ def test_five_rank_two_zone_plan_matches_reference(suite5_results: dict[str, dic
 
 @pytest.mark.slow
 @pytest.mark.timeout(500)
+def test_tied_embedding_group_syncs_in_stage_zeros_mode(suite5_results: dict[str, dict]) -> None:
+    """stages[0].grad_sync 'flat' under --grad-sync hierarchical (zones us-a and us-b in every embedding group):
+    the tied-embedding groups follow stage 0 (one flat group each), as the simulator prices them; the case's
+    numerics against the plain-torch reference are checked above. Without a plan mode they follow the flag."""
+    for name, want in (("g5_two_zones_tied_stage0_flat_eps1e-8", ["flat", True]),
+                       ("g5_two_zones_tied_dropout_eps1e-8", ["hierarchical", False])):
+        ends = [r for r in suite5_results[name]["per_rank"] if r["stage"] in (0, 1)]
+        assert ends and all(r["embedding_modes"] and all(m == want for m in r["embedding_modes"]) for r in ends), \
+            (name, ends)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
 def test_hierarchical_and_flat_sync_agree_and_cross_zone_bytes(suite_results: dict[str, dict]) -> None:
     hier, flat = suite_results["d_two_zones_hier"], suite_results["d_two_zones_flat"]
     for a, b in zip(hier["losses"], flat["losses"]):
