@@ -132,7 +132,7 @@ def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nd
     if bound_only:
         top = np.argmax(grad, axis=1)[:, None]
         t, _, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
-                         np.take_along_axis(full, top, 1)[:, 0])
+                            np.take_along_axis(full, top, 1)[:, 0])
         return ((t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D)),
                 np.zeros(len(D), dtype=bool))
     times, egress, memo = [], np.zeros(len(D)), {}

@@ -4,8 +4,9 @@ replica lists the built plan will have and stage 0's sync mode as the search mod
 implementation of the rule).
 
 The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
-order) and on stage 0's mode, not otherwise on the layer split, so it is memoised per (layout, mode). It adds a non-negative time and egress
-cost after the stage syncs; the search's lower bounds leave it out and stay lower bounds.
+order) and on stage 0's mode, not otherwise on the layer split, so it is memoised per (layout, mode). It adds
+a non-negative time and egress cost after the stage syncs; the search's lower bounds leave it out and stay
+lower bounds.
 """
 from __future__ import annotations
 

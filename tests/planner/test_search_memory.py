@@ -172,9 +172,9 @@ def test_api_plans_a_tied_model_as_tied_plans():
 
 @pytest.mark.parametrize("rule", ["hierarchical", "auto"])
 def test_search_prices_the_tied_all_reduce_in_stage_zeros_mode(rule):
-    """Tied pool plans (no chain plans) over two zones: the search prices the shared weight's all-reduce in stage 0's mode (the
-    one written into the plan), so the plan sailor-plan writes simulates to the search's time and cost; under
-    the hierarchical rule the sample holds plans whose tied sync is hierarchical and priced unlike a flat ring."""
+    """Tied pool plans (no chain plans) over two zones: the search prices the shared weight's all-reduce in
+    stage 0's mode (the one written into the plan), so the plan sailor-plan writes simulates to the search's
+    time and cost; under the hierarchical rule the sample holds plans whose tied sync is hierarchical and priced unlike a flat ring."""
     from planner.simulator import with_chosen_sync_modes
     cat = GPUCatalog()
     # ~2.7e9 parameters: no TP-1 GPU holds them, so every plan has several stages
