@@ -70,7 +70,11 @@ CASES[7][1]["precision"] = "bf16"
 
 
 # ---------------------------------------------------------------------------------------------- workers
-def worker(out_path: str) -> None:
+def worker(out_path: str, cases: list | None = None, iters: int = ITERS) -> None:
+    """torchrun body: train each case's plan for ``iters`` iterations and gather, per rank, (stage, replica, TP
+    rank, the last iteration's counted bytes, the peak of saved activations of every iteration). A case's
+    options: ``dropout``, ``loss_scale`` (static fp16 scale), ``bias`` (False: a tiny model without linear
+    biases). ``cases``: :data:`CASES` unless given (tests/helpers/memory_peak.py passes its own)."""
     import warnings
     warnings.filterwarnings("ignore")
     import torch
@@ -81,24 +85,24 @@ def worker(out_path: str) -> None:
     from megatron_sailor.runtime.mixed_precision import LossScaleConfig
     from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
     from patches import apply_cpu_patches
-    from planner.model import get_model
+    from planner.model import get_model, with_overrides
     from planner.plan import Plan
     torch.set_num_threads(1)
     env = env_from_torchrun()
     apply_cpu_patches()
     init_distributed(env, timeout_s=120)
-    model = get_model("tiny")
-    data = MockTokens(seed=3, seq_length=model.seq_length, vocab_size=model.vocab_size)
     results = []
-    for name, plan_dict, opts in CASES:
+    for name, plan_dict, opts in (CASES if cases is None else cases):
+        model = get_model("tiny") if opts.get("bias", True) else with_overrides(get_model("tiny"), bias=False)
+        data = MockTokens(seed=3, seq_length=model.seq_length, vocab_size=model.vocab_size)
         plan = Plan.from_dict(plan_dict)
         p = opts.get("dropout", 0.0)
         cfg = RunConfig(seed=3, hidden_dropout=p, attention_dropout=p,
                         loss_scale=LossScaleConfig(static=opts.get("loss_scale")))
         rt = RankRuntime(plan, model, env.rank, data, cfg)
-        for it in range(ITERS):
-            mem = rt.train_step(it).memory
-        info = (rt.me.stage, rt.me.replica, rt.me.tp_rank, mem)
+        mems = [rt.train_step(it).memory for it in range(iters)]
+        info = (rt.me.stage, rt.me.replica, rt.me.tp_rank, mems[-1],
+                [m["peak_saved_activation_bytes"] for m in mems])
         everyone = [None] * env.world_size if env.rank == 0 else None
         dist.gather_object(info, everyone, dst=0)
         results.append({"name": name, "ranks": everyone})
@@ -148,7 +152,7 @@ def report(results: list[dict]) -> int:
     worst_states, worst_act, exact, n = 0.0, 0.0, 0, 0
     for res in results:
         pred = predict(*cases[res["name"]])
-        for rank, (stage, replica, _tp_rank, mem) in enumerate(res["ranks"]):
+        for rank, (stage, replica, _tp_rank, mem, *_peaks) in enumerate(res["ranks"]):
             p = pred[(stage, replica)]
             counted = {"weights": mem["params_bytes"], "grads": mem["grads_bytes"],
                        "optimizer": mem["main_weights_bytes"] + mem["optimizer_bytes"],

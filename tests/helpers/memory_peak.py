@@ -6,10 +6,8 @@ torch) each use 4 ranks; tests/runtime/test_memory_peak.py compares the counts w
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
@@ -36,39 +34,11 @@ DROPOUT = 0.1
 
 
 def main(out_path: str) -> None:
-    warnings.filterwarnings("ignore")
-    import torch
-    import torch.distributed as dist
-
-    from megatron_sailor.runtime.data import MockTokens
-    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.runtime.mixed_precision import LossScaleConfig
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig
-    from patches import apply_cpu_patches
-    from planner.model import get_model, with_overrides
-    from planner.plan import Plan
-    torch.set_num_threads(1)
-    env = env_from_torchrun()
-    apply_cpu_patches()
-    init_distributed(env, timeout_s=120)
-    results = []
-    for name, plan_dict, bias in CASES:
-        model = get_model("tiny") if bias else with_overrides(get_model("tiny"), bias=False)
-        plan = Plan.from_dict(plan_dict)
-        scale = LossScaleConfig(static=1024.0 if plan.precision == "fp16" else None)
-        cfg = RunConfig(seed=3, hidden_dropout=DROPOUT, attention_dropout=DROPOUT, loss_scale=scale)
-        rt = RankRuntime(plan, model, env.rank, MockTokens(seed=3, seq_length=model.seq_length,
-                                                           vocab_size=model.vocab_size), cfg)
-        peaks = [rt.train_step(it).memory["peak_saved_activation_bytes"] for it in range(2)]
-        mine = (rt.me.stage, rt.me.replica, peaks)
-        everyone = [None] * env.world_size if env.rank == 0 else None
-        dist.gather_object(mine, everyone, dst=0)
-        results.append({"name": name, "ranks": everyone})
-        dist.barrier()
-    if env.rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(results, fh)
-    dist.destroy_process_group()
+    """Run :data:`CASES` through the memory benchmark's worker (one implementation of the counting run)."""
+    from benchmarks.memory_model import worker
+    worker(out_path, cases=[(name, plan, {"dropout": DROPOUT, "bias": bias,
+                                          "loss_scale": 1024.0 if plan["precision"] == "fp16" else None})
+                            for name, plan, bias in CASES], iters=2)
 
 
 if __name__ == "__main__":

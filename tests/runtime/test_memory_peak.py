@@ -41,7 +41,7 @@ def test_counted_activation_peaks_equal_the_simulators(tmp_path):
     with_excess = 0
     for name, plan, bias in CASES:
         pred = _predicted(plan, bias)
-        for stage, replica, peaks in results[name]:
+        for stage, replica, _tp_rank, _memory, peaks in results[name]:
             peak, excess = pred[(stage, replica)]
             assert peaks == [peak, peak], (name, stage, replica, peaks, peak)
             with_excess += excess > 0
