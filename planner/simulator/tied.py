@@ -46,21 +46,31 @@ def tied_sync_seconds(plan: Plan, ctx: SimContext, stage0_mode: str | None = Non
         from planner.simulator.time import stage_sync
         stage0_mode = stage_sync(plan, ctx, 0, all_replica_costs(plan, ctx)[0]).mode
     return tied_sync_of_replicas(plan.stages[0].replicas, plan.stages[-1].replicas, ctx,
-                                 tied_embedding_sync_mode((stage0_mode,)))
+                                 tied_embedding_sync_mode((stage0_mode,)),
+                                 plan.bytes_per_element if plan.distributed_optimizer else None)
 
 
 def tied_sync_of_replicas(first: tuple[Replica, ...], last: tuple[Replica, ...], ctx: SimContext,
-                          mode: str | None = "flat") -> tuple[float, dict[tuple[str, str], float]]:
+                          mode: str | None = "flat", param_bytes_per_element: int | None = None
+                          ) -> tuple[float, dict[tuple[str, str], float]]:
     """:func:`tied_sync_seconds` of a several-stage tied plan whose first and last stages hold these replicas,
     synced in ``mode`` (``flat``, ``hierarchical``; anything else, e.g. stage 0's ``none``, prices flat: with
     one replica per stage both modes are the same two-member sum). The all-reduce depends on nothing else; the
     search calls this directly. Priced by :func:`planner.simulator.time.zone_aware_sync`, the stage syncs'
-    function, on the first + last replicas: fp32 gradients of the word-embedding shard of the smallest TP."""
+    function, on the first + last replicas: fp32 gradients of the word-embedding shard of the smallest TP.
+    ``param_bytes_per_element``: the distributed optimizer's model dtype (None: a plain all-reduce): the
+    runtime then reduce-scatters the fp32 gradient and all-gathers the updated weight in that dtype over the
+    embedding group, priced as the stage syncs price it."""
     from planner.simulator.time import zone_aware_sync
     reps = tuple(first) + tuple(last)
     tp = min(r.tp for r in reps)
-    nbytes = 4.0 * _vocab_shard_params(ctx.model, tp)          # fp32 gradients
+    shard = _vocab_shard_params(ctx.model, tp)
+    nbytes = 4.0 * shard                                        # fp32 gradients
     ends = [Endpoint(r.gpu_type, r.zone) for r in reps]
     rule = mode if mode in ("flat", "hierarchical") else "flat"
-    sc = zone_aware_sync(ends, ctx, rule, nbytes, nbytes * tp, tp)
+    if param_bytes_per_element is None:
+        sc = zone_aware_sync(ends, ctx, rule, nbytes, nbytes * tp, tp)
+    else:           # reduce-scatter of fp32 gradients, all-gather of the model-dtype weight (stage_sync's rule)
+        param_bytes = float(shard * param_bytes_per_element)
+        sc = zone_aware_sync(ends, ctx, rule, nbytes, (nbytes + param_bytes) * tp / 2, tp, param_bytes)
     return sc.time_s, sc.cross_zone_bytes

@@ -67,3 +67,21 @@ def test_simulate_prices_tied_sync_in_stage_zeros_mode() -> None:
         assert est_t.sync_s - est_u.sync_s == pytest.approx(tied_sync_seconds(tied, ctx)[0], rel=1e-9)
         assert est_t.cross_zone_bytes_per_iteration - est_u.cross_zone_bytes_per_iteration == \
             pytest.approx(sum(tied_sync_seconds(tied, ctx)[1].values()), rel=1e-9)
+
+
+def test_distributed_optimizer_tied_sync_is_reduce_scatter_plus_all_gather() -> None:
+    """With the distributed optimizer the runtime reduce-scatters the tied weight's fp32 gradient and
+    all-gathers the updated weight in the model dtype over the embedding group (runtime/dist_optimizer.py);
+    bf16, flat ring of 8 at the 5e8 B/s cross-zone link: 7 steps of (4 + 2) x shard / 8 bytes, and each
+    cross-zone edge carries 2 x 7/8 of the half-and-half bytes (4 + 2) x shard / 2."""
+    from dataclasses import replace
+    from planner.simulator.tied import tied_sync_seconds
+    ctx = ctx_with()
+    base = replace(_two_zone_tied("flat"), precision="bf16")
+    plain_s, _ = tied_sync_seconds(base, ctx)
+    dist_s, dist_b = tied_sync_seconds(replace(base, distributed_optimizer=True), ctx)
+    assert plain_s == pytest.approx(2 * 7 * (4.0 * VOCAB_SHARD / 8) / 5e8, rel=1e-9)
+    assert dist_s == pytest.approx(7 * (4.0 + 2.0) * VOCAB_SHARD / 8 / 5e8, rel=1e-9)
+    assert dist_s < plain_s
+    for edge in dist_b:
+        assert dist_b[edge] == pytest.approx(2 * 7 / 8 * (4.0 + 2.0) * VOCAB_SHARD / 2, rel=1e-12)
