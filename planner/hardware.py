@@ -19,6 +19,11 @@ from planner.errors import InputError, quote
 GIB = 1024 ** 3
 
 
+# Fields that may be 0: a free GPU, and a link latency (a latency/bandwidth fit of a fast link can have a
+# zero intercept, as every other link's latency may be 0).
+ZERO_ALLOWED = frozenset({"usd_per_hour", "intra_node_latency_s"})
+
+
 @dataclass(frozen=True)
 class GPUType:
     """One GPU model. ``peak_flops`` is dense 16-bit tensor throughput; ``peak_fp32_flops`` plain fp32."""
@@ -44,8 +49,9 @@ class GPUType:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value < 0 or (
-                    value == 0 and f.name != "usd_per_hour"):
-                raise InputError(f"GPU type '{self.name}': field '{f.name}' must be a positive number, "
+                    value == 0 and f.name not in ZERO_ALLOWED):
+                kind = "a number >= 0" if f.name in ZERO_ALLOWED else "a positive number"
+                raise InputError(f"GPU type '{self.name}': field '{f.name}' must be {kind}, "
                                  f"got {quote(value)}")
 
     def flops_for(self, precision: str) -> float:

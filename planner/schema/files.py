@@ -142,7 +142,7 @@ class GPUEntryIn(Strict):
     usd_per_hour: Optional[NonNeg] = None
     gpus_per_node: Optional[PosCount] = None
     intra_node_bw_bytes_per_s: Optional[Positive] = None
-    intra_node_latency_s: Optional[Positive] = None
+    intra_node_latency_s: Optional[NonNeg] = None
 
 
 class CatalogFile(RootModel[dict[Name, GPUEntryIn]]):

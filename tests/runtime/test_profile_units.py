@@ -13,6 +13,7 @@ from megatron_sailor.profiler import timing as pt
 from megatron_sailor.profiler.io import (emulated_catalog_entry, emulated_costs, merge_catalog_entry,
                                         write_profile)
 from planner.inputs import load_network_file
+from planner.errors import InputError
 from planner.hardware import GPUCatalog
 from planner.model import get_model
 from planner.network import NetworkModel
@@ -273,3 +274,22 @@ def test_profile_config_checks() -> None:
                        (ProfileConfig((1,), (1,), repeats=0), 1), (ProfileConfig((), (1,)), 1)):
         with pytest.raises(InputError):
             bad.check(tiny, world)
+
+
+def test_zero_latency_fit_writes_a_catalog_the_planner_loads(tmp_path: Path) -> None:
+    """A loopback all-reduce fit can have a zero intercept (CI saw 0.0 us); the catalog entry it implies is
+    valid (any link's latency may be 0) and a negative latency is still refused."""
+    from megatron_sailor.profiler.netprofile import fit_latency_bandwidth, planner_intra_link
+    sizes = [1024.0, 65536.0, 262144.0]
+    fit = fit_latency_bandwidth(sizes, [n / 1e8 for n in sizes])          # exactly proportional: intercept 0
+    assert fit.latency_s == 0.0
+    link = planner_intra_link(None, fit, ["vm", "vm"])
+    assert link is not None and link.latency_s == 0.0
+    path = tmp_path / "cat.json"
+    merge_catalog_entry(path, "cpu-x", {"memory_bytes": 2 ** 30, "peak_flops": 1e11, "peak_fp32_flops": 1e11,
+                                        "mem_bw_bytes_per_s": 4e10, "usd_per_hour": 0.1, "gpus_per_node": 2,
+                                        "intra_node_bw_bytes_per_s": link.bw_bytes_per_s,
+                                        "intra_node_latency_s": link.latency_s})
+    assert GPUCatalog.load(path).get("cpu-x").intra_node_latency_s == 0.0
+    with pytest.raises(InputError, match="intra_node_latency_s"):
+        merge_catalog_entry(path, "cpu-x", {"intra_node_latency_s": -1e-6})
