@@ -12,7 +12,11 @@ simulation), each under ``--time-limit`` seconds:
   stated plans, V100 -> A100 x4 -> V100 x2 and two stages in two zones, are such chains). Stages mixing
   chains of different compositions are not in it, so (b') is still a LOWER bound on the issue's comparator
   (b), the optimum of Sailor's full space; ours / (b') is an UPPER bound on ours / (b) (docs/PLANNER.md 4);
-- (c) ``ours``: the planner's full declared space.
+- (c) ``ours``: the planner's full declared space, under sailor-plan's default ``--time-limit-s``; the
+  ``(c) search`` column says whether its search finished (exact) or stopped with the best plan so far and a
+  gap to the bound on every plan it did not search; ``(c) RSS MiB`` is the process's peak resident memory.
+The comparators run with ``--time-limit-s none``: a comparator that does not finish within ``--time-limit``
+shows ``timeout>N s`` and no ratio.
 Sailor's published numbers (its own simulator) are printed for reference only.
 
 Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
@@ -89,11 +93,27 @@ def setups() -> list[Setup]:
     return out
 
 
-def run_plan(st: Setup, data: str, planner: str, limit_s: float) -> tuple[dict | None, float, float, str]:
-    """(report or None, wall seconds, CPU seconds, status) of one whole sailor-plan process."""
+# runs sailor-plan as ``python -m planner.cli_plan`` does and reports the process's peak RSS on stderr at exit
+_RSS_WRAPPER = ("import atexit, resource, runpy, sys; atexit.register(lambda: sys.stderr.write("
+                "'peak_rss_kib=%d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)); "
+                "sys.argv = ['sailor-plan'] + sys.argv[1:]; runpy.run_module('planner.cli_plan', run_name='__main__')")
+
+
+def _peak_rss_mib(stderr: str) -> float | None:
+    for line in reversed(stderr.splitlines()):
+        if line.startswith("peak_rss_kib="):
+            return int(line.split("=", 1)[1]) / 1024
+    return None
+
+
+def run_plan(st: Setup, data: str, planner: str, limit_s: float, search_limit: str | None = None
+             ) -> tuple[dict | None, float, float, str]:
+    """(report or None, wall seconds, CPU seconds, status) of one whole sailor-plan process; the report gains
+    ``peak_rss_mib``. ``search_limit``: its ``--time-limit-s`` (None: the CLI's default)."""
     source = ["--gbs", str(st.builtin_gbs)] if st.builtin_gbs else ["--sailor-data", data]
-    cmd = [sys.executable, "-m", "planner.cli_plan", *source, "--model", st.model, "--gpus", st.gpus,
-           "--objective", st.objective, "--json", "--no-comparator", "--planner", planner, *st.extra]
+    limit = [] if search_limit is None else ["--time-limit-s", search_limit]
+    cmd = [sys.executable, "-c", _RSS_WRAPPER, *source, "--model", st.model, "--gpus", st.gpus,
+           "--objective", st.objective, "--json", "--no-comparator", "--planner", planner, *limit, *st.extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
@@ -107,7 +127,9 @@ def run_plan(st: Setup, data: str, planner: str, limit_s: float) -> tuple[dict |
         msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         sys.stderr.write(f"{st.name}: {planner}: {msg}\n")
         return None, wall, cpu, "error"
-    return json.loads(proc.stdout), wall, cpu, "ok"
+    rep = json.loads(proc.stdout)
+    rep["peak_rss_mib"] = _peak_rss_mib(proc.stderr)
+    return rep, wall, cpu, "ok"
 
 
 def stated_plan_its(st: Setup, ctx) -> float | None:
@@ -156,8 +178,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def run_setup(st: Setup, args, idx: str) -> dict:
     out = {}
-    for planner, reps in (("grid", 1), ("sailor-space", 1), ("ours", max(1, args.repeat))):
-        runs = [run_plan(st, args.sailor_data, planner, args.time_limit) for _ in range(reps)]
+    # the comparators run without a search time limit (they either finish or hit the process timeout and
+    # say so); ours runs with the CLI's default --time-limit-s and reports whether its search finished
+    for planner, reps, lim in (("grid", 1, "none"), ("sailor-space", 1, "none"), ("ours", max(1, args.repeat), None)):
+        runs = [run_plan(st, args.sailor_data, planner, args.time_limit, lim) for _ in range(reps)]
         rep, wall, cpu, status = min(runs, key=lambda r: r[1])
         out[planner] = (rep, wall, cpu, status)
         sys.stderr.write(f"[{idx}] {st.name}: {planner} {status} in {wall:.1f} s\n")
@@ -180,6 +204,9 @@ def _row(st: Setup, res: dict) -> tuple[list[str], dict]:
     ok_q = r_b is not None and r_b >= 1 - 1e-9 and (not st.hetero or r_b >= 1.10)
     plan = c["plan"] if c else None
     bp = b["plan"] if b else None
+    srch = (c or {}).get("search") or {}
+    done = "-" if not c else ("exact" if srch.get("complete", True) else
+                              "stopped" + (f" gap {srch['gap']:.2f}x" if srch.get("gap") else ""))
     cells = [st.name, _fmt(st.sailor_its), _fmt(g and g["estimate"]["throughput_iters_per_s"]),
              _fmt(b and b["estimate"]["throughput_iters_per_s"]),
              "-" if not bp else f"{len(bp['stages'])}x{len(bp['stages'][0]['replicas'])}" + _chain_mark(bp),
@@ -187,8 +214,8 @@ def _row(st: Setup, res: dict) -> tuple[list[str], dict]:
              "-" if not plan else f"{len(plan['stages'])}/{plan['micro_batch_size']}/{e['num_gpus']}" + _chain_mark(plan),
              "-" if not e else f"{e['mfu']:.1%}", _fmt(r_a, ".3f"), _fmt(r_b, ".3f"),
              gs if gs != "ok" else f"{gw:.2f}", bs if bs != "ok" else f"{bw:.2f}",
-             cs if cs != "ok" else f"{cw:.2f}", _fmt(ccpu, ".2f"), _fmt(st.budget_s, ".0f"),
-             "yes" if ok_q and ok_t else "NO"]
+             cs if cs != "ok" else f"{cw:.2f}", _fmt(ccpu, ".2f"), _fmt(c and c.get("peak_rss_mib"), ".0f"), done,
+             _fmt(st.budget_s, ".0f"), "yes" if ok_q and ok_t else "NO"]
     return cells, {"r_b": r_b, "ok_q": ok_q, "ok_t": ok_t}
 
 
@@ -209,8 +236,8 @@ def main() -> int:
     t = Table(title="planner vs comparators, all scored by our simulator: (a) grid, (b') Sailor's space with "
                     "homogeneous pipelines or chain plans (a lower bound on (b)), (c) ours (' c': a chain plan); Sailor it/s: its paper (its simulator)")
     for col in ("setup", "Sailor it/s", "(a) it/s", "(b') it/s", "(b') SxD", "(c) it/s", "(c) $/it",
-                "(c) S/mbs/GPUs", "(c) MFU", "c/a", "c/b'", "(a) s", "(b') s", "(c) s", "(c) cpu s", "goal s",
-                "ok"):
+                "(c) S/mbs/GPUs", "(c) MFU", "c/a", "c/b'", "(a) s", "(b') s", "(c) s", "(c) cpu s", "(c) RSS MiB",
+                "(c) search", "goal s", "ok"):
         t.add_column(col, justify="right")
     fails, het = [], []
     for i, st in enumerate(chosen):
@@ -230,6 +257,9 @@ def main() -> int:
     print("ratios: c/a and c/b' are it/s ratios ($/iteration of the comparator over ours for the cost objective); "
           "goal: c/b' >= 1.10 on heterogeneous setups, >= 1.00 everywhere, (c) wall <= goal s. c/b' is an upper "
           "bound on c/b (b' is a lower bound on b), so meeting it does not establish the issue's goal.")
+    print("(c) search: 'exact' = finished (the best plan of the declared space); 'stopped gap G' = stopped at "
+          "sailor-plan's default --time-limit-s with the best plan so far, no plan of the space better than 1/G of "
+          "its objective key; a comparator shown as timeout>N s did not finish within the process limit (no ratio)")
     print(f"load average (1 min) at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"(c) wall = fastest of {max(1, args.repeat)} runs, cpu = user + sys of that run")
     print(f"summary: {len(chosen) - len(fails)}/{len(chosen)} setups meet the c/b' quality and (c) time goals"

@@ -49,6 +49,7 @@ class PlanRequest:
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
+    time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -59,6 +60,9 @@ class PlanRequest:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
+        t = self.time_limit_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
+            raise InputError(f"--time-limit-s must be a positive number of seconds, got {t!r}")
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     ctx = context_for(context, cluster)
     # a model that ties its embeddings is planned as tied plans (planner.search.tied prices the shared weight)
     space = replace(search_space(request), tie_embeddings=ctx.model.tied_embeddings)
-    res = plan_search(ctx, cluster, gbs, objective, space, top_k=request.top_k, progress=progress)
+    res = plan_search(ctx, cluster, gbs, objective, space, top_k=request.top_k, progress=progress,
+                      time_limit_s=request.time_limit_s)
     if not res.candidates:
         from planner.search.explain import diagnose_empty
         raise diagnose_empty(ctx, cluster, gbs, objective, space, res)

@@ -38,7 +38,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
     p.add_argument("--frontier", metavar="PNG", help="draw the throughput vs $/iteration frontier (needs matplotlib)")
     p.add_argument("--frontier-json", metavar="JSON", help="write the frontier's candidates and front as JSON")
+    p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
+                   help="stop the search after S seconds with the best plan found so far and a bound on how much "
+                        f"better any other plan can be (default {DEFAULT_TIME_LIMIT_S:g}; a search that finishes "
+                        "earlier is exact); 'none': no limit")
     return p
+
+
+DEFAULT_TIME_LIMIT_S = 45.0
+
+
+def _seconds(text: str) -> float | None:
+    """``--time-limit-s``: a positive finite number of seconds, or ``none`` (InputError otherwise)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise InputError(f"--time-limit-s must be a positive number of seconds or 'none', got {text!r}")
+    return value
 
 
 def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
@@ -51,22 +71,31 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
     raise InputError("no GPUs: pass --gpus TYPE@ZONE=N[,...], --cluster FILE or --trace CSV")
 
 
-def _progress(enabled: bool):
-    """A search progress callback: a transient rich progress bar on stderr once the search has run 1 s."""
-    state: dict = {"shown": False, "bar": None, "task": None}
+def _progress(tty: bool, quiet: bool):
+    """A search progress callback for stderr: on a terminal a transient rich bar once the search has run 1 s;
+    otherwise (a log, a pipe) one plain line every 10 s once it has run 10 s; nothing when ``quiet``."""
+    state: dict = {"shown": False, "bar": None, "task": None, "next_line_s": 10.0}
 
-    def cb(done: int, total: int, elapsed_s: float) -> None:
-        if not enabled or elapsed_s <= 1.0:
+    def cb(done: int, total: int, elapsed_s: float, phase: str = "searching") -> None:
+        if quiet or elapsed_s <= 1.0:
+            return
+        if not tty:
+            if elapsed_s >= state["next_line_s"]:
+                state["next_line_s"] = elapsed_s + 10.0
+                count = f" {done}/{total}" if total else ""
+                sys.stderr.write(f"sailor-plan: {elapsed_s:.0f} s: {phase}{count}\n")
+                sys.stderr.flush()
             return
         if state["bar"] is None:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-            state["bar"] = Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total} tasks"),
+            state["bar"] = Progress(TextColumn("{task.description}"), BarColumn(),
+                                    TextColumn("{task.completed}/{task.total}"),
                                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
             state["bar"].start()
-            state["task"] = state["bar"].add_task("search", total=total)
+            state["task"] = state["bar"].add_task(phase, total=total or None)
             state["shown"] = True
-        state["bar"].update(state["task"], completed=done, total=total)
+        state["bar"].update(state["task"], completed=done, total=total or None, description=phase)
     return cb, state
 
 
@@ -74,7 +103,7 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     """:func:`planner.api.plan` for one cluster, with a progress line on a terminal; the report as the dict
     :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
     request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
-    cb, state = _progress(sys.stderr.isatty() and not args.json)
+    cb, state = _progress(sys.stderr.isatty(), quiet=False)
     try:
         rep = api.plan(request, ctx, progress=cb)
     finally:
@@ -88,15 +117,38 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     return out
 
 
+def search_outcome(rep: dict, objective: Objective) -> dict:
+    """Whether the search finished (the plan is the best of the declared space) or stopped at the time limit,
+    with the best plan so far and the bound on every plan it did not search (``gap``: the objective key of
+    the plan over that bound, >= 1; for throughput how many times faster the best plan could still be)."""
+    st = rep["stats"]
+    if getattr(st, "complete", True):
+        return {"complete": True}
+    key, lb = rep["candidate"].key, st.lower_bound_key
+    return {"complete": False, "time_limit_s": st.time_limit_s, "objective_key": key, "lower_bound_key": lb,
+            "gap": key / lb if lb and lb > 0 else None}
+
+
+def outcome_line(out: dict, objective: Objective) -> str:
+    if out["complete"]:
+        return "search finished: this is the best plan of the declared space (exact search)"
+    what = {"throughput": "s/iteration", "cost": "$/iteration", "value": "s x $ per iteration^2"}[objective.kind]
+    gap = "-" if out["gap"] is None else f"{out['gap']:.3f}x"
+    return (f"search STOPPED at the time limit ({out['time_limit_s']:g} s): best plan found so far, NOT proven "
+            f"optimal; no plan of the declared space scores below {out['lower_bound_key']:.4g} {what} "
+            f"(this plan: {out['objective_key']:.4g}; gap {gap})")
+
+
 def _summary(est: Estimate) -> dict:
     return {"iteration_time_s": est.iteration_time_s, "throughput_iters_per_s": est.throughput_iters_per_s,
             "cost_per_iteration_usd": est.cost_per_iteration_usd, "num_gpus": est.num_gpus,
             "fits_in_memory": est.fits_in_memory}
 
 
-def report_json(rep: dict) -> dict:
+def report_json(rep: dict, objective: Objective | None = None) -> dict:
     out = {"plan": rep["plan"].to_dict(), "estimate": to_jsonable(rep["estimate"].to_dict()),
-           "search_time_s": rep["search_time_s"], "candidates_evaluated": rep["candidates_evaluated"]}
+           "search_time_s": rep["search_time_s"], "candidates_evaluated": rep["candidates_evaluated"],
+           "search": to_jsonable(search_outcome(rep, objective or Objective()))}
     if rep.get("others"):
         out["alternatives"] = [{"plan": p.to_dict(), "estimate": _summary(e)} for p, e in rep["others"]]
     if "comparator" in rep:
@@ -165,6 +217,7 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         console.print("comparator (grid): no homogeneous grid plan meets the objective and its constraints "
                       "(a frontier picture still shows the best grid plan without the constraints)", markup=False)
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
+    console.print(outcome_line(search_outcome(rep, objective), objective), markup=False)
 
 
 def _trace(args, ctx, clusters, gbs) -> int:
@@ -219,6 +272,7 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
 
 def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.time_limit_s = _seconds(args.time_limit_s)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
     for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
@@ -243,7 +297,7 @@ def main_args(argv: list[str] | None = None) -> int:
     if args.output:
         rep["plan"].save(args.output)
     if args.json:
-        json.dump(report_json(rep), sys.stdout)
+        json.dump(report_json(rep, objective), sys.stdout)
         sys.stdout.write("\n")
     else:
         render(rep, clusters[0], objective)

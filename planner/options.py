@@ -67,7 +67,8 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     from planner.api import PlanRequest
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
-                       comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments)
+                       comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
+                       time_limit_s=getattr(args, "time_limit_s", None))
 
 
 def request_parser(prog: str) -> argparse.ArgumentParser:

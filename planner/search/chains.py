@@ -22,6 +22,7 @@ from itertools import combinations
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.netvec import Group, LinkCache, link_time
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
@@ -118,17 +119,6 @@ def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes:
     return p2p, egress
 
 
-def chain_sequences(n_groups: int, n_seg: int) -> np.ndarray:
-    """Every sequence of ``n_seg`` group indices with adjacent entries different: [Q, n_seg]."""
-    seqs = np.arange(n_groups)[:, None]
-    for _ in range(1, n_seg):
-        a = np.repeat(seqs, n_groups, axis=0)
-        b = np.tile(np.arange(n_groups), len(seqs))
-        keep = a[:, -1] != b
-        seqs = np.column_stack([a[keep], b[keep]])
-    return seqs
-
-
 @dataclass(frozen=True)
 class _RangeTab:
     """Per stage range lo..hi-1 (indices [lo, hi]) and group: every stage fits, the largest and summed compute,
@@ -167,23 +157,25 @@ def segment_table(rt: _RangeTab, grp: _Groups, n_mb: int, objective: Objective) 
 
 
 def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_seg: int, seqs: np.ndarray,
-                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000):
+                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
     sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
     ``threshold()`` (re-read per chunk)."""
     cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    n_groups = len(grp.names)
+    if len(seqs) != n_groups * (n_groups - 1) ** (n_seg - 1):
+        raise ValueError("chains_for_cuts: seqs must be chain_sequences(len(grp.names), n_seg)")
     single = segment_table(rt, grp, n_mb, objective)
     step = max(1, chunk // max(1, len(seqs)))
     stages = np.arange(s_num)
     for k0 in range(0, len(bounds), step):
+        if stop():
+            return
         b = bounds[k0:k0 + step]
         alive = rt.fits & (single <= threshold())
-        cand = np.ones((len(b), len(seqs)), dtype=bool)
-        for i in range(n_seg):
-            cand &= alive[b[:, i][:, None], b[:, i + 1][:, None], seqs[:, i][None, :]]
-        kk, qq = np.nonzero(cand)
+        kk, qq = _alive_pairs([alive[b[:, i], b[:, i + 1]] for i in range(n_seg)], len(grp.names))
         if len(kk) == 0:
             continue
         lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
@@ -318,10 +310,11 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num
 
 def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                   options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
-                  best, stats: SearchStats) -> None:
-    """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``)."""
+                  best, stats: SearchStats, stop=lambda: False) -> bool:
+    """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
+    False when ``stop()`` ended the search before every chain was bounded or scored."""
     if space.chain_segments < 2 or space.single_zone:
-        return
+        return True
     L = ctx.model.num_layers
     max_s = min(L, space.max_stages or L)
     mbs_all = sorted({m for o in options.values() for m, _ in o})
@@ -337,13 +330,22 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 continue
             d_cap = min(n_mb, int(grp.caps.max()))
             for rc in space.recompute:
+                if stop():
+                    return False
                 tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision)
                 rt = range_tab(tab)
                 for n_seg in range(2, min(space.chain_segments, s_num) + 1):
+                    if stop():
+                        return False
                     for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
-                                              n_mb, objective, best.threshold):
+                                              n_mb, objective, best.threshold, stop=stop):
                         _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
                                    mbs, rc, cache)
+                        if stop():
+                            return False
+                    if stop():
+                        return False
+    return True
 
 
 def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache) -> None:

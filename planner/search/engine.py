@@ -9,17 +9,20 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
+from planner.search.budget import Budget, OutOfTime, TopK
 from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
-from planner.search.rows import pareto_min, product_rows, zone_splits
+from planner.search.rowfloor import floor_keys, pool_floors
+from planner.search.rows import coarse_options, pareto_min, product_chunks, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
 from planner.search.verify import check_candidates
 from planner.search.tasks import Tables, Task, caps_for, enumerate_tasks, mbs_tp_options, task_bound
@@ -27,34 +30,22 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
-Progress = Callable[[int, int, float], None]
-
-
-class _TopK:
-    def __init__(self, k: int) -> None:
-        self.k = k
-        self._heap: list[tuple[float, int, int, Candidate]] = []
-        self._n = 0
-
-    def threshold(self) -> float:
-        return -self._heap[0][0] if len(self._heap) >= self.k else np.inf
-
-    def push(self, cand: Candidate) -> None:
-        self._n += 1
-        item = (-cand.key, -cand.gpus, -self._n, cand)
-        if len(self._heap) < self.k:
-            heapq.heappush(self._heap, item)
-        elif item > self._heap[0]:
-            heapq.heapreplace(self._heap, item)
-
-    def sorted(self) -> list[Candidate]:
-        return [c for *_, c in sorted(self._heap, key=lambda x: (-x[0], -x[1], -x[2]))]
+Progress = Callable[..., None]      # progress(done, total, elapsed_s, phase)
+INCUMBENT_MIN_POOLS = 8             # clusters with this many (type, zone) pools get an incumbent search first
+INCUMBENT_SHARES = (0.25, 0.5)      # the incumbent searches (coarse levels 1, 2) end by these shares of the limit
+CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them by this one
+_TopK = TopK
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
                 space: SearchSpace = SearchSpace(), top_k: int = 1, progress: Progress | None = None,
-                verify: bool = True) -> SearchResult:
+                verify: bool = True, time_limit_s: float | None = None) -> SearchResult:
     """Best ``top_k`` candidates of the declared space under ``objective`` (empty list: nothing feasible).
+
+    ``time_limit_s``: stop the search once this many seconds have passed *and* a plan is held; the result
+    then holds the best plans found so far, ``stats.complete`` is False and ``stats.lower_bound_key`` bounds
+    every plan not yet searched (docs/PLANNER.md 2.4). A search that finishes within the limit returns what
+    it returns without one. ``progress(done, total, elapsed_s, phase)`` is called at most every 0.2 s.
 
     ``verify`` (default): every returned candidate's plan is simulated and its iteration time, cost and GPU
     count must equal the evaluator's within relative 1e-9 (:func:`planner.search.verify.check_candidates`,
@@ -63,6 +54,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     cluster = cluster.nonempty()
     if cluster.total_gpus == 0:
         raise InputError("no GPUs: the cluster is empty")
+    budget = Budget(time_limit_s, progress, t0)
     stats = SearchStats()
     cache = LinkCache(ctx)
     tables = Tables(ctx, space)
@@ -73,12 +65,45 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     clusters = [cluster] if not space.single_zone else [
         ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]
     best = _TopK(top_k)
+    remaining = np.inf          # lower bound on every plan left unsearched
+
+    def chain_stop() -> bool:
+        budget.tick(f"chain plans, best {best.best_key():.4g}", stats.chains_bounded, 0)
+        return budget.expired(chain_share) and best.has_plan()
+
+    chain_share, chains_done = 1.0, None
     for sub in clusters:
-        tasks = enumerate_tasks(ctx, sub, tables, options, gbs, objective, space, cache)
+        tasks = enumerate_tasks(ctx, sub, tables, options, gbs, objective, space, cache,
+                                tick=lambda i, n: budget.tick("building the task list (depths)", i, n))
         stats.tasks += len(tasks)
-        _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
-               None if progress is None else (lambda i, n: progress(i, n, time.perf_counter() - t0)))
-    search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats)
+        refined: dict[int, tuple[float, dict]] = {}
+        if len(sub.pools) >= INCUMBENT_MIN_POOLS and len(tasks) > 1:
+            # a large cluster: an incumbent from coarse pipeline counts, then the chain plans against it
+            # (pushed as "late" so that ties still go to pool plans), then the exact pool search
+            for level, share in enumerate(INCUMBENT_SHARES, start=1):
+                inc = _TopK(top_k)
+                inc.set_incumbents(best.incumbents)
+                _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, inc, SearchStats(), budget,
+                       refined, coarse=level, share=share)
+                inc.merge_incumbents()
+                best.set_incumbents(inc.sorted())
+            if chains_done is None:
+                chain_share = CHAIN_SHARE
+                chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
+                                            best.late(), stats, stop=chain_stop)
+        remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
+                                          budget, refined))
+    if chains_done is None:
+        chain_share = 1.0
+        chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats,
+                                    stop=chain_stop)
+    if not chains_done:
+        remaining = min(remaining, _floor_key(ctx, cluster, gbs, objective, space))
+    stats.complete = remaining == np.inf
+    if not stats.complete:
+        best.merge_incumbents()
+        stats.lower_bound_key = float(min(remaining, best.best_key()))
+        stats.time_limit_s = time_limit_s
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
     found = best.sorted()
     if verify:
@@ -86,40 +111,71 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     return SearchResult(found, stats, time.perf_counter() - t0)
 
 
+def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace) -> float:
+    """A lower bound on the objective of every plan (:mod:`planner.search.bound`; covers chain plans)."""
+    from planner.search.bound import throughput_bound
+    b = throughput_bound(ctx, cluster, gbs, space.precision, space.optimizer)
+    if b is None:
+        return np.inf
+    return float(objective.key(b.iteration_s, b.cost_usd))
+
+
 def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
-           objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats, progress) -> None:
-    """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped."""
+           objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats, budget: Budget,
+           refined: dict[int, tuple[float, dict]], coarse: int = 0, share: float = 1.0) -> float:
+    """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped
+    (refinements are kept in ``refined`` for a later pass). Returns inf when every task was searched or
+    pruned, else (stopped at ``share`` of the time limit) a lower bound on every plan of the unsearched
+    tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search)."""
     heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
     heapq.heapify(heap)
     done = 0
-    sync_tables: dict[int, dict] = {}
+    phase = f"incumbent search (coarse pipeline counts, level {coarse})" if coarse else "exact search"
+    label = [phase]
+
+    def stop() -> bool:
+        budget.tick(label[0], done, len(tasks))
+        return budget.expired(share) and best.has_plan()
+
     while heap:
-        bound, refined, i = heapq.heappop(heap)
+        bound, is_refined, i = heapq.heappop(heap)
         if bound >= best.threshold():
             stats.tasks_pruned += len(heap) + 1
             break
+        if stop():
+            budget.stopped = True
+            return bound
         task = tasks[i]
-        if not refined:
-            b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs, objective,
-                           cache, sync_out=sync_tables.setdefault(i, {}), recompute=task.recompute)
-            heapq.heappush(heap, (max(b, bound), 1, i))
+        label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
+        if not is_refined:
+            if i not in refined:
+                sync_out: dict = {}
+                b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs,
+                               objective, cache, sync_out=sync_out, recompute=task.recompute)
+                refined[i] = (b, sync_out)
+            heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
             continue
-        _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
-                  sync_tables[i].get("by_d"))
+        try:
+            _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
+                      refined[i][1].get("by_d"), coarse=coarse, stop=stop)
+        except OutOfTime:
+            budget.stopped = True
+            return bound
         done += 1
-        if progress is not None:
-            progress(done, len(tasks))
+        label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
+    return np.inf
 
 
-def _row_grid(cluster: ClusterSpec, task: Task, max_total: int):
+def _row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
     """Chunks of rows [R, P] with columns in (zone, type) order, plus that column order."""
     per_type, cols = [], []
     for g, tp in task.tps:
         caps = caps_for(cluster, g, tp, task.num_stages)
-        per_type.append(zone_splits(tuple(c for _, c in caps), max_total))
+        opts = zone_splits(tuple(c for _, c in caps), max_total)
+        per_type.append(coarse_options(opts, coarse) if coarse else opts)
         cols += [(z, g) for z, _ in caps]
     order = sorted(range(len(cols)), key=lambda i: cols[i])
-    for chunk in product_rows(per_type, max_total):
+    for chunk in product_chunks(per_type, max_total):
         yield chunk[:, order], [cols[i] for i in order]
 
 
@@ -146,7 +202,7 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
 
 def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
               objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
-              sync_lb: np.ndarray | None = None) -> None:
+              sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
     n_mb = gbs // task.mbs
     arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
     idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
@@ -154,20 +210,31 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     if ctx.settings.dp_sync_waits_for_all:
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
-    for D_all, cols in _row_grid(cluster, task, n_mb):
+    floors = None
+    for D_all, cols in _row_grid(cluster, task, n_mb, coarse):
+        if stop():
+            raise OutOfTime
         if space.uniform_microbatches:
             D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
-        if len(D_all) == 0:
+        if len(D_all) == 0 or not models:
             continue
         # bound every split's rows cheaply, then score the survivors of all splits in one batch; the
         # pipeline rate, GPUs and sync bound of a row do not depend on the split
         thr = best.threshold()
         items = []
-        common = None
+        common = _row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb)
+        if len(models) > 1 and thr < np.inf:        # the split-free row floor (rowfloor.py)
+            floors = floors or pool_floors(models, cols)
+            keep = floor_keys(*floors, D_all, n_mb, objective, *common) <= thr
+            if not keep.all():
+                D_all = D_all[keep]
+                common = tuple(None if x is None else x[keep] for x in common)
+                if len(D_all) == 0:
+                    continue
         for k, by_col in models.items():
+            if stop():
+                raise OutOfTime
             pools = [by_col[c] for c in cols]
-            if common is None:
-                common = _row_terms(pools, D_all, sync_lb)
             keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common)
             stats.rows_bounded += len(D_all)
             if keys.min() <= thr:

@@ -90,3 +90,31 @@ def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, 
     rank = np.full(size, -1, dtype=np.int64)
     rank[present] = np.arange(len(present))
     return first[present], rank[key]
+
+
+def product_chunks(options: list[np.ndarray], max_total: int, chunk: int = 400_000):
+    """:func:`product_rows`'s rows in the same order; when the product of all but the first type's options
+    exceeds ``chunk`` (``product_rows`` would hold that whole product and one chunk per first-type option),
+    chunks of at most ``chunk`` rows of the mixed-radix index instead (memory bounded by ``chunk``)."""
+    sizes = [len(o) for o in options]
+    if len(options) == 1 or int(np.prod(sizes[1:], dtype=object)) <= chunk:
+        yield from product_rows(options, max_total, chunk)
+        return
+    total = int(np.prod(sizes, dtype=object))
+    strides = [int(np.prod(sizes[i + 1:], dtype=object)) for i in range(len(sizes))]
+    for lo in range(0, total, chunk):
+        idx = np.arange(lo, min(total, lo + chunk), dtype=np.int64)
+        grid = np.concatenate([o[(idx // s) % n] for o, s, n in zip(options, strides, sizes)], axis=1)
+        yield grid[grid.sum(axis=1) <= max_total]
+
+
+def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
+    """The per-zone counts of one GPU type kept by the incumbent search (a subset of ``zone_splits``): every
+    zone with room used; at level 1 also the same count in every zone or every zone full."""
+    if len(opts) == 0:
+        return opts
+    keep = opts.min(axis=1) > 0
+    if level <= 1:
+        full = opts.sum(axis=1) == opts.sum(axis=1).max()
+        keep &= (opts.max(axis=1) == opts.min(axis=1)) | full
+    return opts[keep]

@@ -150,6 +150,9 @@ class SearchStats:
     chains_bounded: int = 0
     chains_exact: int = 0
     memory_shortfall_bytes: float | None = None   # smallest overflow seen when nothing fits
+    complete: bool = True                  # False: stopped at the time limit with the best plans so far
+    lower_bound_key: float | None = None   # stopped: no plan of the space has a smaller objective key
+    time_limit_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
 

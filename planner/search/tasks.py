@@ -177,13 +177,17 @@ def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> tuple[tuple[s
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
-                    gbs: int, objective: Objective, space: SearchSpace, cache: LinkCache) -> list[Task]:
+                    gbs: int, objective: Objective, space: SearchSpace, cache: LinkCache,
+                    tick=None) -> list[Task]:
+    """Every task with a finite cheap bound, sorted by it. ``tick(i, n)``: called per pipeline depth."""
     types = sorted(options)
     max_types = min(len(types), space.max_gpu_types or len(types))
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     mbs_all = sorted({m for g in types for m, _ in options[g]})
     tasks = []
     for s_num, mbs, rc in product(range(1, max_s + 1), mbs_all, space.recompute):
+        if tick is not None:
+            tick(s_num - 1, max_s)
         if gbs % mbs:
             continue
         choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)

@@ -24,6 +24,7 @@ class TiedSync:
         self.ctx = ctx
         self._memo: dict[tuple, tuple[float, float]] = {}
         self._chains: dict[tuple, tuple[float, float]] = {}
+        self._rows: dict[tuple, tuple[float, float]] = {}
 
     def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str = "flat"
            ) -> tuple[float, float]:
@@ -44,11 +45,16 @@ class TiedSync:
             return np.zeros(len(D)), np.zeros(len(D))
         rows, inv = np.unique(np.column_stack([D, hier0.astype(D.dtype)]), axis=0, return_inverse=True)
         t, usd = np.zeros(len(rows)), np.zeros(len(rows))
+        cols = tuple(groups)
         for i, row in enumerate(rows):
-            reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
-                         for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
-            if reps:
-                t[i], usd[i] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat")
+            # the replica list is a function of (groups, row): memoise on that key before building it
+            key = (cols, row.tobytes(), num_stages)
+            if key not in self._rows:
+                reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
+                             for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
+                self._rows[key] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat") \
+                    if reps else (0.0, 0.0)
+            t[i], usd[i] = self._rows[key]
         inv = inv.reshape(-1)
         return t[inv], usd[inv]
 

@@ -1,0 +1,38 @@
+"""A lower bound on the cheap row key of every layer split of a task at once (the *split-free row floor*).
+
+Contract: for rows ``D`` of pipeline counts and per pool the smallest steady period ``M``, fill/drain ``F``
+and optimizer step ``U`` over the task's splits, :func:`floor_keys` is <= the engine's cheap key
+(``engine._cheap_keys``) of the row under every one of those splits, so a row whose floor exceeds the
+threshold can be dropped before the per-split pass (docs/PLANNER.md 2.1, *split-free row floor*; tested
+against the per-split keys in ``tests/planner/test_search_budget.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.makespan import relaxed_lower_bound
+from planner.search.pools import PoolModel
+from planner.search.space import Objective
+
+SLACK = 1e-12
+
+
+def pool_floors(models: dict[int, dict], cols: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column (pool) of ``cols``: the smallest period, fill/drain and optimizer step over the splits."""
+    per: list[list[PoolModel]] = [[by_col[c] for by_col in models.values()] for c in cols]
+    m = np.array([min(p.period_s for p in ps) for ps in per])
+    f = np.array([min(p.fill_s for p in ps) for ps in per])
+    u = np.array([min(p.update_s for p in ps) for ps in per])
+    return m, f, u
+
+
+def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb: int, objective: Objective,
+               slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """[R] lower bounds on the cheap key of every row under every split (inf where a constraint fails)."""
+    span = relaxed_lower_bound(D, m, f, n_mb)
+    upd = np.where(D > 0, u[None, :], 0.0).max(axis=1)
+    it = span + upd
+    if slb is not None:
+        it = it + slb
+    it = it * (1 - SLACK)
+    return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
