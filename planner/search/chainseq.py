@@ -11,6 +11,8 @@ from functools import lru_cache
 
 import numpy as np
 
+DENSE_MAX = 1 << 18     # cuts x G^segments up to which the dense mask is built (same result, less Python)
+
 
 @lru_cache(maxsize=32)
 def chain_sequences(n_groups: int, n_seg: int) -> np.ndarray:
@@ -32,6 +34,13 @@ def alive_pairs(seg_alive: list[np.ndarray], n_groups: int) -> tuple[np.ndarray,
     sequence's index: its first group times (G - 1)^(n - 1), then each next group's rank among the G - 1
     groups that differ from the one before it."""
     n_seg = len(seg_alive)
+    if len(seg_alive[0]) * n_groups ** n_seg <= DENSE_MAX:      # small: the dense mask is cheaper
+        seqs = chain_sequences(n_groups, n_seg)
+        dense = np.ones((len(seg_alive[0]), len(seqs)), dtype=bool)
+        for i in range(n_seg):
+            dense &= seg_alive[i][:, seqs[:, i]]
+        kk, qq = np.nonzero(dense)
+        return kk.astype(np.int64), qq.astype(np.int64)
     ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     kks, qqs = [], []
     for c in np.nonzero(ok)[0]:

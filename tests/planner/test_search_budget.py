@@ -39,7 +39,10 @@ def random_gpus(rng: random.Random, max_pools: int = 4, max_gpus: int = 10) -> s
     return ",".join(f"{g}@{z}={n}" for (g, z), n in zip(pools, counts) if n > 0)
 
 
-def test_alive_pairs_equal_the_dense_mask() -> None:
+@pytest.mark.parametrize("dense_max", [0, 1 << 30])
+def test_alive_pairs_equal_the_dense_mask(monkeypatch, dense_max: int) -> None:
+    import planner.search.chainseq as chainseq
+    monkeypatch.setattr(chainseq, "DENSE_MAX", dense_max)
     rng = np.random.default_rng(0)
     for n_groups, n_seg, cuts in product((2, 3, 5), (2, 3, 4), (1, 7)):
         seqs = chain_sequences(n_groups, n_seg)
