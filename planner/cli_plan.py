@@ -73,8 +73,8 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
 
 def _progress(tty: bool, quiet: bool):
     """A search progress callback for stderr: on a terminal a transient rich bar once the search has run 1 s;
-    otherwise (a log, a pipe) one plain line every 10 s once it has run 10 s; nothing when ``quiet``."""
-    state: dict = {"shown": False, "bar": None, "task": None, "next_line_s": 10.0}
+    otherwise (a log, a pipe) one plain line once it has run 3 s, then every 10 s; nothing when ``quiet``."""
+    state: dict = {"shown": False, "bar": None, "task": None, "next_line_s": 3.0}
 
     def cb(done: int, total: int, elapsed_s: float, phase: str = "searching") -> None:
         if quiet or elapsed_s <= 1.0:
