@@ -151,3 +151,20 @@ def test_profile_rounds_end_to_end(tmp_path: Path) -> None:
     assert "update_s_per_param" in by_cfg[(1, 1)] and "update_s_per_param" not in by_cfg[(1, 2)]
     upd = statistics.median(by_cfg[(1, 1)]["update_s_per_param"])
     assert all(e["update_s_per_param"] == pytest.approx(upd, rel=1e-9) for e in doc["entries"])
+
+
+def test_closed_loop_prints_the_up_front_profile_rounds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import closed_loop as cl
+    prof = tmp_path / "profile.json"
+    prof.write_text("{}")
+    values = {(2, 1): {"layer_fwd_s": [0.0138, 0.0210, 0.0140], "layer_bwd_s": [0.0246, 0.0289, 0.0250]}}
+    side = Path(str(prof) + ".rounds.json")
+    side.write_text(json.dumps(rr.rounds_document(values, 3, "median")))
+    cl.print_profile_rounds(prof)
+    out = capsys.readouterr().out
+    assert "3 rounds" in out and "tp 2 mbs 1:  13.80/ 24.60   21.00/ 28.90   14.00/ 25.00" in out
+    assert "spread 51%/17%" in out          # (21.00 - 13.80) / 14.00, (28.90 - 24.60) / 25.00
+    os.utime(side, (1, 1))                               # a side file older than the profile: not this one's
+    cl.print_profile_rounds(prof)
+    assert capsys.readouterr().out == ""
