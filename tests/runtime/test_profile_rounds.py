@@ -168,3 +168,24 @@ def test_closed_loop_prints_the_up_front_profile_rounds(tmp_path: Path, capsys: 
     os.utime(side, (1, 1))                               # a side file older than the profile: not this one's
     cl.print_profile_rounds(prof)
     assert capsys.readouterr().out == ""
+
+
+def test_core_sharing_counts_are_measured_round_robin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--runtime-constants-out's core-sharing table: the process counts in turn, one repeat each per round.
+    Another process busy during three consecutive multi-process runs (it slows only runs that oversubscribe
+    the cores, not the one-process baselines in between) slows one repeat of each count, which the median
+    outvotes; measured count after count, the same window would have covered every repeat of 3 processes
+    (a loaded closed-loop run's table read x3.11 at 1.5 ranks per core, x2.06 at 2)."""
+    from megatron_sailor.profiler import constants as pc
+    calls: list[int] = []
+
+    def fake_run(n: int, matmuls: int) -> list[float]:
+        calls.append(n)
+        multi = sum(1 for c in calls if c > 1)                      # this is the multi-th multi-process run
+        slow = 2.0 if n > 1 and 4 <= multi <= 6 else 1.0
+        return [max(1.0, n / 2) * slow] * n
+
+    monkeypatch.setattr(pc, "_concurrent_run_s", fake_run)
+    table = pc.measure_core_sharing(cores=2, repeats=3)
+    assert calls[1:] == [x for n in [2, 3, 4] * 3 for x in (1, n)]     # round-robin, one process alone before each
+    assert table == [(0.5, 1.0), (1.0, 1.0), (1.5, 1.5), (2.0, 2.0)]
