@@ -101,6 +101,9 @@ def validate(args: argparse.Namespace, world: int) -> ModelSpec | None:
     for path, flag in ((args.output, "-o"), (args.network_out, "--network-out"), (args.catalog_out, "--catalog-out"),
                        (args.runtime_constants_out, "--runtime-constants-out")):
         _check_out(path, flag)
+    if args.catalog_out:
+        from megatron_sailor.profiler.io import read_existing_catalog
+        read_existing_catalog(args.catalog_out)        # a bad catalog fails here, before any measurement
     if args.network_out and world < 2:
         raise InputError(f"the network profile needs at least 2 ranks, got --nproc {world}")
     if args.sizes is not None and (len(args.sizes) < 2 or min(args.sizes) < 4):
