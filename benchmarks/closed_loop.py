@@ -1,10 +1,16 @@
 """Closed loop on this machine: profile -> plan -> simulate -> run -> compare.
 
-    python benchmarks/closed_loop.py [--out runs/closed_loop] [--iters 8] [--warmup 2] [--reuse-profile]
+    python benchmarks/closed_loop.py [--out runs/closed_loop] [--iters 8] [--warmup 2] [--profile-rounds 3]
+                                     [--reuse-profile]
 
 1. ``sailor-profile`` profiles a CPU-size GPT (``MODEL`` below: compute, not Python, dominates) on 2 local
    ranks (micro-batch 1 and 2, TP 1 and 2, one OpenMP thread per rank) and the loopback network; it writes
    the profile, the network file and a GPU-catalog entry for ``cpu-<cpu model>`` (gpus_per_node = 2).
+   The model profile is taken in ``--profile-rounds`` rounds (default 3; ``sailor-profile --rounds``): every
+   (TP, micro-batch) configuration is measured once per round, round-robin, and the profile holds the
+   median over rounds, so one burst of load from other processes during one configuration's measurement
+   is outvoted (with one round it was the whole measurement of that configuration). The per-round values
+   are in ``profile.json.rounds.json`` and printed at the end.
 2. ``sailor-plan`` plans the model for a 2-rank cluster of that type. Its plan and fixed plans are each
    simulated with the ``megatron-sailor`` preset from that up-front profile (nothing fitted to these runs):
    data parallel, tensor parallel, an even and an uneven 2-stage pipeline, the even pipeline across an
@@ -55,11 +61,12 @@ def _env() -> dict[str, str]:
 
 
 def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], nproc: int = 2,
-                stat: str = "median") -> dict[str, Path]:
+                stat: str = "median", rounds: int = 1) -> dict[str, Path]:
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json",
              "constants": out / "runtime_constants.json"}
     cmd = [sys.executable, "-m", "megatron_sailor.profiler.cli", "--model", str(model_path),
            "--mbs", *map(str, mbs), "--tp", *map(str, tp), "--nproc", str(nproc), "--repeats", "5", "--stat", stat,
+           "--rounds", str(rounds),
            "-o", str(files["profile"]), "--network-out", str(files["network"]), "--catalog-out", str(files["catalog"]),
            "--runtime-constants-out", str(files["constants"])]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
@@ -144,6 +151,21 @@ def summarise_rounds(rounds_path: Path, out_path: Path, stat: str) -> None:
     costs = median_of_runs(runs, STATS[stat])
     write_profile(out_path, MODEL["name"], costs[0].gpu_type, costs,
                   {"description": f"re-profiled interleaved with the runs, {stat} of {len(runs)} rounds"})
+
+
+def print_profile_rounds(profile: Path) -> None:
+    """The up-front profile's per-round layer times (``sailor-profile --rounds``), if it has more than one."""
+    side = Path(str(profile) + ".rounds.json")
+    if not side.is_file() or side.stat().st_mtime < profile.stat().st_mtime:     # none, or an older profile's
+        return
+    doc = json.loads(side.read_text())
+    print(f"\nup-front profile, layer forward/backward ms in each of its {doc['rounds']} rounds "
+          f"({doc['per_round_statistic']} of the repeats; the profile holds the median over rounds):")
+    for c in doc["configurations"]:
+        v = c["values"]
+        rounds = "  ".join(f"{f * 1e3:6.2f}/{b * 1e3:6.2f}" for f, b in zip(v["layer_fwd_s"], v["layer_bwd_s"]))
+        print(f"  tp {c['tp']} mbs {c['mbs']}: {rounds}   spread {c['spread']['layer_fwd_s'] * 100:.0f}%/"
+              f"{c['spread']['layer_bwd_s'] * 100:.0f}%")
 
 
 def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]:
@@ -284,6 +306,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reuse-profile", action="store_true", help="keep an existing profile in --out")
+    ap.add_argument("--profile-rounds", type=int, default=3,
+                    help="rounds of the up-front model profile (sailor-profile --rounds; default 3: the median "
+                         "of 3 outvotes one round slowed by a burst of load)")
     ap.add_argument("--stat", choices=sorted(STATS), default="median",
                     help="statistic over the timed iterations and the interleaved profile rounds (default median; "
                          "min is more robust under heavy load from other processes; both are printed)")
@@ -293,6 +318,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         return worker(args.worker)
+    if args.profile_rounds < 1:
+        print(f"error: --profile-rounds must be >= 1, got {args.profile_rounds}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_path = out / "model.json"
@@ -300,7 +328,7 @@ def main() -> int:
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json",
              "constants": out / "runtime_constants.json"}
     if not ((args.reuse_profile or args.reanalyse) and all(p.is_file() for p in files.values())):
-        files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2], stat=args.stat)
+        files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2], stat=args.stat, rounds=args.profile_rounds)
     gpu = gpu_type_of(files)
     planned = out / "plan_planner.json"
     if not (args.reanalyse and planned.is_file()):
@@ -337,6 +365,7 @@ def main() -> int:
                    "predicted_upfront_s": upfront[n], "times_s": m["times_s"]} for n, d, pr, m in rows]
     (out / "table.json").write_text(json.dumps(table, indent=1))
     print_sharing(model_path, files, gpu, paths)
+    print_profile_rounds(files["profile"])
     print("\nup-front predictions (profile taken before planning) vs median of the timed iterations:")
     up_rows = [(n, describe(p) + f" w{worlds[n]}", upfront[n],
                 dict(measured[n], median_s=statistics.median(measured[n]["times_s"]))) for n, p in paths.items()]

@@ -72,12 +72,13 @@ def measure_core_sharing(cores: int, target_s: float = 0.5, max_procs: int = 8, 
                          ) -> list[tuple[float, float]]:
     """(ranks per core, slowdown) for 1 .. 2 x cores processes: the median over ``repeats`` of the mean time of
     n concurrent processes over the time of one process alone measured just before (so slow drifts of the
-    machine's load cancel)."""
+    machine's load cancel). The process counts are measured round-robin (2, 3, .., 2, 3, ..), so a burst of
+    load from other processes lands on one repeat of a count, which the median outvotes, not on all of them."""
     from megatron_sailor.train.progress import progress_iter
     alone = _concurrent_run_s(1, 200)[0]
     matmuls = max(50, int(200 * target_s / max(alone, 1e-6)))
     out = [(1 / cores, 1.0)]
-    counts = [n for n in range(2, min(2 * cores, max_procs) + 1) for _ in range(repeats)]
+    counts = [n for _ in range(repeats) for n in range(2, min(2 * cores, max_procs) + 1)]
     ratios: dict[int, list[float]] = {}
     for n in progress_iter(counts, "measuring core sharing", total=len(counts)):
         base = _concurrent_run_s(1, matmuls)[0]

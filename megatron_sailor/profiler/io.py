@@ -43,18 +43,32 @@ def write_profile(path: str | Path, model_name: str, gpu_type: str, costs: list[
     parse_profile_file(path)
 
 
+def read_existing_catalog(path: str | Path) -> dict[str, Any]:
+    """The catalog JSON already at ``path`` ({} when there is none), checked as far as a merge needs: a JSON
+    object of objects. Called before profiling starts too, so a bad file costs no measurement."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    if not p.is_file():
+        raise InputError("exists and is not a regular file", source=str(p))
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not valid JSON ({getattr(exc, 'msg', None) or exc.reason})", source=str(p)) from None
+    if not isinstance(data, dict):
+        raise InputError("a GPU catalog must be a JSON object", source=str(p))
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"entry {json.dumps(name)} must be an object, got {json.dumps(entry)[:40]}",
+                             source=str(p))
+    return data
+
+
 def merge_catalog_entry(path: str | Path, gpu_type: str, fields: Mapping[str, float]) -> dict[str, Any]:
     """Set ``fields`` of ``gpu_type`` in the catalog JSON at ``path`` (created if absent), filling the
     intra-node link with placeholders when it was never measured; validated by the planner's loader."""
     p = Path(path)
-    data: dict[str, Any] = {}
-    if p.is_file():
-        try:
-            data = json.loads(p.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", source=str(p)) from None
-        if not isinstance(data, dict):
-            raise InputError("a GPU catalog must be a JSON object", source=str(p))
+    data = read_existing_catalog(p)
     unknown = sorted(set(fields) - set(CATALOG_FIELDS))
     if unknown:
         raise ValueError(f"unknown catalog fields {unknown}")

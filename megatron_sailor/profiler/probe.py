@@ -11,13 +11,19 @@ GPU, wall clock on CPU). A layer's time is the layer probe's time / ``layers_per
 step (norm, clip, AdamW, zero-grad as the runtime does it) is timed on the parameters of all three probes
 together and divided by their count. Activation bytes: saved-tensor sizes on CPU, the allocator's growth on CUDA.
 
+With ``rounds`` > 1 (``sailor-profile --rounds R``) all of that is done once per round, every (TP,
+micro-batch) configuration in turn (round-robin, :mod:`megatron_sailor.profiler.rounds`), each round with its
+own warm-up; the profile's value of each time is the median over the rounds of the per-round statistic, so
+a burst of load from other processes hits one round of a configuration, not all its repeats. Probes are
+built once per TP degree and kept until its last round. Activation bytes are measured in the first round.
+
 With ``concurrent`` (default) every block measures at the same time, so ranks that share a machine's
 memory system (or cores) while training also share it while profiled; rank 0's block is reported.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +35,8 @@ from megatron_sailor.runtime.data import MicroBatch
 from megatron_sailor.runtime.init_weights import init_stage_weights
 from megatron_sailor.runtime.groups import new_group
 from megatron_sailor.runtime.optimizer import OptimizerConfig, make_adamw
+from megatron_sailor.profiler.rounds import (RoundValues, aggregate, collect_rounds, disagreements, last_use,
+                                            schedule)
 from megatron_sailor.profiler.timing import (AllocatorMeter, make_timer, median_s,
                                             timed_repeats)
 from megatron_sailor.runtime.schedule import StageRole, StageStep
@@ -50,6 +58,7 @@ class ProfileConfig:
     seed: int = 1234
     concurrent: bool = True
     stat: str = "median"          # or "min": the statistic over the timed repeats
+    rounds: int = 1               # round-robin rounds; the profile's value is the median over them
 
     @property
     def stat_fn(self):  # noqa: ANN201
@@ -65,6 +74,8 @@ class ProfileConfig:
             raise InputError(f"--stat must be median or min, got {self.stat!r}")
         if self.repeats < 1 or self.warmup < 0 or self.layers_per_probe < 1:
             raise InputError("--repeats and --layers-per-probe must be >= 1 and --warmup >= 0")
+        if self.rounds < 1:
+            raise InputError(f"--rounds must be >= 1, got {self.rounds}")
         for tp in self.tp_list:
             model.check_tp(tp)
             if model.padded_vocab_size % tp:
@@ -87,6 +98,7 @@ class ProfileResult:
     costs: list[LayerCosts]
     param_bytes: dict[int, PartBytes]      # by TP degree
     timer: str
+    rounds: RoundValues = field(default_factory=dict)   # every round's value, per (tp, mbs) and quantity
 
 
 def _tp_groups(world: int, tp: int, rank: int, timeout: timedelta) -> tuple[Any, list[int] | None]:
@@ -198,55 +210,106 @@ def _update_seconds_per_param(modules: list[torch.nn.Module], timer: Any, warmup
     return stat(samples) / sum(p.numel() for p in params)
 
 
-def _profile_tp(model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, groups: Any, gpu_type: str,
-                device: torch.device) -> tuple[list[LayerCosts], PartBytes]:
-    timer = make_timer(torch)
-    n = cfg.layers_per_probe
-    emb = _probe(model, 0, True, False, tp, tp_rank, groups, cfg.seed, device)
-    lay = _probe(model, n, False, False, tp, tp_rank, groups, cfg.seed, device)
-    head = _probe(model, 0, False, True, tp, tp_rank, groups, cfg.seed, device)
-    parts = PartBytes(_param_bytes(emb), _param_bytes(lay) // n, _param_bytes(head))
-    out, update_s = [], None
-    for mbs in cfg.mbs_list:
-        times, acts = {}, {}
-        for name, module, role in (("emb", emb, StageRole(0, 2)), ("lay", lay, StageRole(1, 3)),
-                                   ("head", head, StageRole(1, 2))):
-            st = _StageTiming(module, role, model, mbs, cfg.seed + mbs, device, tp_group=groups.tp)
-            times[name] = st.measure(timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
-            acts[name] = st.activation_bytes()
-        if update_s is None:
-            update_s = _update_seconds_per_param([emb, lay, head], timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
-        lf, lb = times["lay"][0] / n, times["lay"][1] / n
-        out.append(LayerCosts(
-            gpu_type=gpu_type, mbs=mbs, tp=tp, embedding_fwd_s=times["emb"][0], embedding_bwd_s=times["emb"][1],
-            layer_fwd_s=(lf,) * model.num_layers, layer_bwd_s=(lb,) * model.num_layers,
-            head_fwd_s=times["head"][0], head_bwd_s=times["head"][1], update_s_per_param=update_s,
-            layer_act_bytes=acts["lay"] / n, embedding_act_bytes=acts["emb"], head_act_bytes=acts["head"],
-            source=f"sailor-profile ({timer.name})"))
-        logger.info("tp %d mbs %d: layer %.2f/%.2f ms", tp, mbs, lf * 1e3, lb * 1e3)
-    return out, parts
+class _TpProbes:
+    """The three probes of one TP degree on this rank, built once and measured in every round."""
+
+    def __init__(self, model: ModelSpec, cfg: ProfileConfig, tp: int, tp_rank: int, groups: Any,
+                 device: torch.device) -> None:
+        self.model, self.cfg, self.groups, self.device = model, cfg, groups, device
+        n = cfg.layers_per_probe
+        self.emb = _probe(model, 0, True, False, tp, tp_rank, groups, cfg.seed, device)
+        self.lay = _probe(model, n, False, False, tp, tp_rank, groups, cfg.seed, device)
+        self.head = _probe(model, 0, False, True, tp, tp_rank, groups, cfg.seed, device)
+        self.parts = PartBytes(_param_bytes(self.emb), _param_bytes(self.lay) // n, _param_bytes(self.head))
+
+    def measure(self, mbs: int, timer: Any, with_update: bool,
+                with_acts: bool) -> tuple[dict[str, float], dict[str, float]]:
+        """One round of one micro-batch size: ``--stat`` of the timed repeats of each probe's forward and
+        backward (per layer for the layer probe), the optimizer rate if asked, activation bytes if asked."""
+        cfg, n = self.cfg, self.cfg.layers_per_probe
+        values: dict[str, float] = {}
+        acts: dict[str, float] = {}
+        for name, module, role in (("embedding", self.emb, StageRole(0, 2)), ("layer", self.lay, StageRole(1, 3)),
+                                   ("head", self.head, StageRole(1, 2))):
+            per = n if name == "layer" else 1
+            st = _StageTiming(module, role, self.model, mbs, cfg.seed + mbs, self.device, tp_group=self.groups.tp)
+            fwd_s, bwd_s = st.measure(timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
+            values[f"{name}_fwd_s"], values[f"{name}_bwd_s"] = fwd_s / per, bwd_s / per
+            if with_acts:
+                acts[name] = st.activation_bytes() / per
+        if with_update:
+            values["update_s_per_param"] = _update_seconds_per_param(
+                [self.emb, self.lay, self.head], timer, cfg.warmup, cfg.repeats, cfg.stat_fn)
+        return values, acts
+
+
+def _costs(model: ModelSpec, cfg: ProfileConfig, gpu_type: str, timer_name: str,
+           med: dict[tuple[int, int], dict[str, float]],
+           acts: dict[tuple[int, int], dict[str, float]]) -> list[LayerCosts]:
+    """The profile entries (TP-major, then micro-batch) from the medians over rounds; the optimizer rate of
+    a TP degree is the one measured with its first micro-batch size."""
+    out = []
+    for tp in cfg.tp_list:
+        update_s = med[(tp, cfg.mbs_list[0])]["update_s_per_param"]
+        for mbs in cfg.mbs_list:
+            v, a = med[(tp, mbs)], acts[(tp, mbs)]
+            out.append(LayerCosts(
+                gpu_type=gpu_type, mbs=mbs, tp=tp, embedding_fwd_s=v["embedding_fwd_s"],
+                embedding_bwd_s=v["embedding_bwd_s"], layer_fwd_s=(v["layer_fwd_s"],) * model.num_layers,
+                layer_bwd_s=(v["layer_bwd_s"],) * model.num_layers, head_fwd_s=v["head_fwd_s"],
+                head_bwd_s=v["head_bwd_s"], update_s_per_param=update_s, layer_act_bytes=a["layer"],
+                embedding_act_bytes=a["embedding"], head_act_bytes=a["head"],
+                source=f"sailor-profile ({timer_name})"))
+            logger.info("tp %d mbs %d: layer %.2f/%.2f ms", tp, mbs, v["layer_fwd_s"] * 1e3, v["layer_bwd_s"] * 1e3)
+    return out
+
+
+def _warn_disagreements(values: RoundValues) -> None:
+    for (tp, mbs), name, frac in disagreements(values, ("layer_fwd_s", "layer_bwd_s")):
+        ms = "/".join(f"{x * 1e3:.2f}" for x in values[(tp, mbs)][name])
+        logger.warning("tp %d mbs %d: the rounds of %s disagree by %.0f%% (%s ms); the profile takes their "
+                       "median (load from other processes?)", tp, mbs, name, frac * 100, ms)
 
 
 def profile_model(model: ModelSpec, cfg: ProfileConfig, gpu_type: str, timeout_s: float = 600.0) -> ProfileResult:
-    """Run on every rank of an initialised process group; rank 0's result is the one to write."""
+    """Run on every rank of an initialised process group; rank 0's result is the one to write. The
+    configurations are measured round-robin over ``cfg.rounds`` rounds (:mod:`.rounds`); a barrier after
+    each keeps the blocks of one TP degree measuring together."""
     rank, world = dist.get_rank(), dist.get_world_size()
     timeout = timedelta(seconds=timeout_s)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     singles = [new_group([r], timeout) for r in range(world)]
     from megatron_sailor.runtime.rank_runtime import seed_megatron_rng
     seed_megatron_rng(cfg.seed)
-    costs: list[LayerCosts] = []
+    blocks = {tp: _tp_groups(world, tp, rank, timeout) for tp in cfg.tp_list}
+    entries = schedule(cfg.tp_list, cfg.mbs_list, cfg.rounds)
+    last = last_use(entries)
+    timer = make_timer(torch)
+    probes: dict[int, _TpProbes] = {}
     param_bytes: dict[int, PartBytes] = {}
-    from megatron_sailor.train.progress import progress_iter
-    tps = progress_iter(cfg.tp_list, "profiling", total=len(cfg.tp_list)) if rank == 0 else cfg.tp_list
-    for tp in tps:
-        tp_group, members = _tp_groups(world, tp, rank, timeout)
-        active = members is not None and (cfg.concurrent or members[0] == 0)
-        if active:
-            groups = SimpleNamespace(tp=tp_group, single=singles[rank])
-            c, parts = _profile_tp(model, cfg, tp, members.index(rank), groups, gpu_type, device)
-            if rank == 0:
-                costs.extend(c)
-                param_bytes[tp] = parts
+    acts: dict[tuple[int, int], dict[str, float]] = {}
+
+    def measure(r: int, tp: int, mbs: int) -> dict[str, float]:
+        tp_group, members = blocks[tp]
+        values: dict[str, float] = {}
+        if members is not None and (cfg.concurrent or members[0] == 0):
+            if tp not in probes:
+                groups = SimpleNamespace(tp=tp_group, single=singles[rank])
+                probes[tp] = _TpProbes(model, cfg, tp, members.index(rank), groups, device)
+                param_bytes[tp] = probes[tp].parts
+            values, a = probes[tp].measure(mbs, timer, with_update=mbs == cfg.mbs_list[0], with_acts=r == 0)
+            acts.setdefault((tp, mbs), a)
+        if last[tp] == (r, tp, mbs):
+            probes.pop(tp, None)                 # free this TP's probes after its last measurement
         dist.barrier()
-    return ProfileResult(costs=costs, param_bytes=param_bytes, timer=make_timer(torch).name)
+        return values
+
+    from megatron_sailor.train.progress import progress_iter
+    values = collect_rounds(progress_iter(entries, "profiling", total=len(entries)) if rank == 0 else entries,
+                            measure)
+    if rank != 0:
+        return ProfileResult(costs=[], param_bytes={}, timer=timer.name)
+    if cfg.rounds > 1:
+        _warn_disagreements(values)
+    return ProfileResult(costs=_costs(model, cfg, gpu_type, timer.name, aggregate(values), acts),
+                         param_bytes=param_bytes, timer=timer.name, rounds=values)

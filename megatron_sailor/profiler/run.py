@@ -83,12 +83,21 @@ def _write_model(args: argparse.Namespace, model: Any, result: Any, gpu_type: st
     from megatron_sailor.profiler.io import write_profile
     extras = {"device": gpu_type, "timer": result.timer, "ranks": world,
               "settings": {"warmup": args.warmup, "repeats": args.repeats, "layers_per_probe": args.layers_per_probe,
-                           "concurrent": not args.no_concurrent, "stat": args.stat},
+                           "concurrent": not args.no_concurrent, "stat": args.stat, "rounds": args.rounds},
               "param_bytes": {str(tp): asdict(pb) for tp, pb in result.param_bytes.items()},
               "model_spec": model.to_dict()}
     write_profile(args.output, model.name, gpu_type, result.costs, extras)
     _print_profile(result)
     print(f"profile written: {args.output} (gpu_type {gpu_type})")
+    if args.rounds > 1:
+        import json
+        from pathlib import Path
+
+        from megatron_sailor.profiler.rounds import rounds_document
+        from planner.plan import atomic_write_text
+        side = Path(args.output + ".rounds.json")
+        atomic_write_text(side, json.dumps(rounds_document(result.rounds, args.rounds, args.stat), indent=1) + "\n")
+        print(f"per-round values written: {side}")
 
 
 def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[str, float]:
@@ -144,7 +153,7 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
     if model is not None:
         from megatron_sailor.profiler.probe import ProfileConfig, profile_model
         cfg = ProfileConfig(tuple(args.mbs), tuple(args.tp), args.warmup, args.repeats, args.layers_per_probe,
-                            args.seed, concurrent=not args.no_concurrent, stat=args.stat)
+                            args.seed, concurrent=not args.no_concurrent, stat=args.stat, rounds=args.rounds)
         result = profile_model(model, cfg, gpu_type)
         if rank == 0:
             _write_model(args, model, result, gpu_type, world)

@@ -1,5 +1,7 @@
 """End to end: sailor-profile on 2 local gloo ranks (tiny model, micro-batch 1 and 2, TP 1 and 2, network),
-then the planner plans from exactly those files. No timing assertions."""
+then the planner plans from exactly those files, with the model profile taken in 2 round-robin rounds
+(``--rounds 2``: probes of both TP degrees kept across rounds, the TP-2 block and the two TP-1 blocks
+measuring with barriers between configurations). No timing assertions."""
 from __future__ import annotations
 
 import json
@@ -20,7 +22,7 @@ def test_profile_then_plan(tmp_path: Path) -> None:
     env.pop("WORLD_SIZE", None)
     prof, net, cat = tmp_path / "p.json", tmp_path / "n.json", tmp_path / "c.json"
     cmd = [sys.executable, "-m", "megatron_sailor.profiler.cli", "--model", "tiny", "--mbs", "1", "2",
-           "--tp", "1", "2", "--warmup", "1", "--repeats", "2", "--gpu-type", "cpu-test", "-o", str(prof),
+           "--tp", "1", "2", "--warmup", "1", "--repeats", "2", "--rounds", "2", "--gpu-type", "cpu-test", "-o", str(prof),
            "--network-out", str(net), "--catalog-out", str(cat), "--sizes", "1024", "65536", "262144"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -30,6 +32,9 @@ def test_profile_then_plan(tmp_path: Path) -> None:
     for e in doc["entries"]:
         assert len(e["layers_s"]) == 4 and all(f > 0 and b > 0 for f, b in e["layers_s"])
         assert e["update_s_per_param"] > 0 and e["layer_act_bytes"] > 0
+    side = json.loads(Path(str(prof) + ".rounds.json").read_text())
+    assert sorted((c["tp"], c["mbs"]) for c in side["configurations"]) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(len(v) == 2 for c in side["configurations"] for v in c["values"].values())
     # TP 2 holds half of a layer's sharded parameters
     pb = doc["param_bytes"]
     assert pb["2"]["layer"] < pb["1"]["layer"]

@@ -293,3 +293,19 @@ def test_zero_latency_fit_writes_a_catalog_the_planner_loads(tmp_path: Path) -> 
     assert GPUCatalog.load(path).get("cpu-x").intra_node_latency_s == 0.0
     with pytest.raises(InputError, match="intra_node_latency_s"):
         merge_catalog_entry(path, "cpu-x", {"intra_node_latency_s": -1e-6})
+
+
+@pytest.mark.parametrize("text, says", [("{bad", "not valid JSON"), ("[1]", "must be a JSON object"),
+                                        ('{"cpu-x": 3}', 'entry "cpu-x" must be an object'),
+                                        (b"\xff\xfe{", "not valid JSON")])
+def test_bad_catalog_out_fails_before_any_measurement(text: str | bytes, says: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """An existing --catalog-out the profiler could not merge into is refused up front (one line, exit 2),
+    not after minutes of measurement with the network file already written and a traceback from every rank."""
+    from megatron_sailor.profiler.cli import main
+    cat, net = tmp_path / "cat.json", tmp_path / "net.json"
+    cat.write_bytes(text if isinstance(text, bytes) else text.encode())
+    rc = main(["--network-only", "--network-out", str(net), "--catalog-out", str(cat), "--nproc", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(cat) in err[0] and says in err[0], err
+    assert not net.exists() and cat.read_bytes() == (text if isinstance(text, bytes) else text.encode())
