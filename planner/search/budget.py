@@ -43,11 +43,11 @@ class Budget:
         return time.perf_counter() - self.t0
 
     def expired(self, share: float = 1.0) -> bool:
-        """``share`` of the limit has passed, less a reserve (10 %, at most 5 s) for the bound and for
-        building and checking the plans after the search."""
+        """``share`` of the usable time has passed: the limit less a reserve (10 %, at most 5 s) for the bound
+        and for building and checking the plans after the search."""
         if self.limit_s is None:
             return False
-        return self.elapsed_s() >= share * self.limit_s - min(5.0, 0.1 * self.limit_s)
+        return self.elapsed_s() >= share * (self.limit_s - min(5.0, 0.1 * self.limit_s))
 
     def tick(self, phase: str, done: int, total: int, force: bool = False) -> None:
         if self.progress is None:

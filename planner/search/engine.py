@@ -9,7 +9,6 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
