@@ -20,7 +20,7 @@ from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
-from planner.search.rowfloor import floor_keys, pool_floors
+from planner.search.rowfloor import floor_keys, pool_floors, task_floor
 from planner.search.rows import coarse_options, pareto_min, product_chunks, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
 from planner.search.verify import check_candidates
@@ -91,7 +91,8 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
                 chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
                                             best.late(), stats, stop=chain_stop)
         remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
-                                          budget, refined))
+                                          budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS
+                                          and objective.kind == "throughput"))
     if chains_done is None:
         chain_share = 1.0
         chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats,
@@ -121,11 +122,13 @@ def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objec
 
 def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
            objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats, budget: Budget,
-           refined: dict[int, tuple[float, dict]], coarse: int = 0, share: float = 1.0) -> float:
+           refined: dict[int, tuple[float, dict]], coarse: int = 0, share: float = 1.0,
+           floor_tasks: bool = False) -> float:
     """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped
     (refinements are kept in ``refined`` for a later pass). Returns inf when every task was searched or
     pruned, else (stopped at ``share`` of the time limit) a lower bound on every plan of the unsearched
-    tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search)."""
+    tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search).
+    ``floor_tasks``: a refined task is bounded once more by :func:`_task_floor` before it runs."""
     heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
     heapq.heapify(heap)
     done = 0
@@ -154,6 +157,10 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
                 refined[i] = (b, sync_out)
             heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
             continue
+        if floor_tasks and is_refined == 1:
+            fb = _task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"))
+            heapq.heappush(heap, (max(fb, bound), 2, i))
+            continue
         try:
             _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
                       refined[i][1].get("by_d"), coarse=coarse, stop=stop)
@@ -163,6 +170,34 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
         done += 1
         label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
     return np.inf
+
+
+def _task_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
+                space: SearchSpace, sync_lb: np.ndarray | None) -> float:
+    """:func:`planner.search.rowfloor.task_floor` of a task: per pool the smallest busiest-stage period,
+    fill/drain and optimizer step over the task's fitting splits (what its pool models hold per split)."""
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
+    if len(idx) == 0:
+        return np.inf
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
+    m, f, u, caps, types = [], [], [], [], []
+    for t_i, (g, tp) in enumerate(task.tps):
+        upd = float(tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute).update_s[idx].max(axis=1).min())
+        for z, cap in caps_for(cluster, g, tp, task.num_stages):
+            p2p = pool_p2p_s(ctx, cache, Group(z, g, tp), task.num_stages, mb_bytes)
+            if not np.isfinite(p2p):
+                continue
+            _, fill, period = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
+                                            ctx.settings.p2p_blocking)
+            m.append(float(period[idx].min()))
+            f.append(float(fill[idx].min()))
+            u.append(upd)
+            caps.append(cap)
+            types.append(t_i)
+    if sorted(set(types)) != list(range(len(task.tps))):
+        return np.inf
+    return task_floor(np.array(m), np.array(f), np.array(u), np.array(caps, dtype=np.int64),
+                      np.array(types), gbs // task.mbs, sync_lb)
 
 
 def _row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):

@@ -20,7 +20,7 @@ from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.netvec import LinkCache
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import coarse_options, product_chunks, product_rows, zone_splits
-from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options
+from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options, task_bound
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_planner_bruteforce import bf_ctx, check_exact  # noqa: E402
@@ -78,9 +78,10 @@ def test_coarse_options_are_declared_rows() -> None:
         assert {tuple(r) for r in coarse_options(opts, 1)} <= {tuple(r) for r in coarse_options(opts, 2)}
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(10))
 def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
-    """The split-free row floor (rowfloor.py) never exceeds the per-split cheap key of any row of any task."""
+    """The split-free row floor and the task floor (rowfloor.py) never exceed the per-split cheap key of any
+    row of any task."""
     rng = random.Random(seed)
     ctx, cat = bf_ctx(small_memory=seed % 2 == 1)
     cluster = parse_gpus(random_gpus(rng, max_pools=5, max_gpus=12), cat)
@@ -89,7 +90,7 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
     tables, cache = Tables(ctx, space), LinkCache(ctx)
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
-    checked = 0
+    checked = floored = 0
     for task in enumerate_tasks(ctx, cluster, tables, {g: o for g, o in options.items() if o}, gbs, objective,
                                 space, cache):
         n_mb = gbs // task.mbs
@@ -97,14 +98,24 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
         models = {int(k): engine._pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
         if not models:
             continue
+        sync_out: dict = {}
+        task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, n_mb, Objective(), cache,
+                   sync_out=sync_out, recompute=task.recompute)
+        slb = sync_out.get("by_d")
+        # the task floor (throughput key) is below the cheap key of every row under every split
+        tfloor = engine._task_floor(ctx, cluster, tables, cache, task, gbs, space, slb)
+        floored += bool(np.isfinite(tfloor))
         for D, cols in engine._row_grid(cluster, task, n_mb):
             common = engine._row_terms([models[next(iter(models))][c] for c in cols], D, None)
             floor = floor_keys(*pool_floors(models, cols), D, n_mb, objective, *common)
+            with_sync = engine._row_terms([models[next(iter(models))][c] for c in cols], D, slb)
             for by_col in models.values():
                 keys, _, _ = engine._cheap_keys([by_col[c] for c in cols], D, n_mb, objective, *common)
                 assert np.all(floor <= keys)
                 checked += int(np.isfinite(keys).sum())
-    assert checked > 0
+                its, _, _ = engine._cheap_keys([by_col[c] for c in cols], D, n_mb, Objective(), *with_sync)
+                assert np.all(tfloor <= its)
+    assert checked > 0 and floored > 0
 
 
 def _shape(c):
