@@ -71,13 +71,13 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
     raise InputError("no GPUs: pass --gpus TYPE@ZONE=N[,...], --cluster FILE or --trace CSV")
 
 
-def _progress(tty: bool, quiet: bool):
+def _progress(tty: bool):
     """A search progress callback for stderr: on a terminal a transient rich bar once the search has run 1 s;
-    otherwise (a log, a pipe) one plain line once it has run 3 s, then every 10 s; nothing when ``quiet``."""
+    otherwise (a log, a pipe) one plain line once it has run 3 s, then every 10 s."""
     state: dict = {"shown": False, "bar": None, "task": None, "next_line_s": 3.0}
 
     def cb(done: int, total: int, elapsed_s: float, phase: str = "searching") -> None:
-        if quiet or elapsed_s <= 1.0:
+        if elapsed_s <= 1.0:
             return
         if not tty:
             if elapsed_s >= state["next_line_s"]:
@@ -89,13 +89,15 @@ def _progress(tty: bool, quiet: bool):
         if state["bar"] is None:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-            state["bar"] = Progress(TextColumn("{task.description}"), BarColumn(),
-                                    TextColumn("{task.completed}/{task.total}"),
-                                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            state["bar"] = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                    console=Console(stderr=True), transient=True)
             state["bar"].start()
-            state["task"] = state["bar"].add_task(phase, total=total or None)
+            state["task"] = state["bar"].add_task("", total=1)
             state["shown"] = True
-        state["bar"].update(state["task"], completed=done, total=total or None, description=phase)
+        from rich.markup import escape
+        text = f"{phase} {done}/{total}" if total else phase      # no count: an empty bar
+        state["bar"].update(state["task"], completed=done if total else 0, total=max(total, 1),
+                            description=escape(text))
     return cb, state
 
 
@@ -103,7 +105,7 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     """:func:`planner.api.plan` for one cluster, with a progress line on a terminal; the report as the dict
     :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
     request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
-    cb, state = _progress(sys.stderr.isatty(), quiet=False)
+    cb, state = _progress(sys.stderr.isatty())
     try:
         rep = api.plan(request, ctx, progress=cb)
     finally:

@@ -200,7 +200,7 @@ def test_cli_says_whether_the_search_finished(capsys) -> None:
 def test_progress_lines_on_a_pipe(capsys) -> None:
     """Not a terminal: one plain stderr line after 3 s, then at most one per 10 s; nothing before 3 s."""
     from planner.cli_plan import _progress
-    cb, _ = _progress(tty=False, quiet=False)
+    cb, _ = _progress(tty=False)
     for t in (0.5, 2.9, 3.1, 5.0, 12.0, 13.2, 14.0):
         cb(1, 10, t, "exact search")
     err = capsys.readouterr().err
