@@ -1,5 +1,6 @@
 """Shared test helpers for multi-process tests: a free port (planner.ports), a torchrun runner (its own port,
-one OpenMP thread per rank, a hard timeout), a python runner and the tiny model's arguments."""
+one OpenMP thread per rank, a hard timeout), a python runner, the sample corpus preprocessed, and the tiny
+model's arguments."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from planner.ports import free_port
 
-__all__ = ["REPO", "free_port", "python", "tiny_model_args", "torchrun"]
+__all__ = ["REPO", "free_port", "preprocess_sample_corpus", "python", "tiny_model_args", "torchrun"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,3 +39,11 @@ def python(args: list[str], timeout_s: float, extra_env: dict[str, str] | None =
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **(extra_env or {}))
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout_s)
+
+
+def preprocess_sample_corpus(prefix: str, *flags: str, timeout_s: float = 300) -> None:
+    """``megatron_sailor.train.preprocess`` on the example corpus into ``prefix`` (extra ``flags``: e.g.
+    ``--vocab-size 128`` or ``--train-bpe 512 --append-eod``); fails the test with its stderr."""
+    proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
+                   "--output-prefix", prefix, *flags], timeout_s=timeout_s)
+    assert proc.returncode == 0, proc.stderr

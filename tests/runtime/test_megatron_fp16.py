@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, python, torchrun
+from tests.helpers.launch import REPO, preprocess_sample_corpus, torchrun
 
 PLANS = REPO / "examples" / "plans"
 VALID_RE = re.compile(r"^validation loss at iteration (\d+) \| lm loss value: (\S+)", re.M)
@@ -37,9 +37,7 @@ def _gpt_345m_scaled_down(data: str, ckpt: Path, metrics: Path) -> list[str]:
 def test_fp16_example_runs_under_our_fp16_plan_and_a_sailor_plan_config(tmp_path: Path) -> None:
     pytest.importorskip("tokenizers", reason="extra 'text' (CI installs .[all])")
     data = str(tmp_path / "my-gpt2_text_document")
-    proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", data, "--train-bpe", "512", "--append-eod"], timeout_s=300)
-    assert proc.returncode == 0, proc.stderr
+    preprocess_sample_corpus(data, "--train-bpe", "512", "--append-eod", timeout_s=300)
     bad = torchrun(5, "examples/gpt/pretrain_gpt.py",
                    [*_gpt_345m_scaled_down(data, tmp_path / "x", tmp_path / "x.jsonl"),
                     "--sailor-plan", str(PLANS / "gpt_small_hetero.json")], timeout_s=300)

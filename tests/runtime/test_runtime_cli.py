@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, free_port, python, tiny_model_args, torchrun
+from tests.helpers.launch import REPO, free_port, preprocess_sample_corpus, python, tiny_model_args, torchrun
 
 PLANS = REPO / "tests" / "helpers" / "plans"
 MODEL_ARGS = tiny_model_args()
@@ -71,9 +71,7 @@ def _losses(path: Path) -> list[float]:
 @pytest.mark.timeout(300)
 def test_sailor_plan_on_real_data_matches_one_rank(tmp_path: Path) -> None:
     prefix = str(tmp_path / "corpus")
-    proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", prefix], timeout_s=120)
-    assert proc.returncode == 0, proc.stderr
+    preprocess_sample_corpus(prefix, timeout_s=120)
     common = MODEL_ARGS + ["--train-iters", "6", "--lr", "3e-3", "--adam-eps", "1e-4", "--seed", "5",
                            "--data-path", prefix]
     runs = {}

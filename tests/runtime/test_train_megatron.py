@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import REPO, python, tiny_model_args, torchrun
+from tests.helpers.launch import REPO, preprocess_sample_corpus, tiny_model_args, torchrun
 
 PLANS = REPO / "tests" / "helpers" / "plans"
 MODEL = tiny_model_args(vocab_size=None)
@@ -31,9 +31,7 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 def test_schedule_validation_and_tensorboard_match_one_rank(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard", reason="extra 'tensorboard' (CI installs .[all])")
     prefix = str(tmp_path / "corpus")
-    proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", prefix, "--vocab-size", "128"], timeout_s=300)
-    assert proc.returncode == 0, proc.stderr
+    preprocess_sample_corpus(prefix, "--vocab-size", "128", timeout_s=300)
     common = [*MODEL, "--vocab-size", "128", "--data-path", prefix, "--train-iters", "8", "--lr", "3e-3",
               "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--adam-eps", "1e-4",
               "--eval-interval", "4", "--eval-iters", "2", "--log-interval", "4", "--seed", "5"]
@@ -67,9 +65,7 @@ def test_megatron_readme_gpt_command_scaled_down_runs_with_only_the_plan_added(t
     down and --fp16 left out (precision is the runtime issue's), plus --sailor-plan."""
     pytest.importorskip("tokenizers", reason="extra 'text' (CI installs .[all])")
     data = str(tmp_path / "my-gpt2_text_document")
-    proc = python(["-m", "megatron_sailor.train.preprocess", "--input", "examples/gpt/data/sample_corpus.txt",
-                   "--output-prefix", data, "--train-bpe", "512", "--append-eod"], timeout_s=300)
-    assert proc.returncode == 0, proc.stderr
+    preprocess_sample_corpus(data, "--train-bpe", "512", "--append-eod", timeout_s=300)
     vocab, merges = f"{data}-bpe/vocab.json", f"{data}-bpe/merges.txt"
     ckpt = str(tmp_path / "ckpt")
     gpt_args = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 "
