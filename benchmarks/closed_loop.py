@@ -38,11 +38,13 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.errors import InputError, OneLineParser, run_cli  # noqa: E402
 from planner.ports import free_port  # noqa: E402
 
 MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads": 8, "ffn_hidden_size": 2048,
@@ -300,8 +302,8 @@ def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dic
         print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "runs" / "closed_loop"))
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
@@ -315,12 +317,13 @@ def main() -> int:
     ap.add_argument("--reanalyse", action="store_true",
                     help="re-print the tables from the files of the last run in --out (e.g. with another --stat)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker)
-    if args.profile_rounds < 1:
-        print(f"error: --profile-rounds must be >= 1, got {args.profile_rounds}", file=sys.stderr)
-        return 2
+    for flag, value, least in (("--profile-rounds", args.profile_rounds, 1), ("--iters", args.iters, 1),
+                               ("--warmup", args.warmup, 0)):
+        if value < least:
+            raise InputError(f"{flag} must be >= {least}, got {value}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_path = out / "model.json"
@@ -328,7 +331,10 @@ def main() -> int:
     files = {"profile": out / "profile.json", "network": out / "network.json", "catalog": out / "catalog.json",
              "constants": out / "runtime_constants.json"}
     if not ((args.reuse_profile or args.reanalyse) and all(p.is_file() for p in files.values())):
+        t0 = time.perf_counter()
         files = run_profile(out, model_path, mbs=[1, 2], tp=[1, 2], stat=args.stat, rounds=args.profile_rounds)
+        print(f"up-front profile (model in {args.profile_rounds} round(s), network, constants): "
+              f"{time.perf_counter() - t0:.0f} s wall")
     gpu = gpu_type_of(files)
     planned = out / "plan_planner.json"
     if not (args.reanalyse and planned.is_file()):
@@ -381,4 +387,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

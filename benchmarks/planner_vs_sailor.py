@@ -124,7 +124,8 @@ def run_plan(st: Setup, data: str, planner: str, limit_s: float, search_limit: s
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
-        msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        lines = [x for x in proc.stderr.strip().splitlines() if not x.startswith("peak_rss_kib=")]
+        msg = lines[-1] if lines else f"exit {proc.returncode}"     # the error, not the RSS wrapper's line
         sys.stderr.write(f"{st.name}: {planner}: {msg}\n")
         return None, wall, cpu, "error"
     rep = json.loads(proc.stdout)

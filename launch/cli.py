@@ -11,7 +11,7 @@ import shlex
 import sys
 from typing import Sequence
 
-from planner.errors import InputError
+from planner.errors import InputError, OneLineParser
 from planner.sailor_plan import load_any_plan
 from launch.assign import Assignment, assign
 from launch.inventory import load_inventory
@@ -78,15 +78,15 @@ def dry_run_text(assignment: Assignment, commands: Sequence[NodeCommand]) -> str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m launch", description=__doc__.splitlines()[0])
     add_common_args(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the per-node commands, run nothing")
     parser.add_argument("--node", default=None,
                         help="run only this inventory node's command, here (start it on each host yourself)")
     own_argv, script_args = split_script_args(argv)
-    args = parser.parse_args(own_argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        args = parser.parse_args(own_argv)
         assignment, commands = build_from_args(args, script_args)
         if args.dry_run:
             sys.stdout.write(dry_run_text(assignment, commands))

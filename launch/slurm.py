@@ -11,14 +11,13 @@ Every option is checked before anything is written (``--job-name``: letters, dig
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from planner.errors import InputError, quote
+from planner.errors import InputError, OneLineParser, quote
 from launch.assign import Assignment, NodeAssignment
 from launch.cli import add_common_args, build_from_args, describe, split_script_args
 from launch.inventory import is_loopback
@@ -121,7 +120,7 @@ def render_sbatch(assignment: Assignment, commands: Sequence[NodeCommand], opts:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch.slurm", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m launch.slurm", description=__doc__.splitlines()[0])
     add_common_args(parser)
     parser.add_argument("--partition", default=None)
     parser.add_argument("--account", default=None)
@@ -131,8 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single-allocation", action="store_true",
                         help="one allocation with --nodelist instead of a heterogeneous job")
     own_argv, script_args = split_script_args(argv)
-    args = parser.parse_args(own_argv)
     try:
+        args = parser.parse_args(own_argv)
         opts = SlurmOptions(job_name=args.job_name, partition=args.partition, account=args.account,
                             time_limit=args.time_limit, workdir=args.workdir, hetjob=not args.single_allocation)
         assignment, commands = build_from_args(args, script_args)

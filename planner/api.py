@@ -14,7 +14,6 @@ changed here. ``sailor-plan``, ``sailor-sim``, ``sailor-elastic`` and the benchm
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError, InternalError
@@ -22,13 +21,13 @@ from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
 from planner.simulator.sync_modes import with_chosen_sync_modes
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
+from planner.search.budget import Progress
 from planner.simulator import Estimate, SimContext
 from planner.simulator import simulate as _simulate
 
 __all__ = ["DataBundle", "DataSource", "PlanReport", "PlanRequest", "context_for", "load_data", "make_context",
            "plan", "search_space", "simulate"]
 
-Progress = Callable[[int, int, float], None]   # (tasks done, tasks total, elapsed s)
 
 
 @dataclass(frozen=True)

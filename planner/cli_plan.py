@@ -13,7 +13,7 @@ from dataclasses import replace
 from planner import api
 from planner.baselines.spaces import baseline_space
 from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
-from planner.errors import InputError, run_cli
+from planner.errors import InputError, OneLineParser, run_cli
 from planner.options import add_data_args, add_request_args, data_source, plan_request, to_jsonable
 from planner.options import objective as options_objective
 from planner.search import Objective
@@ -21,12 +21,13 @@ from planner.search.explain import unused_reasons
 from planner.simulator import Estimate
 from planner.cli_sim import announce
 from planner.frontier import frontier_lines
+from planner.progress import search_progress
 
 GB = 1e9
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sailor-plan", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="sailor-plan", description=__doc__.splitlines()[0])
     add_data_args(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpus", metavar="TYPE@ZONE=N[,...]", help="GPU pools, e.g. A100-40@us-central1-a=32")
@@ -36,12 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("-o", "--output", metavar="PLAN_JSON", help="write the best plan here")
     p.add_argument("--no-comparator", action="store_true", help="skip the grid comparator (faster)")
+    p.add_argument("--progress-lines", action="store_true",
+                   help="when stderr is not a terminal, print a plain progress line after 3 s, then every 10 s "
+                        "(on a terminal a progress bar is shown anyway)")
     p.add_argument("--frontier", metavar="PNG", help="draw the throughput vs $/iteration frontier (needs matplotlib)")
     p.add_argument("--frontier-json", metavar="JSON", help="write the frontier's candidates and front as JSON")
     p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
                    help="stop the search after S seconds with the best plan found so far and a bound on how much "
                         f"better any other plan can be (default {DEFAULT_TIME_LIMIT_S:g}; a search that finishes "
-                        "earlier is exact); 'none': no limit")
+                        "earlier is exact, up to which of equally scored plans it returns); 'none': no limit. "
+                        "Applies to this search only: --frontier's searches and sailor-elastic's replans run "
+                        "without a limit")
     return p
 
 
@@ -71,46 +77,12 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
     raise InputError("no GPUs: pass --gpus TYPE@ZONE=N[,...], --cluster FILE or --trace CSV")
 
 
-def _progress(tty: bool):
-    """A search progress callback for stderr: on a terminal a transient rich bar once the search has run 1 s;
-    otherwise (a log, a pipe) one plain line once it has run 3 s, then every 10 s."""
-    state: dict = {"shown": False, "bar": None, "task": None, "next_line_s": 3.0}
-
-    def cb(done: int, total: int, elapsed_s: float, phase: str = "searching") -> None:
-        if elapsed_s <= 1.0:
-            return
-        if not tty:
-            if elapsed_s >= state["next_line_s"]:
-                state["next_line_s"] = elapsed_s + 10.0
-                count = f" {done}/{total}" if total else ""
-                sys.stderr.write(f"sailor-plan: {elapsed_s:.0f} s: {phase}{count}\n")
-                sys.stderr.flush()
-            return
-        if state["bar"] is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-            state["bar"] = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                                    console=Console(stderr=True), transient=True)
-            state["bar"].start()
-            state["task"] = state["bar"].add_task("", total=1)
-            state["shown"] = True
-        from rich.markup import escape
-        text = f"{phase} {done}/{total}" if total else phase      # no count: an empty bar
-        state["bar"].update(state["task"], completed=done if total else 0, total=max(total, 1),
-                            description=escape(text))
-    return cb, state
-
-
 def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
-    """:func:`planner.api.plan` for one cluster, with a progress line on a terminal; the report as the dict
+    """:func:`planner.api.plan` for one cluster, with progress on a terminal (or lines when asked); the report as the dict
     :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
     request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
-    cb, state = _progress(sys.stderr.isatty())
-    try:
+    with search_progress("sailor-plan", lines=args.progress_lines) as cb:
         rep = api.plan(request, ctx, progress=cb)
-    finally:
-        if state["bar"] is not None:
-            state["bar"].stop()
     out = {"plan": rep.plan, "estimate": rep.estimate, "search_time_s": rep.search_time_s,
            "candidates_evaluated": rep.candidates_evaluated, "candidate": rep.candidate,
            "others": list(rep.alternatives), "stats": rep.stats}

@@ -11,7 +11,7 @@ import json
 import sys
 
 from planner import api
-from planner.errors import run_cli
+from planner.errors import OneLineParser, run_cli
 from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
 from planner.simulator import Estimate
@@ -20,7 +20,7 @@ GB = 1e9
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sailor-sim", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="sailor-sim", description=__doc__.splitlines()[0])
     p.add_argument("plan", help="plan JSON (ours or Sailor's plan_config)")
     add_data_args(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")

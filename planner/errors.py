@@ -6,9 +6,11 @@ one wrapper, shared by every command-line entry (planner, profiler).
 """
 from __future__ import annotations
 
+import argparse
+
 import logging
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 QUOTE_CHARS = 120          # longest value quoted in any error message (keeps a line under 300)
 MESSAGE_CHARS = 1000       # backstop: longest error message at all
@@ -64,6 +66,15 @@ class InternalError(RuntimeError):
     """A planner bug detected at run time (e.g. the search's evaluator disagrees with the simulator).
 
     CLIs print ``internal error: <message>`` on one line and exit with status 3."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors (bad value, unknown or missing flag) are one :class:`InputError` line, printed by
+    :func:`run_cli` (or the CLI's own handler) as ``error: ...`` with exit status 2, instead of usage text.
+    ``parse_args`` must therefore run inside that handler."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(message)
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

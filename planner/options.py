@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from planner.errors import OneLineParser
 from planner.inputs import DataSource, NETWORK_FORMAT
 from planner.simulator.settings import PRESETS
 
@@ -73,7 +74,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
 
 def request_parser(prog: str) -> argparse.ArgumentParser:
     """Data and request flags only (``sailor-elastic --planner-args``; the cluster comes from elsewhere)."""
-    p = argparse.ArgumentParser(prog=prog)
+    p = OneLineParser(prog=prog)
     add_data_args(p)
     add_request_args(p)
     return p

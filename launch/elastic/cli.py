@@ -20,7 +20,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from planner.errors import InputError
+from planner.errors import InputError, OneLineParser
 
 from launch.elastic.controller import REPO, Controller, ControllerConfig
 from launch.elastic.plans import CpuDemoPlanner, SailorPlanner
@@ -30,7 +30,7 @@ from launch.inventory import load_inventory
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sailor-elastic", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="sailor-elastic", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", help='Sailor trace: JSON [{"Time": s, "GPUs": n}] or CSV (,Timestamp,<GPU>_<zone>)')
     src.add_argument("--availability-file", help="file the cluster manager rewrites (n, {\"GPUs\": n} or "

@@ -155,7 +155,7 @@ def to_hf(ckpt: Path, out: Path, arch: str | None) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from megatron_sailor.train.megatron_args import OneLineParser
+    from planner.errors import OneLineParser
     p = OneLineParser(prog="python -m megatron_sailor.convert", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from planner.errors import InputError
+from planner.errors import InputError, OneLineParser
 from planner.model import ModelSpec, load_model, with_overrides
 from planner.ports import free_port
 
@@ -30,7 +30,7 @@ _OVERRIDES = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_att
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sailor-profile", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="sailor-profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="built-in model name or model JSON (ModelSpec fields)")
     g = p.add_argument_group("Megatron-style model arguments (override --model's fields)")
     for arg in _OVERRIDES:

@@ -51,10 +51,9 @@ def read_existing_catalog(path: str | Path) -> dict[str, Any]:
         return {}
     if not p.is_file():
         raise InputError("exists and is not a regular file", source=str(p))
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid JSON ({getattr(exc, 'msg', None) or exc.reason})", source=str(p)) from None
+    from planner.plan import read_text
+    from planner.schema.base import parse_json
+    data = parse_json(read_text(p), str(p))          # one-line errors: unreadable, bad bytes, bad JSON, nesting
     if not isinstance(data, dict):
         raise InputError("a GPU catalog must be a JSON object", source=str(p))
     for name, entry in data.items():

@@ -6,10 +6,9 @@ names the runtime has always used. ``python -m megatron_sailor.runtime.topology 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
-from planner.errors import InputError
+from planner.errors import InputError, OneLineParser
 from planner.layout import RankInfo, RankLayout, build_layout
 from planner.plan import Plan
 
@@ -35,11 +34,11 @@ def describe(plan: Plan, layout: RankLayout) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m megatron_sailor.runtime.topology",
-                                     description="Print the rank layout of a plan (our JSON or Sailor's).")
+    parser = OneLineParser(prog="python -m megatron_sailor.runtime.topology",
+                           description="Print the rank layout of a plan (our JSON or Sailor's).")
     parser.add_argument("plan", help="plan JSON (ours or a Sailor plan_config)")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         from planner.sailor_plan import load_any_plan
         plan, _ = load_any_plan(args.plan)
     except InputError as exc:

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from dataclasses import dataclass, replace
 
-from planner.errors import InputError
+from planner.errors import InputError, OneLineParser
 from planner.model import ModelSpec, get_model
 from planner.plan import Plan
 from planner.sailor_plan import load_any_plan
@@ -22,7 +22,7 @@ from megatron_sailor.runtime.optimizer import OptimizerConfig
 from megatron_sailor.runtime.stage_model import check_model_fits_plan
 from megatron_sailor.train.loggers import LoggerConfig, check_logger_packages
 from megatron_sailor.train.lr_schedule import DECAY_STYLES, LRSchedule, schedule_from_args
-from megatron_sailor.train.megatron_args import OneLineParser, check_unknown
+from megatron_sailor.train.megatron_args import check_unknown
 from megatron_sailor.train.tokenizer import TOKENIZER_TYPES, TokenizerArgs, build_tokenizer
 
 

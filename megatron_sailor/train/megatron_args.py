@@ -3,13 +3,10 @@
 Contract: :func:`check_unknown` turns every argument the parser did not recognise into ONE
 :class:`InputError` line: ``not implemented by megatron-sailor: --X`` for a Megatron-LM argument (the list
 below, with a reason where one helps), ``unrecognized argument: --X`` otherwise. :class:`OneLineParser`
-makes argparse's own errors (missing/invalid values) one line as well. The list is documented in
+(in ``planner.errors``) makes argparse's own errors (missing/invalid values) one line as well. The list is documented in
 ``docs/MEGATRON_ARGS.md``; arguments megatron-sailor implements never reach it (the parser consumes them).
 """
 from __future__ import annotations
-
-import argparse
-from typing import NoReturn
 
 from planner.errors import InputError
 
@@ -87,8 +84,3 @@ def check_unknown(unknown: list[str]) -> None:
         raise InputError(f"unrecognized argument: {unknown[0]}")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one :class:`InputError` line instead of usage text and exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise InputError(message)

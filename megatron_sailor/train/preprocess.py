@@ -154,7 +154,7 @@ def build_indexed_dataset(docs: Iterator[str], output_prefix: str, tokenizer: To
 
 
 def _parser() -> argparse.ArgumentParser:
-    from megatron_sailor.train.megatron_args import OneLineParser
+    from planner.errors import OneLineParser
     p = OneLineParser(prog="sailor-preprocess", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help=".txt (a document per line), .jsonl, or a folder (a document per file)")
     p.add_argument("--output-prefix", required=True, help="writes PREFIX.bin and PREFIX.idx")

@@ -5,8 +5,9 @@ before a first plan is held: the limit is soft until then) and reports progress,
 ``progress(done, total, elapsed_s, phase)``. :class:`TopK` keeps the K best candidates of the exact search;
 an *incumbent* list (plans of the declared space found first by a restricted search) only lowers its pruning
 threshold, nudged up by a relative 1e-9 so that a plan tying with the incumbent is still found: when the
-exact search finishes, the returned candidates are the ones it returns without incumbents
-(docs/PLANNER.md 2.4).
+exact search finishes, the returned candidates are the ones it returns without incumbents, up to which of
+exactly equally scored plans is returned (on clusters of >= 8 pools the order tasks are opened in changes;
+docs/PLANNER.md 2.4).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from planner.search.space import Candidate
 
-ProgressFn = Callable[..., None]
+Progress = Callable[[int, int, float, str], None]     # progress(done, total, elapsed_s, phase)
 INCUMBENT_SLACK = 1e-9
 LATE = 1 << 40
 
@@ -30,14 +31,13 @@ class OutOfTime(Exception):
 class Budget:
     """Deadlines (fractions of ``limit_s``; None: no limit) and rate-limited progress reports."""
 
-    def __init__(self, limit_s: float | None, progress: ProgressFn | None, t0: float | None = None,
+    def __init__(self, limit_s: float | None, progress: Progress | None, t0: float | None = None,
                  every_s: float = 0.2) -> None:
         self.t0 = time.perf_counter() if t0 is None else t0
         self.limit_s = limit_s
         self.progress = progress
         self.every_s = every_s
         self._last = -np.inf
-        self.stopped = False            # some phase stopped at its deadline
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
@@ -49,11 +49,11 @@ class Budget:
             return False
         return self.elapsed_s() >= share * (self.limit_s - min(5.0, 0.1 * self.limit_s))
 
-    def tick(self, phase: str, done: int, total: int, force: bool = False) -> None:
+    def tick(self, phase: str, done: int, total: int) -> None:
         if self.progress is None:
             return
         now = self.elapsed_s()
-        if force or now - self._last >= self.every_s:
+        if now - self._last >= self.every_s:
             self._last = now
             self.progress(done, total, now, phase)
 

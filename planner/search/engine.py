@@ -9,13 +9,12 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from typing import Callable
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
-from planner.search.budget import Budget, OutOfTime, TopK
+from planner.search.budget import Budget, OutOfTime, Progress, TopK
 from planner.search.chains import search_chains
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
@@ -29,11 +28,9 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
-Progress = Callable[..., None]      # progress(done, total, elapsed_s, phase)
 INCUMBENT_MIN_POOLS = 8             # clusters with this many (type, zone) pools get an incumbent search first
 INCUMBENT_SHARES = (0.25, 0.5)      # the incumbent searches (coarse levels 1, 2) end by these shares of the limit
 CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them by this one
-_TopK = TopK
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -63,7 +60,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     zones = cluster.zones()
     clusters = [cluster] if not space.single_zone else [
         ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]
-    best = _TopK(top_k)
+    best = TopK(top_k)
     remaining = np.inf          # lower bound on every plan left unsearched
 
     def chain_stop() -> bool:
@@ -79,13 +76,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         if len(sub.pools) >= INCUMBENT_MIN_POOLS and len(tasks) > 1:
             # a large cluster: an incumbent from coarse pipeline counts, then the chain plans against it
             # (pushed as "late" so that ties still go to pool plans), then the exact pool search
-            for level, share in enumerate(INCUMBENT_SHARES, start=1):
-                inc = _TopK(top_k)
-                inc.set_incumbents(best.incumbents)
-                _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, inc, SearchStats(), budget,
-                       refined, coarse=level, share=share)
-                inc.merge_incumbents()
-                best.set_incumbents(inc.sorted())
+            _coarse_incumbents(ctx, sub, tables, cache, tasks, gbs, objective, space, best, budget, refined)
             if chains_done is None:
                 chain_share = CHAIN_SHARE
                 chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
@@ -99,16 +90,38 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
                                     stop=chain_stop)
     if not chains_done:
         remaining = min(remaining, _floor_key(ctx, cluster, gbs, objective, space))
+    found = _finish(best, stats, remaining, time_limit_s, tables)
+    if verify:
+        check_candidates(ctx, found, gbs)
+    return SearchResult(found, stats, time.perf_counter() - t0)
+
+
+def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task],
+                       gbs: int, objective: Objective, space: SearchSpace, best: TopK, budget: Budget,
+                       refined: dict[int, tuple[float, dict]]) -> None:
+    """Incumbents for ``best`` from the same best-first search over coarse pipeline counts (level 1: the same
+    count in every zone; level 2: every zone used, any total), both subsets of the declared rows, each ending
+    by its share of the time limit (docs/PLANNER.md 2.4)."""
+    for level, share in enumerate(INCUMBENT_SHARES, start=1):
+        inc = TopK(best.k)
+        inc.set_incumbents(best.incumbents)
+        _visit(ctx, cluster, tables, cache, tasks, gbs, objective, space, inc, SearchStats(), budget,
+               refined, coarse=level, share=share)
+        inc.merge_incumbents()
+        best.set_incumbents(inc.sorted())
+
+
+def _finish(best: TopK, stats: SearchStats, remaining: float, time_limit_s: float | None,
+            tables: Tables) -> list[Candidate]:
+    """The search's candidates; ``stats`` says whether it finished and, if not, the bound on every plan it
+    did not search (the incumbents count as found plans then)."""
     stats.complete = remaining == np.inf
     if not stats.complete:
         best.merge_incumbents()
         stats.lower_bound_key = float(min(remaining, best.best_key()))
         stats.time_limit_s = time_limit_s
     stats.memory_shortfall_bytes = tables.min_overflow_bytes
-    found = best.sorted()
-    if verify:
-        check_candidates(ctx, found, gbs)
-    return SearchResult(found, stats, time.perf_counter() - t0)
+    return best.sorted()
 
 
 def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace) -> float:
@@ -121,7 +134,7 @@ def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objec
 
 
 def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
-           objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats, budget: Budget,
+           objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats, budget: Budget,
            refined: dict[int, tuple[float, dict]], coarse: int = 0, share: float = 1.0,
            floor_tasks: bool = False) -> float:
     """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped
@@ -145,7 +158,6 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             stats.tasks_pruned += len(heap) + 1
             break
         if stop():
-            budget.stopped = True
             return bound
         task = tasks[i]
         label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
@@ -165,7 +177,6 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             _run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,
                       refined[i][1].get("by_d"), coarse=coarse, stop=stop)
         except OutOfTime:
-            budget.stopped = True
             return bound
         done += 1
         label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
@@ -235,7 +246,7 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
 
 
 def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
-              objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats,
+              objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats,
               sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
     n_mb = gbs // task.mbs
     arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
@@ -300,7 +311,7 @@ def _pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: L
 
 
 def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, items: list, n_mb: int,
-                 objective: Objective, space: SearchSpace, best: _TopK, stats: SearchStats) -> None:
+                 objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats) -> None:
     """Bound the rows of every (split, pools, rows) item with the largest stage's sync, then score the
     survivors exactly (gradient sync batched over the items)."""
     stats.rows_sync_bounded += sum(len(D) for _, _, D, _ in items)

@@ -156,3 +156,45 @@ def test_plan_schema_knows_every_plan_key() -> None:
     assert set(PlanFile.model_fields) == plan_mod._PLAN_KEYS
     assert set(StageIn.model_fields) == {"first_layer", "num_layers", "replicas", "grad_sync"}
     assert set(ReplicaIn.model_fields) == {"gpu_type", "tp", "zone"}
+
+
+def _flag_cases() -> dict[str, tuple]:
+    from launch import slurm as slurm_cli
+    from megatron_sailor.profiler import cli as profile_cli
+    from megatron_sailor.runtime import topology
+    import sys
+    from tests.helpers.launch import REPO
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    import closed_loop
+    plan_args = ["--model", "tiny", "--gpus", "A100-40@z=4"]
+    return {
+        "plan time limit -inf": (cli_plan.main, [*plan_args, "--time-limit-s", "-inf"], "--time-limit-s"),
+        "plan gbs text": (cli_plan.main, [*plan_args, "--gbs", "abc"], "--gbs: invalid int value: 'abc'"),
+        "plan unknown flag": (cli_plan.main, [*plan_args, "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        "sim no plan": (lambda a: run_cli(cli_sim.main, a), [], "required: plan"),
+        "profile rounds text": (profile_cli.main, ["--model", "tiny", "--rounds", "abc", "-o", "p.json"],
+                                "--rounds: invalid int value: 'abc'"),
+        "profile rounds empty": (profile_cli.main, ["--model", "tiny", "--rounds", "", "-o", "p.json"], "--rounds"),
+        "launch unknown flag": (launch_cli.main, ["p.json", "--nodes-file", "n.yaml", "--bogus"], "--bogus"),
+        "slurm missing": (slurm_cli.main, ["--bogus"], "required"),
+        "elastic missing": (elastic_cli.main, ["--bogus"], "required"),
+        "topology missing": (topology.main, [], "required: plan"),
+        "closed loop rounds text": (lambda a: run_cli(closed_loop.main, a), ["--profile-rounds", "abc"],
+                                    "--profile-rounds: invalid int value"),
+        "closed loop rounds 0": (lambda a: run_cli(closed_loop.main, a), ["--profile-rounds", "0"],
+                                 "--profile-rounds must be >= 1, got 0"),
+    }
+
+
+@pytest.mark.parametrize("case", ["plan time limit -inf", "plan gbs text", "plan unknown flag", "sim no plan",
+                                  "profile rounds text", "profile rounds empty", "launch unknown flag",
+                                  "slurm missing", "elastic missing", "topology missing", "closed loop rounds text",
+                                  "closed loop rounds 0"])
+def test_argparse_errors_are_one_line(case: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad or missing flag value (argparse's own error) is one line and exit 2 on every CLI, no usage text."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    main, argv, expect = _flag_cases()[case]
+    assert_refused(main, argv, capsys, tmp_path, expect)

@@ -197,11 +197,14 @@ def test_cli_says_whether_the_search_finished(capsys) -> None:
     assert rc == 0 and json.loads(out)["search"] == {"complete": True}
 
 
-def test_progress_lines_on_a_pipe(capsys) -> None:
-    """Not a terminal: one plain stderr line after 3 s, then at most one per 10 s; nothing before 3 s."""
-    from planner.cli_plan import _progress
-    cb, _ = _progress(tty=False)
-    for t in (0.5, 2.9, 3.1, 5.0, 12.0, 13.2, 14.0):
-        cb(1, 10, t, "exact search")
-    err = capsys.readouterr().err
-    assert err.splitlines() == ["sailor-plan: 3 s: exact search 1/10", "sailor-plan: 13 s: exact search 1/10"]
+def test_progress_lines_on_a_pipe_only_when_asked(capsys) -> None:
+    """Not a terminal: with lines asked for, one plain stderr line after 3 s, then at most one per 10 s,
+    nothing before 3 s; not asked (sailor-plan's default), nothing, so a late error is still one line."""
+    from planner.progress import search_progress
+    for lines in (True, False):
+        with search_progress("sailor-plan", lines=lines) as cb:
+            for t in (0.5, 2.9, 3.1, 5.0, 12.0, 13.2, 14.0):
+                cb(1, 10, t, "exact search")
+        err = capsys.readouterr().err
+        assert err.splitlines() == (["sailor-plan: 3 s: exact search 1/10", "sailor-plan: 13 s: exact search 1/10"]
+                                    if lines else [])

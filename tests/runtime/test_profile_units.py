@@ -297,7 +297,7 @@ def test_zero_latency_fit_writes_a_catalog_the_planner_loads(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("text, says", [("{bad", "not valid JSON"), ("[1]", "must be a JSON object"),
                                         ('{"cpu-x": 3}', 'entry "cpu-x" must be an object'),
-                                        (b"\xff\xfe{", "not valid JSON")])
+                                        (b"\xff\xfe{", "cannot read"), ("[" * 100_000, "nest")])
 def test_bad_catalog_out_fails_before_any_measurement(text: str | bytes, says: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture) -> None:
     """An existing --catalog-out the profiler could not merge into is refused up front (one line, exit 2),
