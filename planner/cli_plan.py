@@ -91,7 +91,7 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     return out
 
 
-def search_outcome(rep: dict, objective: Objective) -> dict:
+def search_outcome(rep: dict) -> dict:
     """Whether the search finished (the plan is the best of the declared space) or stopped at the time limit,
     with the best plan so far and the bound on every plan it did not search (``gap``: the objective key of
     the plan over that bound, >= 1; for throughput how many times faster the best plan could still be)."""
@@ -122,7 +122,7 @@ def _summary(est: Estimate) -> dict:
 def report_json(rep: dict, objective: Objective | None = None) -> dict:
     out = {"plan": rep["plan"].to_dict(), "estimate": to_jsonable(rep["estimate"].to_dict()),
            "search_time_s": rep["search_time_s"], "candidates_evaluated": rep["candidates_evaluated"],
-           "search": to_jsonable(search_outcome(rep, objective or Objective()))}
+           "search": to_jsonable(search_outcome(rep))}
     if rep.get("others"):
         out["alternatives"] = [{"plan": p.to_dict(), "estimate": _summary(e)} for p, e in rep["others"]]
     if "comparator" in rep:
@@ -191,7 +191,7 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         console.print("comparator (grid): no homogeneous grid plan meets the objective and its constraints "
                       "(a frontier picture still shows the best grid plan without the constraints)", markup=False)
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
-    console.print(outcome_line(search_outcome(rep, objective), objective), markup=False)
+    console.print(outcome_line(search_outcome(rep), objective), markup=False)
 
 
 def _trace(args, ctx, clusters, gbs) -> int:
