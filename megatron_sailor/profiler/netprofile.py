@@ -8,15 +8,23 @@ different hosts -> ``class_links.inter_node``. On a single host the inter-node c
 loopback measurement (that is what "nodes" emulated on this machine talk over) and the file says so.
 All-reduce over all ranks is measured as the runtime's gradient sync performs it (pack into a fresh flat
 buffer, all-reduce, copy back) and fitted too (algorithm bandwidth).
-The fitting functions are pure (no torch) and unit-tested.
+With ``rounds`` R > 1 (``sailor-profile --rounds R``) every round runs every (peer, size) ping-pong block
+and then every all-reduce size block once (same warm-up, repeats and order as a single round), and each
+(peer, size) / size value is the median over rounds (:func:`megatron_sailor.profiler.rounds.aggregate`) of
+each round's median, so a burst of load from other processes bends one round of a size, not the fit.
+R = 1 is the profiler as it always was. Every rank runs the same loops, so all ranks enter the same
+barriers and all-reduces in the same order.
+The fitting and aggregation functions are pure (no torch) and unit-tested.
 """
 from __future__ import annotations
 
 import os
 import socket
 import statistics
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from megatron_sailor.profiler.rounds import RoundValues, aggregate
 
 DEFAULT_SIZES = tuple(4 ** k for k in range(5, 14))     # 1 KiB .. 64 MiB (gradient buffers are large)
 
@@ -75,6 +83,29 @@ def classify_pairs(hosts: Sequence[str]) -> dict[int, str]:
 def median_by_size(series: Sequence[Sequence[float]]) -> list[float]:
     """Element-wise median of several pairs' time series (same sizes)."""
     return [statistics.median(col) for col in zip(*series)]
+
+
+def aggregate_network_rounds(p2p_rounds: Sequence[Mapping[int, Sequence[float]]],
+                             allreduce_rounds: Sequence[Sequence[float]]) -> tuple[dict[int, list[float]], list[float]]:
+    """Per peer and size, and per all-reduce size: the median over rounds of each round's value (one series
+    per round, indexed like the sizes). One round gives its own values back."""
+    first_p2p = {peer: len(series) for peer, series in p2p_rounds[0].items()} if p2p_rounds else {}
+    first_ar = len(allreduce_rounds[0]) if allreduce_rounds else 0
+    if any({peer: len(s) for peer, s in r.items()} != first_p2p for r in p2p_rounds) \
+            or any(len(s) != first_ar for s in allreduce_rounds):
+        raise ValueError("every round must have the same peers and sizes")
+    p2p: RoundValues = {}
+    for series_by_peer in p2p_rounds:
+        for peer, series in series_by_peer.items():
+            for i, t in enumerate(series):
+                p2p.setdefault((peer, i), {}).setdefault("one_way_s", []).append(float(t))
+    ar: RoundValues = {}
+    for series in allreduce_rounds:
+        for i, t in enumerate(series):
+            ar.setdefault((0, i), {}).setdefault("allreduce_s", []).append(float(t))
+    p2p_med, ar_med = aggregate(p2p), aggregate(ar)
+    return ({peer: [p2p_med[(peer, i)]["one_way_s"] for i in range(n)] for peer, n in first_p2p.items()},
+            [ar_med[(0, i)]["allreduce_s"] for i in range(first_ar)])
 
 
 def planner_intra_link(intra: LinkFit | None, allreduce: LinkFit | None, hosts: Sequence[str]) -> LinkFit | None:
@@ -168,21 +199,21 @@ def _allreduce(nbytes: int, warmup: int, repeats: int, device: Any) -> list[floa
 class NetworkResult:
     hosts: list[str]
     sizes: list[int]
-    p2p_s: dict[int, list[float]]          # peer -> median one-way seconds per size (rank 0 only)
-    allreduce_s: list[float]
+    p2p_s: dict[int, list[float]]          # peer -> one-way seconds per size, median over rounds (rank 0 only)
+    allreduce_s: list[float]               # per size, median over rounds
     intra: LinkFit | None
     inter: LinkFit | None
     allreduce: LinkFit | None
+    p2p_rounds: list[dict[int, list[float]]] = field(default_factory=list)   # each round's medians (rank 0)
+    allreduce_rounds: list[list[float]] = field(default_factory=list)
 
 
-def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repeats: int = 5) -> NetworkResult:
-    """Measure on every rank of an initialised process group; the fits are meaningful on rank 0."""
-    import torch
+def _measure_round(sizes: Sequence[int], warmup: int, repeats: int, device: Any
+                   ) -> tuple[dict[int, list[float]], list[float]]:
+    """One round: every (peer, size) ping-pong block (peer-major), then every all-reduce size block; the
+    median of each block's repeats. Every rank runs it, entering the same barriers in the same order."""
     import torch.distributed as dist
     world = dist.get_world_size()
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    hosts: list[Any] = [None] * world
-    dist.all_gather_object(hosts, host_name())
     p2p: dict[int, list[float]] = {}
     for peer in range(1, world):
         series = []
@@ -193,6 +224,27 @@ def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repea
             dist.barrier()
         p2p[peer] = series
     ar = [statistics.median(_allreduce(n, warmup, repeats, device)) for n in sizes] if world > 1 else []
+    return p2p, ar
+
+
+def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repeats: int = 5,
+                    rounds: int = 1) -> NetworkResult:
+    """Measure on every rank of an initialised process group, ``rounds`` rounds round-robin (see the module
+    docstring); the fits are meaningful on rank 0."""
+    import torch
+    import torch.distributed as dist
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    world = dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    hosts: list[Any] = [None] * world
+    dist.all_gather_object(hosts, host_name())
+    p2p_rounds, ar_rounds = [], []
+    for _ in range(rounds):
+        p2p_round, ar_round = _measure_round(sizes, warmup, repeats, device)
+        p2p_rounds.append(p2p_round)
+        ar_rounds.append(ar_round)
+    p2p, ar = aggregate_network_rounds(p2p_rounds, ar_rounds)
     if dist.get_rank() != 0:
         return NetworkResult(list(hosts), list(sizes), {}, ar, None, None, None)
     classes = classify_pairs(hosts)
@@ -201,4 +253,5 @@ def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repea
         peers = [r for r, c in classes.items() if c == cls]
         fits[cls] = fit_latency_bandwidth(sizes, median_by_size([p2p[r] for r in peers])) if peers else None
     return NetworkResult(hosts=list(hosts), sizes=list(sizes), p2p_s=p2p, allreduce_s=ar, intra=fits["intra"],
-                         inter=fits["inter"], allreduce=fit_latency_bandwidth(sizes, ar) if ar else None)
+                         inter=fits["inter"], allreduce=fit_latency_bandwidth(sizes, ar) if ar else None,
+                         p2p_rounds=p2p_rounds, allreduce_rounds=ar_rounds)

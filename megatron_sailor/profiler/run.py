@@ -110,6 +110,10 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
     atomic_write_text(Path(args.network_out), json.dumps(doc, indent=1) + "\n")
     raw = {"hosts": net.hosts, "sizes": net.sizes, "p2p_one_way_s": {str(k): v for k, v in net.p2p_s.items()},
            "allreduce_s": net.allreduce_s}
+    if args.rounds > 1:
+        raw["rounds"] = {"rounds": args.rounds, "per_round_statistic": "median", "value": "median over rounds",
+                         "p2p_one_way_s": [{str(k): v for k, v in r.items()} for r in net.p2p_rounds],
+                         "allreduce_s": net.allreduce_rounds}
     atomic_write_text(Path(args.network_out + ".measurements.json"), json.dumps(raw, indent=1) + "\n")
     print(f"network written: {args.network_out}: {doc['description']}")
     from megatron_sailor.profiler.netprofile import planner_intra_link
@@ -161,7 +165,8 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
             catalog.update(device_catalog_fields(torch, local, args.usd_per_hour))
     if args.network_out:
         from megatron_sailor.profiler.netprofile import DEFAULT_SIZES, profile_network
-        net = profile_network(tuple(args.sizes or DEFAULT_SIZES), warmup=args.warmup, repeats=args.repeats)
+        net = profile_network(tuple(args.sizes or DEFAULT_SIZES), warmup=args.warmup, repeats=args.repeats,
+                              rounds=args.rounds)
         if rank == 0:
             catalog.update(_write_network(args, net, gpu_type))
     if rank == 0 and args.runtime_constants_out:
