@@ -44,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stat", choices=("median", "min"), default="median",
                    help="statistic over the timed repeats (min: robust to other processes on a shared machine)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="measure every (TP, micro-batch) configuration once per round, round-robin, and take the "
-                        "median over rounds of each round's --stat (default 1: one block of repeats each; 3 "
-                        "resists a transient burst of load from other processes)")
+                   help="measure every (TP, micro-batch) configuration, and every network message size, once "
+                        "per round, round-robin, and take the median over rounds of each round's --stat (default "
+                        "1: one block of repeats each; 3 resists a transient burst of load from other processes)")
     p.add_argument("--no-concurrent", action="store_true",
                    help="profile with one TP block only (others idle) instead of all blocks at once")
     p.add_argument("--seed", type=int, default=1234)
@@ -104,6 +104,8 @@ def validate(args: argparse.Namespace, world: int) -> ModelSpec | None:
     if args.catalog_out:
         from megatron_sailor.profiler.io import read_existing_catalog
         read_existing_catalog(args.catalog_out)        # a bad catalog fails here, before any measurement
+    if args.rounds < 1:           # also checked by ProfileConfig; here for --network-only, which has none
+        raise InputError(f"--rounds must be >= 1, got {args.rounds}")
     if args.network_out and world < 2:
         raise InputError(f"the network profile needs at least 2 ranks, got --nproc {world}")
     if args.sizes is not None and (len(args.sizes) < 2 or min(args.sizes) < 4):

@@ -121,6 +121,9 @@ def test_cli_rejects_bad_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert err == f"error: --rounds must be >= 1, got {value}\n"
     assert not (tmp_path / "p.json").exists()
+    assert profile_cli.main(["--network-only", "--network-out", "n.json", "--rounds", value]) == 2
+    assert capsys.readouterr().err == f"error: --rounds must be >= 1, got {value}\n"
+    assert not (tmp_path / "n.json").exists()
 
 
 @pytest.mark.slow
