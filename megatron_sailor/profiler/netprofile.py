@@ -10,7 +10,7 @@ All-reduce over all ranks is measured as the runtime's gradient sync performs it
 buffer, all-reduce, copy back) and fitted too (algorithm bandwidth).
 With ``rounds`` R > 1 (``sailor-profile --rounds R``) every round runs every (peer, size) ping-pong block
 and then every all-reduce size block once (same warm-up, repeats and order as a single round), and each
-(peer, size) / size value is the median over rounds (:func:`megatron_sailor.profiler.rounds.aggregate`) of
+(peer, size) / size value is the median over rounds (:func:`median_by_size`, as across peers) of
 each round's median, so a burst of load from other processes bends one round of a size, not the fit.
 R = 1 is the profiler as it always was. Every rank runs the same loops, so all ranks enter the same
 barriers and all-reduces in the same order.
@@ -24,7 +24,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from megatron_sailor.profiler.rounds import RoundValues, aggregate
 
 DEFAULT_SIZES = tuple(4 ** k for k in range(5, 14))     # 1 KiB .. 64 MiB (gradient buffers are large)
 
@@ -87,25 +86,15 @@ def median_by_size(series: Sequence[Sequence[float]]) -> list[float]:
 
 def aggregate_network_rounds(p2p_rounds: Sequence[Mapping[int, Sequence[float]]],
                              allreduce_rounds: Sequence[Sequence[float]]) -> tuple[dict[int, list[float]], list[float]]:
-    """Per peer and size, and per all-reduce size: the median over rounds of each round's value (one series
-    per round, indexed like the sizes). One round gives its own values back."""
+    """Per peer and size, and per all-reduce size: the median over rounds of each round's value
+    (:func:`median_by_size` over the rounds' series). One round gives its own values back."""
     first_p2p = {peer: len(series) for peer, series in p2p_rounds[0].items()} if p2p_rounds else {}
     first_ar = len(allreduce_rounds[0]) if allreduce_rounds else 0
     if any({peer: len(s) for peer, s in r.items()} != first_p2p for r in p2p_rounds) \
             or any(len(s) != first_ar for s in allreduce_rounds):
         raise ValueError("every round must have the same peers and sizes")
-    p2p: RoundValues = {}
-    for series_by_peer in p2p_rounds:
-        for peer, series in series_by_peer.items():
-            for i, t in enumerate(series):
-                p2p.setdefault((peer, i), {}).setdefault("one_way_s", []).append(float(t))
-    ar: RoundValues = {}
-    for series in allreduce_rounds:
-        for i, t in enumerate(series):
-            ar.setdefault((0, i), {}).setdefault("allreduce_s", []).append(float(t))
-    p2p_med, ar_med = aggregate(p2p), aggregate(ar)
-    return ({peer: [p2p_med[(peer, i)]["one_way_s"] for i in range(n)] for peer, n in first_p2p.items()},
-            [ar_med[(0, i)]["allreduce_s"] for i in range(first_ar)])
+    return ({peer: median_by_size([r[peer] for r in p2p_rounds]) for peer in first_p2p},
+            median_by_size(allreduce_rounds) if first_ar else [])
 
 
 def planner_intra_link(intra: LinkFit | None, allreduce: LinkFit | None, hosts: Sequence[str]) -> LinkFit | None:
