@@ -49,6 +49,7 @@ class PlanRequest:
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
+    distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -57,6 +58,9 @@ class PlanRequest:
         if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
                 or not 1 <= self.chain_segments <= 8:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
+        for name in ("recompute", "distributed_optimizer"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
         t = self.time_limit_s
@@ -83,7 +87,8 @@ def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
     return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
-                          chain_segments=request.chain_segments)
+                          chain_segments=request.chain_segments,
+                          distributed_optimizer=request.distributed_optimizer)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

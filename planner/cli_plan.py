@@ -169,6 +169,9 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
         parts.append(f"{pu.gpu_type}@{pu.zone}: {rng}")
     console.print("micro-batches per pipeline: " + ", ".join(parts), markup=False)
+    console.print(f"activation recomputation {'on' if cand.recompute else 'off'}; distributed optimizer "
+                  + (f"on (optimizer states and step sharded over the {cand.num_pipelines} replicas of every stage)"
+                     if cand.distributed_optimizer else "off"), markup=False)
     if rep.get("others"):
         console.print(_top_table(rep))
     if est.estimated_profiles:
@@ -260,7 +263,8 @@ def main_args(argv: list[str] | None = None) -> int:
     ctx = api.make_context(bundle, args.runtime)
     gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)
     objective = options_objective(args)
-    space = replace(baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute),
+    space = replace(baseline_space(args.planner, args.precision, args.max_stages, recompute=not args.no_recompute,
+                                   distributed_optimizer=not args.no_distributed_optimizer),
                     tie_embeddings=ctx.model.tied_embeddings)     # as api.plan plans it
     clusters = _clusters(args, bundle.catalog)
     if args.trace:

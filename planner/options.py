@@ -50,6 +50,9 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--no-recompute", action="store_true",
                    help="do not search full activation recomputation (searched by default in --planner ours)")
+    p.add_argument("--no-distributed-optimizer", action="store_true",
+                   help="do not search the distributed optimizer (optimizer states and step sharded over the data-"
+                        "parallel replicas; searched by default in --planner ours)")
     p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
     p.add_argument("--chain-segments", type=int, default=3, metavar="N",
                    help="also search chain plans (pipelines that change GPU type, TP and zone along their stages) "
@@ -69,6 +72,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
                        comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
+                       distributed_optimizer=not args.no_distributed_optimizer,
                        time_limit_s=getattr(args, "time_limit_s", None))
 
 

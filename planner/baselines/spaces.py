@@ -22,23 +22,29 @@ from __future__ import annotations
 from planner.errors import InputError
 from planner.search.space import SearchSpace
 
+# the baselines never recompute nor use the distributed optimizer (Sailor's space as issue 13 defines it has
+# neither; a Megatron grid as users hand-tune it here neither)
 GRID_SPACE = SearchSpace(split="even", uniform_microbatches=True, max_gpu_types=1, single_zone=True,
-                         recompute=(False,), chain_segments=1)
+                         recompute=(False,), distributed_optimizer=(False,), chain_segments=1)
 SAILOR_SHAPE_SPACE = SearchSpace(mbs_options=(1,), split="even_ids", tp_rule="min_fit", uniform_microbatches=True,
-                                 recompute=(False,), chain_segments=1)
-SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last", recompute=(False,))
+                                 recompute=(False,), distributed_optimizer=(False,), chain_segments=1)
+SAILOR_SPACE_HOMOGENEOUS = SearchSpace(split="even_last", recompute=(False,), distributed_optimizer=(False,))
 PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SPACE,
             "sailor-space": SAILOR_SPACE_HOMOGENEOUS}
 
 
 def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None,
-                   recompute: bool = True, chain_segments: int | None = None) -> SearchSpace:
-    """The named space; ``recompute=False`` keeps activation recomputation out of it; ``chain_segments``
-    replaces the chain-plan limit of the spaces that hold chain plans (ours, sailor-space)."""
+                   recompute: bool = True, chain_segments: int | None = None,
+                   distributed_optimizer: bool = True) -> SearchSpace:
+    """The named space; ``recompute=False`` keeps activation recomputation out of it,
+    ``distributed_optimizer=False`` the distributed optimizer; ``chain_segments`` replaces the chain-plan
+    limit of the spaces that hold chain plans (ours, sailor-space)."""
     from dataclasses import replace
     if name not in PLANNERS:
         raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
     space = replace(PLANNERS[name], precision=precision, max_stages=max_stages)
     if chain_segments is not None and space.chain_segments > 1:
         space = replace(space, chain_segments=chain_segments)
+    if not distributed_optimizer:
+        space = replace(space, distributed_optimizer=(False,))
     return space if recompute else replace(space, recompute=(False,))

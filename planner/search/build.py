@@ -32,5 +32,5 @@ def build_plan(cand: Candidate, num_layers: int, gbs: int, model_name: str | Non
     uniform = len(set(counts)) == 1 and counts[0] * len(counts) * cand.mbs == gbs
     return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=cand.mbs, global_batch_size=gbs,
                 precision=cand.precision, optimizer=cand.optimizer, recompute_activations=cand.recompute,
-                tie_embeddings=cand.tie_embeddings,
+                tie_embeddings=cand.tie_embeddings, distributed_optimizer=cand.distributed_optimizer,
                 microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)

@@ -17,7 +17,7 @@ engine's production check re-simulates every plan returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
@@ -64,30 +64,45 @@ class _StageTab:
     comp: np.ndarray      # [G, S]
     bwd: np.ndarray       # [G, S]
     upd: np.ndarray       # [G, S]
-    fits: np.ndarray      # [G, S]
+    fits: np.ndarray      # [G, S] (distributed optimizer: at some D <= Dcap)
     sync: np.ndarray      # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
     p2p: np.ndarray       # [G, G]
     egress: np.ndarray    # [G, G] USD per micro-batch crossing a -> b (forward and backward)
+    dmin: np.ndarray      # [G, S] the smallest D at which the stage fits (1 without the distributed optimizer)
+    upd_floor: np.ndarray  # [G, S] a lower bound on the optimizer step at every D (distributed: upd / Dcap)
+    param_bytes: int | None = None   # the distributed optimizer's bytes per parameter element (None: off)
 
 
 def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, mbs: int, counts: np.ndarray,
-               recompute: bool, d_cap: int, precision: str) -> _StageTab:
+               recompute: bool, d_cap: int, precision: str, dist: bool = False) -> _StageTab:
+    """``dist``: the distributed optimizer (one group per stage: one fine shard per rank)."""
     s_num = counts.shape[1]
     n_g = len(grp.names)
     comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
+    dmin = np.ones((n_g, s_num), dtype=np.int64)
     for gi, (g, _, tp) in enumerate(grp.names):
         arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
-        fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
+        if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on
+            dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, recompute, 1, counts, per_stage=True)[0]
+            fits[gi] = dmin[gi] <= d_cap
+        else:
+            fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
     groups = [Group(z, g, tp) for g, z, tp in grp.names]
-    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap)
+    pbytes = F.bytes_per_element(precision) if dist else None
+    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap, pbytes)
     if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
         d = np.arange(d_cap + 1, dtype=float)
         sync = np.zeros((n_g, s_num, d_cap + 1))
         for gi, grp_i in enumerate(groups):
             link = cache.get(grp_i, grp_i, grp_i.tp)
             nbytes = F.grad_bytes(params[gi])[:, None]                       # [S, 1]
-            t = F.ring_s(d[None, :], link_time(link, nbytes / np.maximum(d[None, :], 1)))
+            dd = np.maximum(d[None, :], 1)
+            if pbytes is None:
+                t = F.ring_s(d[None, :], link_time(link, nbytes / dd))
+            else:       # reduce-scatter of gradients + all-gather of parameters (stage_sync's flat ring)
+                t = F.ring_halves_s(d[None, :], 1, link_time(link, nbytes / dd), 1,
+                                    link_time(link, (params[gi] * pbytes)[:, None] / dd))
             sync[gi] = np.where(d[None, :] > 1, t, 0.0)
         cache.patterns[key] = sync
     sync = cache.patterns[key]
@@ -96,7 +111,8 @@ def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, 
     if key not in cache.patterns:
         cache.patterns[key] = _pair_tables(ctx, cache, groups, nbytes)
     p2p, egress = cache.patterns[key]
-    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress)
+    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress, dmin,
+                     upd / d_cap if dist else upd, pbytes)
 
 
 def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes: float
@@ -138,7 +154,7 @@ def range_tab(tab: _StageTab) -> _RangeTab:
         fits[lo, lo + 1:] = np.logical_and.accumulate(tab.fits[:, lo:], axis=1).T
         cmax[lo, lo + 1:] = np.maximum.accumulate(tab.comp[:, lo:], axis=1).T
         csum[lo, lo + 1:] = np.cumsum(tab.comp[:, lo:], axis=1).T
-        upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd[:, lo:], axis=1).T
+        upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd_floor[:, lo:], axis=1).T
     return _RangeTab(fits, cmax, csum, upd)
 
 
@@ -204,7 +220,7 @@ def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.n
         lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
         comp_max = np.maximum(comp_max, rt.comp_max[lo, hi, g])
         comp_sum += rt.comp_sum[lo, hi, g]
-        upd = np.maximum(upd, rt.upd[lo, hi, g])
+        upd = np.maximum(upd, rt.upd[lo, hi, g])       # (distributed optimizer: the step at the largest D)
         units = grp.tp[g] * (hi - lo)
         usd += units * grp.usd_per_s[g]
         gpus += units
@@ -232,6 +248,7 @@ class ChainScores:
     gpus: np.ndarray
     egress_per_mb: np.ndarray
     d_max: np.ndarray
+    d_min: np.ndarray         # the smallest D at which every stage fits (distributed optimizer; else 1)
 
 
 def score_chains(ctx: SimContext, tab: _StageTab, grp: _Groups, gs: np.ndarray, n_mb: int) -> ChainScores:
@@ -250,7 +267,8 @@ def score_chains(ctx: SimContext, tab: _StageTab, grp: _Groups, gs: np.ndarray, 
     d_max = np.minimum(room.min(axis=1), n_mb)
     return ChainScores(gs=gs, levels=levels, fill=fill, upd=tab.upd[gs, st].max(axis=1),
                        usd_per_s=(grp.tp[gs] * grp.usd_per_s[gs]).sum(axis=1), gpus=grp.tp[gs].sum(axis=1),
-                       egress_per_mb=tab.egress[gs[:, :-1], gs[:, 1:]].sum(axis=1), d_max=d_max)
+                       egress_per_mb=tab.egress[gs[:, :-1], gs[:, 1:]].sum(axis=1), d_max=d_max,
+                       d_min=tab.dmin[gs, st].max(axis=1))
 
 
 def _pipeline_s(sc: ChainScores, m: int, s_num: int) -> np.ndarray:
@@ -259,20 +277,24 @@ def _pipeline_s(sc: ChainScores, m: int, s_num: int) -> np.ndarray:
     return np.where(np.isfinite(sc.fill), t, np.inf)
 
 
-def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objective) -> np.ndarray:
+def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objective, dist: bool = False
+                     ) -> np.ndarray:
     """A lower bound on the objective of each chain over every D (inf where no D can be feasible): the
     makespan at D max (the fewest micro-batches per pipeline) plus the optimizer step, no sync; the GPU
     dollars of D pipelines are >= D rate ((N / D - 1) period_1 + fill + update), linear in D, so >= its
-    value at D = 1 or D max; egress N x per-micro-batch egress exactly."""
+    value at D = 1 or D max; egress N x per-micro-batch egress exactly. ``dist``: the distributed optimizer
+    (the step is update / D: at least update / D max; D x update / D is constant, still linear in D)."""
     m_min = np.ceil(n_mb / np.maximum(sc.d_max, 1)).astype(np.int64)
     lev = sc.levels[np.arange(len(m_min)), np.minimum(m_min, s_num + 1) - 1]
+    div = (lambda d: d) if dist else (lambda d: 1.0)                    # noqa: E731
     with np.errstate(invalid="ignore"):
-        it = np.where(np.isfinite(sc.fill), (m_min - 1) * lev + sc.fill + sc.upd, np.inf)
+        it = np.where(np.isfinite(sc.fill), (m_min - 1) * lev + sc.fill + sc.upd / div(np.maximum(sc.d_max, 1)),
+                      np.inf)
     p1 = sc.levels[:, 0]
-    lin = lambda d: d * ((n_mb / d - 1) * p1 + sc.fill + sc.upd)       # noqa: E731
+    lin = lambda d: d * ((n_mb / d - 1) * p1 + sc.fill + sc.upd / div(d))       # noqa: E731
     cost = sc.usd_per_s * np.minimum(lin(1.0), lin(np.maximum(sc.d_max, 1).astype(float))) \
         + n_mb * sc.egress_per_mb
-    ok = objective.allows(it * (1 - 1e-12), cost * (1 - 1e-12), sc.gpus) & (sc.d_max >= 1)
+    ok = objective.allows(it * (1 - 1e-12), cost * (1 - 1e-12), sc.gpus) & (sc.d_max >= np.maximum(sc.d_min, 1))
     return np.where(ok, objective.key(it, cost) * (1 - 1e-12), np.inf)
 
 
@@ -282,8 +304,11 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num
     ``tied``: (the memo, the group names) when the plans tie their embeddings."""
     st = np.arange(s_num)
     slack = np.cumsum(tab.bwd[sc.gs, st], axis=1) - tab.bwd[sc.gs, st]        # backward of the stages before
+    pbytes = tab.param_bytes
     for d in range(1, int(sc.d_max.max(initial=0)) + 1):
-        sel = np.nonzero(sc.d_max >= d)[0]
+        sel = np.nonzero((sc.d_max >= d) & (sc.d_min <= d))[0]
+        if len(sel) == 0 and (sc.d_max >= d).any():
+            continue
         if uniform and n_mb % d:
             continue
         if len(sel) == 0:
@@ -298,10 +323,10 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num
         tied_usd = 0.0
         if tied is not None:       # the shared weight's all-reduce follows the stage syncs
             memo, names = tied
-            te = np.array([memo.chain(names[sc.gs[c, 0]], names[sc.gs[c, -1]], d, s_num) for c in sel],
+            te = np.array([memo.chain(names[sc.gs[c, 0]], names[sc.gs[c, -1]], d, s_num, pbytes) for c in sel],
                           dtype=float).reshape(-1, 2)
             sync, tied_usd = sync + te[:, 0], te[:, 1]
-        it = span + sync + sc.upd[sel]
+        it = span + sync + (sc.upd[sel] / d if pbytes is not None else sc.upd[sel])
         cost = d * sc.usd_per_s[sel] * it + n_mb * sc.egress_per_mb[sel] + tied_usd
         gpus = d * sc.gpus[sel]
         ok = objective.allows(it, cost, gpus) & np.isfinite(it)
@@ -329,10 +354,10 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             if not grp.names:
                 continue
             d_cap = min(n_mb, int(grp.caps.max()))
-            for rc in space.recompute:
+            for rc, dist in product(space.recompute, chain_dist_options(space)):
                 if stop():
                     return False
-                tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision)
+                tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
                 rt = range_tab(tab)
                 for n_seg in range(2, min(space.chain_segments, s_num) + 1):
                     if stop():
@@ -340,7 +365,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                     for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                               n_mb, objective, best.threshold, stop=stop):
                         _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
-                                   mbs, rc, cache)
+                                   mbs, rc, cache, dist)
                         if stop():
                             return False
                     if stop():
@@ -348,9 +373,21 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
     return True
 
 
-def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache) -> None:
+def chain_dist_options(space: SearchSpace) -> tuple[bool, ...]:
+    """The distributed-optimizer settings chain plans are searched with: a chain stage's replicas are one
+    group (one fine shard per rank), so in fp32 the distributed optimizer never loses (its memory o / D <= o,
+    its step / D, its sync and egress equal: :func:`planner.search.tasks.dist_dominated`) and the plain
+    setting is left out when both are searched."""
+    opts = space.distributed_optimizer
+    if True in opts and False in opts and space.precision == "fp32":
+        return (True,)
+    return opts
+
+
+def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
+               dist=False) -> None:
     sc = score_chains(ctx, tab, grp, gs, n_mb)
-    lb = chain_lower_keys(sc, n_mb, s_num, objective)
+    lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
     stats.chains_bounded += len(gs)
     if len(keep) == 0:
@@ -370,12 +407,12 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
                 pools=(), microbatches=tuple([q + 1] * r + [q] * (d - r)), iteration_s=float(it[i]),
                 cost_usd=float(cost[i]), gpus=int(gpus[i]), precision=space.precision,
                 optimizer=space.optimizer, recompute=rc, tie_embeddings=space.tie_embeddings,
-                chain=tuple(grp.names[g] for g in sc.gs[c])))
+                chain=tuple(grp.names[g] for g in sc.gs[c]), distributed_optimizer=dist))
 
 
 def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                 chain: tuple[tuple[str, str, int], ...], pipelines: int, mbs: int, gbs: int,
-                recompute: bool = False) -> Candidate | None:
+                recompute: bool = False, distributed_optimizer: bool = False) -> Candidate | None:
     """The search's score of one chain plan (``chain``: (type, zone, tp) per stage, ``pipelines`` = D), as
     :func:`search_chains` computes it; None when a stage does not fit or the pools lack room for D."""
     options = {g: [(mbs, tp)] for g, _, tp in chain}
@@ -385,12 +422,12 @@ def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
     q, r = divmod(ctx.model.num_layers, s_num)
     counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
     tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
-                     tables.space.precision)
+                     tables.space.precision, distributed_optimizer)
     gs = np.array([[grp.names.index(c) for c in chain]], dtype=np.int64)
     if not tab.fits[gs[0], np.arange(s_num)].all():
         return None
     sc = score_chains(ctx, tab, grp, gs, n_mb)
-    if sc.d_max[0] < pipelines:
+    if sc.d_max[0] < pipelines or sc.d_min[0] > pipelines:
         return None
     tie = tables.space.tie_embeddings
     for d, _, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False,
@@ -402,5 +439,5 @@ def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
                              microbatches=tuple([q2 + 1] * r2 + [q2] * (d - r2)), iteration_s=float(it[0]),
                              cost_usd=float(cost[0]), gpus=int(gpus[0]), precision=tables.space.precision,
                              optimizer=tables.space.optimizer, recompute=recompute, chain=tuple(chain),
-                             tie_embeddings=tie)
+                             tie_embeddings=tie, distributed_optimizer=distributed_optimizer)
     return None

@@ -165,7 +165,7 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             if i not in refined:
                 sync_out: dict = {}
                 b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs,
-                               objective, cache, sync_out=sync_out, recompute=task.recompute)
+                               objective, cache, sync_out=sync_out, recompute=task.recompute, dist=task.dist)
                 refined[i] = (b, sync_out)
             heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
             continue
@@ -187,7 +187,8 @@ def _task_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
                 space: SearchSpace, sync_lb: np.ndarray | None) -> float:
     """:func:`planner.search.rowfloor.task_floor` of a task: per pool the smallest busiest-stage period,
     fill/drain and optimizer step over the task's fitting splits (what its pool models hold per split)."""
-    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
+                                      task.dmax))[0]
     if len(idx) == 0:
         return np.inf
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
@@ -208,7 +209,7 @@ def _task_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
     if sorted(set(types)) != list(range(len(task.tps))):
         return np.inf
     return task_floor(np.array(m), np.array(f), np.array(u), np.array(caps, dtype=np.int64),
-                      np.array(types), gbs // task.mbs, sync_lb)
+                      np.array(types), gbs // task.mbs, sync_lb, task.dist)
 
 
 def _row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
@@ -242,6 +243,9 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
     params = np.max([a.params[idx] for a in arrs], axis=0)
     full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
     crit += [params.max(axis=1)[:, None], full.sum(axis=1)[:, None]]
+    if task.dist:       # the rows a split serves: D from lo (fits) to hi; a dominating split serves as many
+        lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
+        crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
     return np.concatenate(crit, axis=1)
 
 
@@ -250,7 +254,10 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
               sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
     n_mb = gbs // task.mbs
     arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
-    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
+                                      task.dmax))[0]
+    d_lo, d_hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute) if task.dist \
+        else (None, None)
     # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
     if ctx.settings.dp_sync_waits_for_all:
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
@@ -270,7 +277,7 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
         common = _row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb)
         if len(models) > 1 and thr < np.inf:        # the split-free row floor (rowfloor.py)
             floors = floors or pool_floors(models, cols)
-            keep = floor_keys(*floors, D_all, n_mb, objective, *common) <= thr
+            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist) <= thr
             if not keep.all():
                 D_all = D_all[keep]
                 common = tuple(None if x is None else x[keep] for x in common)
@@ -280,10 +287,13 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
             if stop():
                 raise OutOfTime
             pools = [by_col[c] for c in cols]
-            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common)
+            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist)
+            sel = keys <= thr
+            if task.dist:       # the distributed optimizer's memory: the row's D must lie in the split's range
+                d_row = D_all.sum(axis=1)
+                sel &= (d_row >= d_lo[k]) & (d_row <= d_hi[k])
             stats.rows_bounded += len(D_all)
-            if keys.min() <= thr:
-                sel = keys <= thr
+            if sel.any():
                 rate, gpus = common[1][sel], common[2][sel]
                 items.append((k, pools, D_all[sel], (span[sel], upd[sel], rate, gpus)))
         if items:
@@ -316,7 +326,8 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
     survivors exactly (gradient sync batched over the items)."""
     stats.rows_sync_bounded += sum(len(D) for _, _, D, _ in items)
     lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D, _ in items], n_mb, exact=False,
-                      uniform=space.uniform_microbatches, known=[pre for *_, pre in items])
+                      uniform=space.uniform_microbatches, known=[pre for *_, pre in items],
+                      dist_bytes=_dist_bytes(task, space))
     thr = best.threshold()
     kept = []
     for (k, pools, D, _), lb in zip(items, lbs):
@@ -327,7 +338,8 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
     if not kept:
         return
     scs = score_batch(ctx, cache, [(pools, D) for _, pools, D in kept], n_mb, exact=True,
-                      uniform=space.uniform_microbatches, tied=cache.tied if space.tie_embeddings else None)
+                      uniform=space.uniform_microbatches, tied=cache.tied if space.tie_embeddings else None,
+                      dist_bytes=_dist_bytes(task, space))
     for (k, pools, D), sc in zip(kept, scs):
         stats.rows_exact += len(D)
         ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
@@ -348,8 +360,14 @@ def _row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None
     return slb, rate, gpus
 
 
+def _dist_bytes(task: Task, space: SearchSpace) -> int | None:
+    """The distributed optimizer's parameter bytes per element (None: a plain all-reduce)."""
+    return F.bytes_per_element(space.precision) if task.dist else None
+
+
 def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
-                rate: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                rate: np.ndarray, gpus: np.ndarray, dist: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
     optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
     makespan and the optimizer step per row, which the sync-bound pass reuses."""
@@ -357,6 +375,8 @@ def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Obj
     F = np.array([p.fill_s for p in pools])
     span = relaxed_lower_bound(D, M, F, n_mb)
     upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    if dist:            # the distributed optimizer steps 1/D of the parameters
+        upd = upd / np.maximum(D.sum(axis=1), 1)
     it = span + upd
     if slb is not None:
         it = it + slb
@@ -378,4 +398,5 @@ def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: 
         pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
         microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
         cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]), precision=space.precision,
-        optimizer=space.optimizer, recompute=task.recompute, tie_embeddings=space.tie_embeddings)
+        optimizer=space.optimizer, recompute=task.recompute, tie_embeddings=space.tie_embeddings,
+        distributed_optimizer=task.dist)

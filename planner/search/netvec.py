@@ -156,8 +156,10 @@ class _Chooser:
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
 
-    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: np.ndarray, worst_at: np.ndarray
-             ) -> np.ndarray:
+    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: np.ndarray, worst_at: np.ndarray,
+             param: np.ndarray | None = None, halves: tuple[int, int] = (1, 1)) -> np.ndarray:
+        """Ring time per row over the chosen pair's link: an all-reduce of ``nbytes``, or with ``param`` (the
+        distributed optimizer) ``halves`` = (gradient, parameter) ring phases (:func:`F.ring_halves_s`)."""
         pairs = sorted({q for r in ranks for q in r})
         if not pairs:
             return np.zeros(len(inv))
@@ -177,15 +179,20 @@ class _Chooser:
         for qi, q in enumerate(pairs):
             sel = pick == qi
             if np.any(sel):
-                out[sel] = F.ring_s(nn[sel], link_time(self.link(q), nbytes[sel] / nn[sel]))
+                tg = link_time(self.link(q), nbytes[sel] / nn[sel])
+                out[sel] = F.ring_s(nn[sel], tg) if param is None else \
+                    F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]))
         return np.where(has & (n > 1), out, 0.0)
 
 
 def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
-              full_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              full_bytes: np.ndarray, param_bytes: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sync seconds, egress USD, hierarchical?) of one stage for rows ``D`` ([R, G] replicas per group, columns
     sorted by (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once (the third: True
-    where it models the row's sync as hierarchical, False where flat or nothing to sync)."""
+    where it models the row's sync as hierarchical, False where flat or nothing to sync). ``full_bytes``: what
+    one ring carries across zones; ``param_bytes``: the distributed optimizer's per-GPU parameter bytes
+    (reduce-scatter + all-gather; None: a plain all-reduce)."""
     key = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
     first, inv = unique_first(key)
     codes = key[first]
@@ -208,15 +215,17 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
         remap = np.full(len(keys), -1)
         remap[sub_keys] = np.arange(len(sub_keys))
         t, u, h = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
-                          D[rows], d[rows], grad_bytes[rows], full_bytes[rows])
+                          D[rows], d[rows], grad_bytes[rows], full_bytes[rows],
+                          None if param_bytes is None else param_bytes[rows])
         time_s[rows], usd[rows], hier[rows] = t, u, h
     return time_s, usd, hier
 
 
 def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
-               grad: np.ndarray, full: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               grad: np.ndarray, full: np.ndarray, param: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     worst_at = grad / np.maximum(d, 1)
-    flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at)
+    flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at, param)
     nz = np.array([p.n_zones for p in pats])[inv]
     price = np.array([p.egress_usd_per_byte for p in pats])[inv]
     per_edge_flat = F.ring_edge_bytes(d, full)
@@ -233,8 +242,12 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
             if zi < p.n_zones:
                 w[k, p.zones[zi][0]] = 1.0
         members = (D * w[inv]).sum(axis=1)
-        inner = np.maximum(inner, F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad, worst_at)))
-    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at)
+        if param is None:
+            t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad, worst_at))
+        else:       # reduce-scatter + gather of gradients, broadcast of the updated parameters
+            t_in = ch.ring(ranks, inv, members, grad, worst_at, param, (2, 1))
+        inner = np.maximum(inner, t_in)
+    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at, param)
     hier = inner + cross
     use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
     use_flat = use_flat | ~multi

@@ -107,9 +107,12 @@ def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     return first, inv.reshape(-1)
 
 
-def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row and stage: the largest per-GPU gradient, the largest whole-stage gradient (bytes) and the
-    slowest backward among the pools the row uses ([R, S] each)."""
+def _row_gradients(pools: list[PoolModel], D: np.ndarray, dist_bytes: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per row and stage: the largest per-GPU gradient, the bytes one ring carries across zones (the largest
+    whole-stage gradient; with the distributed optimizer, ``dist_bytes`` per element, the mean of it and the
+    whole-stage parameters), the slowest backward among the pools the row uses and (distributed optimizer)
+    the largest per-GPU parameter bytes ([R, S] each; the last None without it)."""
     params = np.array([p.params for p in pools], dtype=float)            # [P, S]
     tps = np.array([p.group.tp for p in pools], dtype=float)
     bwd = np.array([p.bwd_s for p in pools], dtype=float)
@@ -121,25 +124,33 @@ def _row_gradients(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     full = F.grad_bytes(np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1))
     slow = np.where(used, bwd[None], -np.inf).max(axis=1)
     inv = inv.reshape(-1)
-    return grad[inv], full[inv], slow[inv]
+    if dist_bytes is None:
+        return grad[inv], full[inv], slow[inv], None
+    # planner.simulator.time.stage_sync: reduce-scatter of fp32 gradients, all-gather of the parameters
+    param = np.where(used, params[None], 0.0).max(axis=1) * dist_bytes
+    moved = (full + np.where(used, (params * tps[:, None])[None], 0.0).max(axis=1) * dist_bytes) / 2
+    return grad[inv], moved[inv], slow[inv], param[inv]
 
 
 def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad: np.ndarray,
-                full: np.ndarray, slow_bwd: np.ndarray, bound_only: bool
+                full: np.ndarray, slow_bwd: np.ndarray, bound_only: bool, param: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sync seconds, egress USD, stage 0 hierarchical?) per row from per-row stage gradients. ``bound_only``: a
-    lower bound (the stage with the largest gradient only, no egress; the third all False)."""
+    lower bound (the stage with the largest gradient only, no egress; the third all False). ``param``: the
+    distributed optimizer's per-GPU parameter bytes per row and stage (None: a plain all-reduce)."""
+    pick = (lambda x, i: None) if param is None else (lambda x, i: x[:, i])
     if bound_only:
         top = np.argmax(grad, axis=1)[:, None]
         t, _, _ = sync_rows(ctx, cache, groups, D, np.take_along_axis(grad, top, 1)[:, 0],
-                            np.take_along_axis(full, top, 1)[:, 0])
+                            np.take_along_axis(full, top, 1)[:, 0],
+                            None if param is None else np.take_along_axis(param, top, 1)[:, 0])
         return ((t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D)),
                 np.zeros(len(D), dtype=bool))
     times, egress, memo = [], np.zeros(len(D)), {}
     for s in range(grad.shape[1]):
         key = (grad[:, s].tobytes(), full[:, s].tobytes())
         if key not in memo:
-            memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s])
+            memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s], pick(param, s))
         times.append(memo[key][0])
         egress = egress + memo[key][1]
     hier0 = memo[(grad[:, 0].tobytes(), full[:, 0].tobytes())][2]
@@ -167,28 +178,31 @@ def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform
 
 def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
                 exact: bool = True, uniform: bool = False, tied: TiedSync | None = None,
-                known: list[tuple] | None = None) -> list[RowScores]:
+                known: list[tuple] | None = None, dist_bytes: int | None = None) -> list[RowScores]:
     """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
     gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
     the largest stage's sync, no egress, no tied-embedding all-reduce). ``tied``: the plans tie their
     embeddings (the shared weight's all-reduce follows the stage syncs). ``known`` (``exact=False`` only):
     per item the (relaxed makespan, optimizer step, dollars per second, GPUs) of its rows, already computed
-    by the same expressions."""
+    by the same expressions (the optimizer step already divided by D under the distributed optimizer).
+    ``dist_bytes``: the distributed optimizer with parameters of that many bytes per element (None: off)."""
     items = [(pools, D) for pools, D in items]
     reps, parts = [], []
     for pools, D in items:
         first, inv = _distinct_rows(pools, D)
-        g, f, b = _row_gradients(pools, D[first])
-        reps.append((D[first], g, f, b))
+        g, f, b, pb = _row_gradients(pools, D[first], dist_bytes)
+        reps.append((D[first], g, f, b, pb))
         parts.append((len(first), inv))
     cat = [np.concatenate([r[i] for r in reps], axis=0) for i in range(4)]
-    t_all, e_all, h_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact)
+    param = None if dist_bytes is None else np.concatenate([r[4] for r in reps], axis=0)
+    t_all, e_all, h_all = _sync_batch(ctx, cache, [p.group for p in items[0][0]], *cat, bound_only=not exact,
+                                      param=param)
     out, lo = [], 0
     for i, ((pools, D), (n, inv)) in enumerate(zip(items, parts)):
         sync, egress, hier0 = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv], h_all[lo:lo + n][inv]
         lo += n
         if exact and tied is not None:      # in stage 0's mode, as the built plan will carry it
-            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params), hier0)
+            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params), hier0, dist_bytes)
             sync, egress = sync + t_tied, egress + e_tied
         if known is not None and not exact:
             span, upd, rate, gpus = known[i]
@@ -197,6 +211,8 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
         else:
             span = _span(pools, D, n_mb, exact, uniform)
             upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+            if dist_bytes is not None:      # the distributed optimizer steps 1/D of the parameters
+                upd = upd / np.maximum(D.sum(axis=1), 1)
             rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
             gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
         it = span + sync + upd
@@ -206,6 +222,7 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
 
 
 def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
-               exact: bool = True, uniform: bool = False, tied: TiedSync | None = None) -> RowScores:
+               exact: bool = True, uniform: bool = False, tied: TiedSync | None = None,
+               dist_bytes: int | None = None) -> RowScores:
     """Scores of rows ``D`` ([R, P] pipelines per pool) for one pool list (see :func:`score_batch`)."""
-    return score_batch(ctx, cache, [(pools, D)], n_mb, exact, uniform, tied)[0]
+    return score_batch(ctx, cache, [(pools, D)], n_mb, exact, uniform, tied, dist_bytes=dist_bytes)[0]

@@ -28,10 +28,13 @@ def pool_floors(models: dict[int, dict], cols: list) -> tuple[np.ndarray, np.nda
 
 
 def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb: int, objective: Objective,
-               slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray) -> np.ndarray:
-    """[R] lower bounds on the cheap key of every row under every split (inf where a constraint fails)."""
+               slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray, dist: bool = False) -> np.ndarray:
+    """[R] lower bounds on the cheap key of every row under every split (inf where a constraint fails);
+    ``dist``: the distributed optimizer (the optimizer step / D, as the cheap key)."""
     span = relaxed_lower_bound(D, m, f, n_mb)
     upd = np.where(D > 0, u[None, :], 0.0).max(axis=1)
+    if dist:
+        upd = upd / np.maximum(D.sum(axis=1), 1)
     it = span + upd
     if slb is not None:
         it = it + slb
@@ -40,7 +43,7 @@ def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb:
 
 
 def task_floor(m: np.ndarray, f: np.ndarray, u: np.ndarray, caps: np.ndarray, types: np.ndarray, n_mb: int,
-               slb: np.ndarray | None) -> float:
+               slb: np.ndarray | None, dist: bool = False) -> float:
     """A lower bound on the iteration time of every row of a task (throughput key), from the per-pool floors
     ``m``, ``f``, ``u`` ([P], minimum over the task's splits), the pool capacities ``caps`` and the pool's
     type index ``types`` (every type of the task runs >= 1 pipeline), and the task's sync bound per total
@@ -67,7 +70,7 @@ def task_floor(m: np.ndarray, f: np.ndarray, u: np.ndarray, caps: np.ndarray, ty
     last = np.where(short.any(axis=0), short.shape[0] - 1 - np.argmax(short[::-1], axis=0), -1)
     lo = np.where(last >= 0, grid[np.maximum(last, 0)], 0.0)
     tau = lo                        # reach(lo) < N: every row with d pipelines has max(t, fmax) > lo
-    it = np.maximum(tau, f_min) + u_min
+    it = np.maximum(tau, f_min) + (u_min / d if dist else u_min)    # dist: the optimizer step / d
     if slb is not None:
         it = it + slb[np.minimum(d, len(slb) - 1)]
     it = it[n_types - 1:]

@@ -64,6 +64,8 @@ class SearchSpace:
     - ``uniform_microbatches``: every pipeline runs N / D micro-batches (D must divide N);
     - ``max_gpu_types`` / ``single_zone``: at most that many GPU types; all pipelines in one zone;
     - ``recompute``: the full-activation-recomputation settings searched (trades compute for memory);
+    - ``distributed_optimizer``: the distributed-optimizer settings searched (optimizer states and step
+      sharded over the D replicas of a stage; the gradient sync becomes reduce-scatter + all-gather);
     - ``chain_segments``: also search *chain* plans (D identical pipelines whose stage s runs on its own
       (GPU type, TP, zone), so a pipeline may change type and zone along its stages) whose stage groups form
       at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline);
@@ -83,6 +85,7 @@ class SearchSpace:
     precision: str = "fp32"
     optimizer: str = "adamw"
     recompute: tuple[bool, ...] = (False, True)
+    distributed_optimizer: tuple[bool, ...] = (False, True)
     chain_segments: int = 3
     tie_embeddings: bool = False
 
@@ -91,6 +94,9 @@ class SearchSpace:
             raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
         if not self.recompute or any(not isinstance(r, bool) for r in self.recompute):
             raise InputError(f"recompute must be a non-empty tuple of booleans, got {self.recompute!r}")
+        if not self.distributed_optimizer or any(not isinstance(r, bool) for r in self.distributed_optimizer):
+            raise InputError("distributed_optimizer must be a non-empty tuple of booleans, got "
+                             f"{self.distributed_optimizer!r}")
         if self.split not in ("family", "even_ids", "even", "even_last"):
             raise InputError(f"split must be family, even_ids, even or even_last, got {self.split!r}")
         if self.tp_rule not in ("any", "min_fit"):
@@ -123,6 +129,7 @@ class Candidate:
     recompute: bool = False                 # full activation recomputation
     chain: tuple[tuple[str, str, int], ...] = ()   # chain plan: (gpu type, zone, tp) of every stage; pools = ()
     tie_embeddings: bool = False            # from the SearchSpace
+    distributed_optimizer: bool = False     # optimizer states and step sharded over the D replicas
 
     @property
     def num_pipelines(self) -> int:

@@ -122,11 +122,24 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 
+def opt_ratio(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
+              last: np.ndarray, shards: int) -> np.ndarray:
+    """[K, S] optimizer parameters over parameters held under the distributed optimizer (the simulator's
+    ``memory.optimizer_params``): a TP-t rank of a stage whose TP degrees have least common multiple
+    ``shards * t`` packs the stage's replicated parameters into each of its ``shards`` fine shards."""
+    if shards == 1:
+        return np.where(params > 0, params / np.maximum(params, 1), 1.0)
+    m = ctx.model
+    rep = counts * m.layer_params(tt.tp)[1] + first * m.embedding_params(tt.tp)[1] + last * m.head_params(tt.tp)[1]
+    return np.where(params > 0, (params + (shards - 1) * rep) / np.maximum(params, 1), 1.0)
+
+
 def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
             last: np.ndarray, precision: str, optimizer: str, recompute: bool,
-            inflight: np.ndarray | None = None) -> np.ndarray:
+            inflight: np.ndarray | None = None, dp=None, ratio: np.ndarray | None = None) -> np.ndarray:
     """Peak bytes per GPU [K, S]; ``inflight`` micro-batches per stage (default S - s: the declared space
-    fits with a full pipeline in flight; the simulator keeps min(S - s, m), never more)."""
+    fits with a full pipeline in flight; the simulator keeps min(S - s, m), never more). ``dp`` (scalar or
+    [K, 1]) with ``ratio`` (:func:`opt_ratio`): the distributed optimizer over that many replicas."""
     st = ctx.settings
     s_num = counts.shape[1]
     if inflight is None:
@@ -140,23 +153,66 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
     extra = recompute_peak_excess_bytes(counts, ("full", "uniform", 1) if recompute else (None, None, None),
                                         tt.recompute_live_bytes, tt.keep_bytes, tt.mask_bytes,
                                         tt.layer_act_bytes, last * tt.head_act_bytes)
-    terms = F.memory_terms(params, act, inflight, biggest, boundary, F.state_bytes_per_param(precision, optimizer),
+    w, g, o = F.state_bytes_per_param(precision, optimizer)
+    if dp is not None:
+        o = F.sharded_optimizer_bytes(o, dp, True) * ratio
+    terms = F.memory_terms(params, act, inflight, biggest, boundary, (w, g, o),
                            st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes, extra)
     return F.memory_total(terms)
 
 
 def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
-                     recompute: bool, microbatches: int, tie_embeddings: bool = False) -> np.ndarray:
+                     recompute: bool, microbatches: int, tie_embeddings: bool = False, dp: int | None = None,
+                     shards: np.ndarray | None = None) -> np.ndarray:
     """Peak bytes [S] of one GPU of ``tt`` on each stage of the split ``counts`` ([S]) in a pipeline that
     runs ``microbatches`` micro-batches (min(S - s, m) in flight, as the simulator keeps): what the
-    production check compares with simulate() per stage."""
+    production check compares with simulate() per stage. ``dp``: the distributed optimizer over that many
+    replicas, ``shards`` ([S]) the fine shards per stage (:func:`opt_ratio`)."""
     c = np.asarray(counts, dtype=np.int64).reshape(1, -1)
     s_num = c.shape[1]
     first = np.arange(s_num) == 0
     last = np.arange(s_num) == s_num - 1
     params = c * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     inflight = np.minimum(np.arange(s_num, 0, -1), microbatches)
-    return _memory(ctx, tt, c, params, first, last, precision, optimizer, recompute, inflight)[0]
+    ratio = None
+    if dp is not None:
+        ratio = np.column_stack([opt_ratio(ctx, tt, c[:, [s]], params[:, [s]], first[[s]], last[[s]],
+                                           int(shards[s]))[:, 0] for s in range(s_num)])
+    return _memory(ctx, tt, c, params, first, last, precision, optimizer, recompute, inflight, dp, ratio)[0]
+
+
+NEVER = 1 << 40         # a replica count no cluster reaches: the split never fits
+
+
+def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
+                recompute: bool, shards: int = 1, tie_embeddings: bool = False) -> np.ndarray:
+    """[K, S] the smallest replica count D at which each stage of each split fits on ``tt`` under the
+    distributed optimizer (S - s micro-batches in flight; :data:`NEVER` where no D does). Memory is
+    non-increasing in D (only the optimizer term o / D changes), so the answer is found from the closed form
+    and then checked with the exact expression the fit uses at D and D - 1."""
+    k, s_num = counts.shape
+    first = (np.arange(s_num) == 0)[None, :]
+    last = (np.arange(s_num) == s_num - 1)[None, :]
+    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    ratio = opt_ratio(ctx, tt, counts, params, first, last, shards)
+    args = (ctx, tt, counts, params, first, last, precision, optimizer, recompute, None)
+
+    def fits(d: np.ndarray) -> np.ndarray:
+        return _memory(*args, d.astype(float), ratio) <= tt.usable_bytes
+
+    rest = _memory(*args, np.inf, ratio)                                  # the optimizer term at 0
+    opt = _memory(*args, 1.0, ratio) - rest
+    room = tt.usable_bytes - rest
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(opt <= 0, 1.0, np.where(room > 0, opt / room, np.inf))
+    ever = room >= 0
+    d = np.where(ever, np.clip(np.ceil(need), 1, NEVER), NEVER).astype(np.int64)
+    for _ in range(4):                   # rounding: move up while it does not fit, down while D - 1 does
+        d = np.where(ever & (d < NEVER) & ~fits(d), d + 1, d)
+    for _ in range(4):
+        d = np.where(ever & (d > 1) & (d < NEVER) & fits(np.maximum(d - 1, 1)), d - 1, d)
+    bad = ever & (d < NEVER) & ~fits(d)
+    return np.where(bad | ~ever, NEVER, d)
 
 
 @lru_cache(maxsize=None)

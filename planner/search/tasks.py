@@ -3,6 +3,7 @@ objective over every plan of the task (used to visit tasks best-first and to ski
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from itertools import combinations, product
 
 import numpy as np
@@ -12,7 +13,8 @@ from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.search.space import Objective, SearchSpace
 from planner.search.pools import level_periods
-from planner.search.tables import StageArrays, TypeTable, build_type_table, split_family, stage_arrays
+from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, split_family,
+                                   stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -26,6 +28,25 @@ class Task:
     tps: tuple[tuple[str, int], ...]        # (gpu type, tp) of every used type, sorted by type
     bound: float
     recompute: bool = False
+    dist: bool = False                      # the distributed optimizer
+    dmax: int = 0                           # the largest total pipeline count of any row of the task
+
+
+def shards_of(combo) -> dict[str, int]:
+    """Fine shards per type under the distributed optimizer: every stage of a pool plan holds every type of the
+    task, so a TP-t rank holds lcm(TPs) / t shards (``planner.simulator.memory.optimizer_params``)."""
+    lcm = math.lcm(*(t for _, t in combo))
+    return {g: lcm // t for g, t in combo}
+
+
+def dist_dominated(space: SearchSpace, combo) -> bool:
+    """The no-distributed-optimizer plans of a task are never better than the same plans with it when the
+    distributed optimizer is searched, the precision is fp32 (its parameter all-gather moves as many bytes as the
+    gradient half it replaces, so the sync time, mode and egress are equal) and every type has the same TP
+    (one fine shard: the optimizer bytes o / D <= o). The optimizer step shrinks (/ D), nothing else changes
+    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
+    return (True in space.distributed_optimizer and False in space.distributed_optimizer
+            and space.precision == "fp32" and len({t for _, t in combo}) == 1)
 
 
 def mbs_tp_options(ctx: SimContext, gpu_type: str, node_size: int, space: SearchSpace) -> list[tuple[int, int]]:
@@ -108,10 +129,39 @@ class Tables:
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
                     self.min_overflow_bytes = over
-                if not arr.fits.any():
+                if not arr.fits.any() and not (True in self.space.distributed_optimizer and
+                                               (self.dist_dmin(g, tp, mbs, s_num, recompute) < NEVER).any()):
                     arr = None
             self._arr[key] = arr
         return self._arr[key]
+
+    def dist_dmin(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool, shards: int = 1,
+                  counts: np.ndarray | None = None, per_stage: bool = False) -> np.ndarray:
+        """[K] the smallest replica count at which each split fits on (g, tp) under the distributed optimizer
+        (:func:`planner.search.tables.dist_min_dp`; ``counts``: these splits instead of the space's;
+        ``per_stage``: [K, S], per stage)."""
+        if counts is None:
+            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+        key = ("dmin", g, tp, mbs, counts.tobytes(), counts.shape, recompute, shards)
+        if key not in self._arr:
+            self._arr[key] = dist_min_dp(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
+                                         self.space.optimizer, recompute, shards, self.space.tie_embeddings)
+        return self._arr[key] if per_stage else self._arr[key].max(axis=1)
+
+    def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+        """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans
+        with the distributed optimizer are kept: every type fits from the first on (memory is non-increasing in
+        D); with recomputation and a monotone objective (``dp_sync_waits_for_all``), rows at which the split
+        also fits without recomputation are left to the task without it (recomputation dominance, per row)."""
+        key = ("dist-range", combo, mbs, s_num, recompute)
+        if key not in self.memo:
+            sh = shards_of(combo)
+            lo = np.max([self.dist_dmin(g, t, mbs, s_num, recompute, sh[g]) for g, t in combo], axis=0)
+            hi = np.full(len(lo), NEVER, dtype=np.int64)
+            if recompute and self.ctx.settings.dp_sync_waits_for_all and False in self.space.recompute:
+                hi = np.max([self.dist_dmin(g, t, mbs, s_num, False, sh[g]) for g, t in combo], axis=0) - 1
+            self.memo[key] = (lo, hi)
+        return self.memo[key]
 
     def raw_arrays(self, g: str, tp: int, mbs: int, counts: np.ndarray, recompute: bool) -> StageArrays:
         """Stage arrays of splits ``counts`` on (g, tp, mbs), kept even where no split fits (chain plans fit
@@ -142,10 +192,16 @@ class Tables:
                               F.busy_s(comp, p2p_s, blocking).max(axis=-1))
         return self._arr[key]
 
-    def task_fits(self, combo, mbs: int, s_num: int, recompute: bool) -> np.ndarray:
+    def task_fits(self, combo, mbs: int, s_num: int, recompute: bool, dist: bool = False,
+                  dmax: int = 0) -> np.ndarray:
         """[K] splits of the task where every used type fits. With recomputation, splits that also fit
         without it are dropped when the objective is monotone in compute (``dp_sync_waits_for_all``):
-        recomputation only adds backward seconds there, so the same plan without it is at least as good."""
+        recomputation only adds backward seconds there, so the same plan without it is at least as good.
+        ``dist``: the distributed optimizer, whose memory depends on the row's pipeline count D <= ``dmax``:
+        the splits whose :meth:`dist_range` meets 1..dmax (each row is checked against it later)."""
+        if dist:
+            lo, hi = self.dist_range(combo, mbs, s_num, recompute)
+            return lo <= np.minimum(dmax, hi)
         key = ("fits", combo, mbs, s_num, recompute)
         if key in self.memo:
             return self.memo[key]
@@ -185,8 +241,8 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     mbs_all = sorted({m for g in types for m, _ in options[g]})
     tasks = []
-    for s_num, mbs, rc in product(range(1, max_s + 1), mbs_all, space.recompute):
-        if tick is not None:
+    for s_num, mbs, rc, dist in product(range(1, max_s + 1), mbs_all, space.recompute, space.distributed_optimizer):
+        if tick is not None and not dist:
             tick(s_num - 1, max_s)
         if gbs % mbs:
             continue
@@ -197,22 +253,31 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
         for k in range(1, max_types + 1):
             for subset in combinations(types, k):
                 combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+                if not dist:
+                    combos = [c for c in combos if not dist_dominated(space, c)]
                 for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
-                                                          objective, rc)):
+                                                          objective, rc, dist)):
                     if b < np.inf:
-                        tasks.append(Task(s_num, mbs, combo, float(b), rc))
+                        tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
+                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist else 0))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
     return tasks
 
 
+def task_dmax(cluster: ClusterSpec, combo, s_num: int, n_mb: int) -> int:
+    """The largest total pipeline count of any row of a task: its pools' capacity, at most N."""
+    return int(min(n_mb, sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))))
+
+
 def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: list, s_num: int, mbs: int,
-                 n_mb: int, objective: Objective, recompute: bool) -> np.ndarray:
+                 n_mb: int, objective: Objective, recompute: bool, dist: bool = False) -> np.ndarray:
     """``task_bound(..., with_sync=False)`` of many combos of one type subset at once ([C]): the same
     operations on the same values, one row per combo."""
     if not combos:
         return np.zeros(0)
     n_types = len(combos[0])
-    fits = np.array([tables.task_fits(c, mbs, s_num, recompute) for c in combos])          # [C, K]
+    fits = np.array([tables.task_fits(c, mbs, s_num, recompute, dist, task_dmax(cluster, c, s_num, n_mb))
+                     for c in combos])          # [C, K]
     stats = [[tables.split_stats(g, t, mbs, s_num, recompute) for g, t in c] for c in combos]
 
     def masked_min(field: str) -> np.ndarray:                                                # [C, types]
@@ -229,7 +294,7 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         span = np.maximum(f_min.max(axis=1)[:, None],
                           (f_min[:, None, :] + m_min[:, None, :] * (n_mb / d[None, :, None] - 1)).min(axis=2))
         span = span * (1 - 1e-12)
-        it = span + 0.0 + upd[:, None]
+        it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
         rate = (d[None, :] * s_num) * usd[:, None]
         gpus = (d[None, :] * s_num) * np.array([min(t for _, t in c) for c in combos])[:, None]
@@ -241,11 +306,12 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
 
 def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
                objective: Objective, cache: LinkCache, with_sync: bool = True, sync_out: dict | None = None,
-               recompute: bool = False) -> float:
+               recompute: bool = False, dist: bool = False) -> float:
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
     gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
-    sync lower bound per total pipeline count d (index d)."""
-    fits = tables.task_fits(combo, mbs, s_num, recompute)
+    sync lower bound per total pipeline count d (index d). ``dist``: the distributed optimizer (optimizer
+    step / d, :func:`sync_lower_bound` halved)."""
+    fits = tables.task_fits(combo, mbs, s_num, recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
     if not fits.any():
         return np.inf
     stats = [tables.split_stats(g, t, mbs, s_num, recompute) for g, t in combo]
@@ -269,11 +335,13 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    if dist:
+        sync = 0.5 * sync
     if sync_out is not None and with_sync:
         table = np.zeros(int(d[-1]) + 1)
         table[d.astype(np.int64)] = sync
         sync_out["by_d"] = table
-    it = span + sync + upd
+    it = span + sync + (upd / d if dist else upd)
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
     ok = objective.allows(it, rate * it, gpus)

@@ -26,18 +26,20 @@ class TiedSync:
         self._chains: dict[tuple, tuple[float, float]] = {}
         self._rows: dict[tuple, tuple[float, float]] = {}
 
-    def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str = "flat"
-           ) -> tuple[float, float]:
-        """``mode``: stage 0's sync mode, which the tied all-reduce follows (planner.layout's rule)."""
-        key = (first, last, num_stages, mode)
+    def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str = "flat",
+           dist_bytes: int | None = None) -> tuple[float, float]:
+        """``mode``: stage 0's sync mode, which the tied all-reduce follows (planner.layout's rule);
+        ``dist_bytes``: the distributed optimizer's bytes per parameter element (None: off)."""
+        key = (first, last, num_stages, mode, dist_bytes)
         if key not in self._memo:
-            t, moved = tied_sync_of_replicas(first, last, self.ctx, mode) if num_stages > 1 else (0.0, {})
+            t, moved = tied_sync_of_replicas(first, last, self.ctx, mode, dist_bytes) if num_stages > 1 \
+                else (0.0, {})
             usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
             self._memo[key] = (float(t), float(usd))
         return self._memo[key]
 
-    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int, hier0: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int, hier0: np.ndarray,
+                  dist_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``D`` ([R, P] pipelines per pool, pools ``groups`` in plan order): (seconds, USD). Every
         stage of a pool plan has the same replica list (pool by pool, in column order). ``hier0``: per row,
         True where stage 0's sync is hierarchical (else flat)."""
@@ -48,23 +50,24 @@ class TiedSync:
         cols = tuple(groups)
         for i, row in enumerate(rows):
             # the replica list is a function of (groups, row): memoise on that key before building it
-            key = (cols, row.tobytes(), num_stages)
+            key = (cols, row.tobytes(), num_stages, dist_bytes)
             if key not in self._rows:
                 reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
                              for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
-                self._rows[key] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat") \
+                self._rows[key] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat",
+                                          dist_bytes) \
                     if reps else (0.0, 0.0)
             t[i], usd[i] = self._rows[key]
         inv = inv.reshape(-1)
         return t[inv], usd[inv]
 
-    def chain(self, first: tuple[str, str, int], last: tuple[str, str, int], d: int, num_stages: int
-              ) -> tuple[float, float]:
+    def chain(self, first: tuple[str, str, int], last: tuple[str, str, int], d: int, num_stages: int,
+              dist_bytes: int | None = None) -> tuple[float, float]:
         """A chain plan: d pipelines, stage 0 on ``first`` and the last stage on ``last`` ((type, zone, tp)).
         Stage 0's replicas share one zone, so its sync (and the tied all-reduce's mode) is flat."""
-        key = (first, last, d, num_stages)
+        key = (first, last, d, num_stages, dist_bytes)
         if key not in self._chains:
             a = (Replica(gpu_type=first[0], tp=first[2], zone=first[1]),) * d
             b = (Replica(gpu_type=last[0], tp=last[2], zone=last[1]),) * d
-            self._chains[key] = self.of(a, b, num_stages)
+            self._chains[key] = self.of(a, b, num_stages, "flat", dist_bytes)
         return self._chains[key]

@@ -26,21 +26,24 @@ REL_TOL = 1e-9
 def search_replica_peaks(ctx: SimContext, cand: Candidate, plan: Plan) -> list[list[float]]:
     """``[stage][replica]`` peak bytes of one GPU as the search's evaluator computes them for ``plan``."""
     tables: dict[tuple[str, int], TypeTable] = {}
-    rows: dict[tuple[str, int, int], list[float]] = {}
+    rows: dict[tuple, list[float]] = {}
     counts = [st.num_layers for st in plan.stages]
     s_num = len(counts)
+    lcms = [math.lcm(*(r.tp for r in st.replicas)) for st in plan.stages]
     out = []
     for s, st in enumerate(plan.stages):
         peaks = []
         for j, rep in enumerate(st.replicas):
             m = min(plan.microbatch_counts[j], s_num)
-            key = (rep.gpu_type, rep.tp, m)
+            shards = tuple(x // rep.tp for x in lcms) if cand.distributed_optimizer else None
+            key = (rep.gpu_type, rep.tp, m, shards)
             if key not in rows:
                 tkey = (rep.gpu_type, rep.tp)
                 if tkey not in tables:
                     tables[tkey] = build_type_table(ctx, rep.gpu_type, rep.tp, cand.mbs, cand.precision)
                 rows[key] = stage_peak_bytes(ctx, tables[tkey], counts, cand.precision, cand.optimizer,
-                                             cand.recompute, m, cand.tie_embeddings).tolist()
+                                             cand.recompute, m, cand.tie_embeddings,
+                                             cand.num_pipelines if shards else None, shards).tolist()
             peaks.append(rows[key][s])
         out.append(peaks)
     return out

@@ -69,35 +69,40 @@ def count_splits(total: int, sizes: list[int]):
                 yield (seq,) + tail
 
 
-def _plan(split, replicas, mbs, gbs, counts, recompute=False) -> Plan:
+PRECISION = ["fp32"]        # the precision of every plan the brute force builds (check_exact sets it)
+
+
+def _plan(split, replicas, mbs, gbs, counts, recompute=False, dist=False) -> Plan:
     stages, first = [], 0
     for n in split:
         stages.append(Stage(first, n, tuple(replicas)))
         first += n
     return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
-                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute)
+                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute,
+                distributed_optimizer=dist, precision=PRECISION[0])
 
 
 def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts,
-               recompute_opts=(False, True)):
-    """Every (split, mbs, pools with pipeline counts, recompute) of the space whose memory fits (S - s in
-    flight)."""
+               recompute_opts=(False, True), dist_opts=(False, True)):
+    """Every (split, mbs, pools with pipeline counts, recompute, distributed optimizer) of the space whose
+    memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count)."""
     L = ctx.model.num_layers
     types = cluster.gpu_types()
     zones = {g: sorted(p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0) for g in types}
     for S in range(1, min(L, max_stages) + 1):
         for split in filter(in_family, compositions(L, S)):
-            for mbs, rc in product(mbs_opts, recompute_opts):
+            for mbs, rc, do in product(mbs_opts, recompute_opts, dist_opts):
                 if gbs % mbs:
                     continue
                 for tps in product(*[[0] + [t for t in tp_opts if t <= ctx.node_size(g)] for g in types]):
                     if not any(tps):
                         continue
-                    for choice in _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones, rc):
-                        yield choice + (rc,)
+                    for choice in _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones, rc,
+                                                do):
+                        yield choice + (rc, do)
 
 
-def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute):
+def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute, dist=False):
     per_type = []
     for g, t in tps.items():
         if not t:
@@ -117,7 +122,7 @@ def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute):
         if d > gbs // mbs:
             continue
         replicas = [Replica(g, t, z) for g, z, t, n in pools for _ in range(n)]
-        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d, recompute)
+        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d, recompute, dist)
         if simulate(probe, ctx).fits_in_memory:
             yield split, mbs, pools, replicas
 
@@ -126,11 +131,12 @@ def runs(seq) -> int:
     return 1 + sum(1 for a, b in zip(seq, seq[1:]) if a != b)
 
 
-def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute_opts, max_segments):
+def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute_opts, max_segments,
+                     dist_opts=(False, True)):
     """Chain plans (docs/PLANNER.md 1.1): D identical pipelines, stage s on its own (type, tp, zone), the groups
     forming 2..max_segments runs, L split evenly with the extra layers last; every stage fits in memory (probe
-    with one pipeline running S micro-batches) and every pool has room for D pipelines. Yields (split, mbs,
-    chain, D, recompute)."""
+    with D pipelines running S micro-batches each) and every pool has room for D pipelines. Yields (split, mbs,
+    chain, D, recompute, distributed optimizer)."""
     L = ctx.model.num_layers
     groups = [(p.gpu_type, t, p.zone) for p in cluster.pools if p.count > 0 for t in tp_opts
               if t <= ctx.node_size(p.gpu_type) and t <= p.count]
@@ -144,23 +150,23 @@ def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute
             for g, t, z in seq:
                 need[(g, z)] = need.get((g, z), 0) + t
             d_max = min(cluster.count(g, z) // n for (g, z), n in need.items())
-            for mbs, rc in product(mbs_opts, recompute_opts):
+            for mbs, rc, do in product(mbs_opts, recompute_opts, dist_opts):
                 if gbs % mbs or d_max < 1:
                     continue
-                probe = _chain_plan(split, seq, 1, mbs, mbs * S, [S], rc)
-                if not simulate(probe, ctx).fits_in_memory:
-                    continue
                 for d in range(1, min(d_max, gbs // mbs) + 1):
-                    yield split, mbs, seq, d, rc
+                    probe = _chain_plan(split, seq, d, mbs, mbs * S * d, [S] * d, rc, do)
+                    if simulate(probe, ctx).fits_in_memory:
+                        yield split, mbs, seq, d, rc, do
 
 
-def _chain_plan(split, seq, d, mbs, gbs, counts, recompute=False) -> Plan:
+def _chain_plan(split, seq, d, mbs, gbs, counts, recompute=False, dist=False) -> Plan:
     stages, first = [], 0
     for n, (g, t, z) in zip(split, seq):
         stages.append(Stage(first, n, (Replica(g, t, z),) * d))
         first += n
     return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
-                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute)
+                microbatches_per_pipeline=tuple(counts), recompute_activations=recompute,
+                distributed_optimizer=dist, precision=PRECISION[0])
 
 
 def chain_count_choices(n: int, d: int):
@@ -178,30 +184,30 @@ def chain_count_choices(n: int, d: int):
 
 
 def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute_opts=(False, True),
-                     max_segments=3):
+                     max_segments=3, dist_opts=(False, True)):
     """(best objective value, best plan, number of plans scored)."""
     best, best_plan, n = float("inf"), None, 0
-    for split, mbs, seq, d, rc in chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
-                                                   recompute_opts, max_segments):
+    for split, mbs, seq, d, rc, do in chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
+                                                       recompute_opts, max_segments, dist_opts):
         for counts in chain_count_choices(gbs // mbs, d):
-            est = simulate(_chain_plan(split, seq, d, mbs, gbs, counts, rc), ctx)
+            est = simulate(_chain_plan(split, seq, d, mbs, gbs, counts, rc, do), ctx)
             n += 1
             if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                 continue
             key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
             if key < best:
-                best, best_plan = key, ("chain", split, mbs, seq, counts, rc)
-    for split, mbs, pools, replicas, rc in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
-                                                      recompute_opts):
+                best, best_plan = key, ("chain", split, mbs, seq, counts, rc, do)
+    for split, mbs, pools, replicas, rc, do in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
+                                                          recompute_opts, dist_opts):
         for per_pool in count_splits(gbs // mbs, [p[3] for p in pools]):
             counts = [m for seq in per_pool for m in seq]
-            est = simulate(_plan(split, replicas, mbs, gbs, counts, rc), ctx)
+            est = simulate(_plan(split, replicas, mbs, gbs, counts, rc, do), ctx)
             n += 1
             if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                 continue
             key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
             if key < best:
-                best, best_plan = key, (split, mbs, pools, counts, rc)
+                best, best_plan = key, (split, mbs, pools, counts, rc, do)
     return best, best_plan, n
 
 
@@ -238,16 +244,24 @@ def bf_ctx(settings=OURS, small_memory: bool = False) -> tuple[SimContext, GPUCa
     return SimContext(BF_MODEL, ProfileStore(BF_MODEL, catalog), NetworkModel(catalog), catalog, settings), catalog
 
 
-def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2), recompute=(False, True)):
-    space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts, recompute=recompute)
+def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2), recompute=(False, True),
+                dist=(False, True), precision="fp32"):
+    space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts, recompute=recompute,
+                        distributed_optimizer=dist, precision=precision)
     res = plan_search(ctx, cluster, gbs, objective, space)
-    best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute)
+    PRECISION[0] = precision
+    try:
+        best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts,
+                                              recompute, dist_opts=dist)
+    finally:
+        PRECISION[0] = "fp32"
     assert n > 0
     if best_plan is None:
         assert res.best is None
         return
     assert res.best is not None, f"search found nothing, brute force found {best_plan}"
     est = simulate(build_plan(res.best, ctx.model.num_layers, gbs, None), ctx)
+    assert res.best.precision == precision
     got = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
     assert objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus)
     assert est.fits_in_memory
