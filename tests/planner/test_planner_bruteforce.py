@@ -245,7 +245,7 @@ def bf_ctx(settings=OURS, small_memory: bool = False) -> tuple[SimContext, GPUCa
 
 
 def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_opts=(1, 2), recompute=(False, True),
-                dist=(False, True), precision="fp32"):
+                dist=(False, True), precision="fp32", allow_empty=False):
     space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts, recompute=recompute,
                         distributed_optimizer=dist, precision=precision)
     res = plan_search(ctx, cluster, gbs, objective, space)
@@ -255,7 +255,7 @@ def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_
                                               recompute, dist_opts=dist)
     finally:
         PRECISION[0] = "fp32"
-    assert n > 0
+    assert n > 0 or allow_empty         # allow_empty: a random case where no plan fits in memory at all
     if best_plan is None:
         assert res.best is None
         return
