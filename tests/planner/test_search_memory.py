@@ -51,14 +51,16 @@ def _setup(seed: int):
     space = SearchSpace(max_stages=4, precision=precision, recompute=rng.choice(((False,), (True,), (False, True))),
                         tie_embeddings=model.tied_embeddings and rng.random() < 0.8)
     gbs = rng.choice((16, 32, 64))
+    # the distributed optimizer: off, searched, or forced on (its memory depends on the plan's D)
+    space = replace(space, distributed_optimizer=((False,), (False, True), (True,))[seed % 3])
     return ctx, cluster, gbs, space
 
 
-def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int, int, int]:
+def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int, int, int, int]:
     """Asserts on every returned plan; returns (plans, chain plans, plans whose stages keep a mask, tied
     pool plans with an all-reduce, tied chain plans)."""
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=8, verify=False)
-    n = chains = masked = tied_pools = tied_chains = 0
+    n = chains = masked = tied_pools = tied_chains = dist = 0
     for c in res.candidates:
         plan = build_plan(c, ctx.model.num_layers, gbs, None, precision=space.precision)
         assert plan.tie_embeddings == space.tie_embeddings
@@ -74,18 +76,20 @@ def _check_returned(ctx, cluster, gbs, space, objective) -> tuple[int, int, int,
             assert max(row) == pytest.approx(est.stages[s].peak_memory_bytes, rel=1e-9, abs=0)
             assert all(b <= cap for b, cap in zip(row, est.stages[s].replica_capacity_bytes))
         n += 1
+        dist += plan.distributed_optimizer and plan.dp_degree > 1
         chains += bool(c.chain)
         masked += T.build_type_table(ctx, plan.stages[0].replicas[0].gpu_type, plan.stages[0].replicas[0].tp,
                                      c.mbs, c.precision).mask_bytes > 0
-    return n, chains, masked, tied_pools, tied_chains
+    return n, chains, masked, tied_pools, tied_chains, dist
 
 
 def test_returned_plans_have_the_simulators_memory_on_random_setups():
-    plans = chains = masked = recompute = bf16 = tied_pools = tied_chains = 0
+    plans = chains = masked = recompute = bf16 = tied_pools = tied_chains = dist = 0
     for seed in range(24):
         ctx, cluster, gbs, space = _setup(seed)
         for objective in (Objective("throughput"), Objective("cost")):
-            n, c, m, tp_, tc = _check_returned(ctx, cluster, gbs, space, objective)
+            n, c, m, tp_, tc, do = _check_returned(ctx, cluster, gbs, space, objective)
+            dist += do
             plans, chains, masked = plans + n, chains + c, masked + m
             tied_pools, tied_chains = tied_pools + tp_, tied_chains + tc
             recompute += n if space.recompute == (True,) else 0
@@ -93,7 +97,7 @@ def test_returned_plans_have_the_simulators_memory_on_random_setups():
     # the sample is not vacuous: many plans, chain plans among them, recomputation, bf16 and tied exercised
     assert plans >= 150 and chains >= 5 and masked == plans and recompute >= 20 and bf16 >= 20, \
         (plans, chains, masked, recompute, bf16)
-    assert tied_pools >= 5 and tied_chains >= 10, (tied_pools, tied_chains)
+    assert tied_pools >= 5 and tied_chains >= 10 and dist >= 50, (tied_pools, tied_chains, dist)
 
 
 def test_search_memory_includes_the_causal_mask_and_keep_bytes():
