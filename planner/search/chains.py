@@ -84,7 +84,8 @@ def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, 
         arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
         if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on
-            dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, recompute, 1, counts, per_stage=True)[0]
+            if not (arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes).all():    # at D = 1: plain
+                dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, recompute, 1, counts, per_stage=True)[0]
             fits[gi] = dmin[gi] <= d_cap
         else:
             fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes

@@ -140,6 +140,14 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
     """Peak bytes per GPU [K, S]; ``inflight`` micro-batches per stage (default S - s: the declared space
     fits with a full pipeline in flight; the simulator keeps min(S - s, m), never more). ``dp`` (scalar or
     [K, 1]) with ``ratio`` (:func:`opt_ratio`): the distributed optimizer over that many replicas."""
+    return F.memory_total(_memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute,
+                                        inflight, dp, ratio))
+
+
+def _memory_terms(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarray, first: np.ndarray,
+                  last: np.ndarray, precision: str, optimizer: str, recompute: bool,
+                  inflight: np.ndarray | None = None, dp=None, ratio: np.ndarray | None = None) -> tuple:
+    """:func:`formulas.memory_terms` of :func:`_memory` (summed there by :func:`formulas.memory_total`)."""
     st = ctx.settings
     s_num = counts.shape[1]
     if inflight is None:
@@ -156,9 +164,8 @@ def _memory(ctx: SimContext, tt: TypeTable, counts: np.ndarray, params: np.ndarr
     w, g, o = F.state_bytes_per_param(precision, optimizer)
     if dp is not None:
         o = F.sharded_optimizer_bytes(o, dp, True) * ratio
-    terms = F.memory_terms(params, act, inflight, biggest, boundary, (w, g, o),
-                           st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes, extra)
-    return F.memory_total(terms)
+    return F.memory_terms(params, act, inflight, biggest, boundary, (w, g, o),
+                          st.activation_reserve_factor, st.grad_bucket_elems, st.memory_overhead_bytes, extra)
 
 
 def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
@@ -181,37 +188,60 @@ def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precisi
     return _memory(ctx, tt, c, params, first, last, precision, optimizer, recompute, inflight, dp, ratio)[0]
 
 
+def memory_terms_of(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
+                    recompute: bool, tie_embeddings: bool = False) -> tuple:
+    """:func:`_memory_terms` of splits ``counts`` ([K, S]) with S - s micro-batches in flight, no sharding."""
+    s_num = counts.shape[1]
+    first = (np.arange(s_num) == 0)[None, :]
+    last = (np.arange(s_num) == s_num - 1)[None, :]
+    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    return _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
+
+
 NEVER = 1 << 40         # a replica count no cluster reaches: the split never fits
 
 
 def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
-                recompute: bool, shards: int = 1, tie_embeddings: bool = False) -> np.ndarray:
+                recompute: bool, shards: int = 1, tie_embeddings: bool = False, terms: tuple | None = None
+                ) -> np.ndarray:
     """[K, S] the smallest replica count D at which each stage of each split fits on ``tt`` under the
     distributed optimizer (S - s micro-batches in flight; :data:`NEVER` where no D does). Memory is
     non-increasing in D (only the optimizer term o / D changes), so the answer is found from the closed form
-    and then checked with the exact expression the fit uses at D and D - 1."""
+    and then checked with the exact expression the fit uses at D and D - 1. ``terms``: :func:`_memory_terms` of
+    these splits (without sharding), when already computed (they do not depend on ``shards``)."""
     k, s_num = counts.shape
     first = (np.arange(s_num) == 0)[None, :]
     last = (np.arange(s_num) == s_num - 1)[None, :]
     params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     ratio = opt_ratio(ctx, tt, counts, params, first, last, shards)
-    args = (ctx, tt, counts, params, first, last, precision, optimizer, recompute, None)
+    if terms is None:
+        terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
+    w, g, _, a, t, ov = terms
+    o = F.state_bytes_per_param(precision, optimizer)[2]
 
-    def fits(d: np.ndarray) -> np.ndarray:
-        return _memory(*args, d.astype(float), ratio) <= tt.usable_bytes
+    def fits(d: np.ndarray) -> np.ndarray:      # _memory at dp = d, term by term in the same order
+        o_d = (F.sharded_optimizer_bytes(o, d.astype(float), True) * ratio) * params
+        return F.memory_total((w, g, o_d, a, t, ov)) <= tt.usable_bytes
 
-    rest = _memory(*args, np.inf, ratio)                                  # the optimizer term at 0
-    opt = _memory(*args, 1.0, ratio) - rest
+    rest = F.memory_total((w, g, 0.0 * params, a, t, ov))                 # the optimizer term at 0
+    opt = (o * ratio) * params
     room = tt.usable_bytes - rest
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.where(opt <= 0, 1.0, np.where(room > 0, opt / room, np.inf))
     ever = room >= 0
     d = np.where(ever, np.clip(np.ceil(need), 1, NEVER), NEVER).astype(np.int64)
+    live = ever & (d < NEVER)
     for _ in range(4):                   # rounding: move up while it does not fit, down while D - 1 does
-        d = np.where(ever & (d < NEVER) & ~fits(d), d + 1, d)
+        up = live & ~fits(d)
+        if not up.any():
+            break
+        d = np.where(up, d + 1, d)
     for _ in range(4):
-        d = np.where(ever & (d > 1) & (d < NEVER) & fits(np.maximum(d - 1, 1)), d - 1, d)
-    bad = ever & (d < NEVER) & ~fits(d)
+        down = live & (d > 1) & fits(np.maximum(d - 1, 1))
+        if not down.any():
+            break
+        d = np.where(down, d - 1, d)
+    bad = live & ~fits(d)
     return np.where(bad | ~ever, NEVER, d)
 
 

@@ -13,8 +13,8 @@ from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.search.space import Objective, SearchSpace
 from planner.search.pools import level_periods
-from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, split_family,
-                                   stage_arrays)
+from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp,
+                                   memory_terms_of, split_family, stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -29,7 +29,7 @@ class Task:
     bound: float
     recompute: bool = False
     dist: bool = False                      # the distributed optimizer
-    dmax: int = 0                           # the largest total pipeline count of any row of the task
+    dmax: int = 0                           # the largest total pipeline count of any row searched (0: any)
 
 
 def shards_of(combo) -> dict[str, int]:
@@ -37,6 +37,19 @@ def shards_of(combo) -> dict[str, int]:
     task, so a TP-t rank holds lcm(TPs) / t shards (``planner.simulator.memory.optimizer_params``)."""
     lcm = math.lcm(*(t for _, t in combo))
     return {g: lcm // t for g, t in combo}
+
+
+def plain_rows_cap(space: SearchSpace, combo) -> int:
+    """The largest total pipeline count D searched by a task without the distributed optimizer (0: any).
+    When both settings are searched in fp32, a row with D >= the largest fine-shard count k_max of the task
+    is dominated by the same row with the distributed optimizer: each GPU's optimizer bytes
+    o / D x (params + (k - 1) replicated) <= o x params (k <= D, replicated <= params), the sync, mode and
+    egress are equal (fp32, :func:`dist_dominated`) and the step shrinks; so only D < k_max is searched
+    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
+    if not (True in space.distributed_optimizer and False in space.distributed_optimizer
+            and space.precision == "fp32"):
+        return 0
+    return max(shards_of(combo).values()) - 1
 
 
 def dist_dominated(space: SearchSpace, combo) -> bool:
@@ -126,6 +139,7 @@ class Tables:
                 tt = self.table(g, tp, mbs)
                 arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
                                    self.space.tie_embeddings)
+                self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
                     self.min_overflow_bytes = over
@@ -140,12 +154,21 @@ class Tables:
         """[K] the smallest replica count at which each split fits on (g, tp) under the distributed optimizer
         (:func:`planner.search.tables.dist_min_dp`; ``counts``: these splits instead of the space's;
         ``per_stage``: [K, S], per stage)."""
-        if counts is None:
-            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
-        key = ("dmin", g, tp, mbs, counts.tobytes(), counts.shape, recompute, shards)
+        key = ("dmin", g, tp, mbs, s_num if counts is None else (counts.tobytes(), counts.shape), recompute, shards)
+        plain = self._arr.get(("plain", g, tp, mbs, s_num, recompute)) if counts is None and shards == 1 else None
+        if key not in self._arr and plain is not None and plain.fits.all():
+            # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
+            self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
         if key not in self._arr:
+            if counts is None:
+                counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            tkey = ("dmin-terms", g, tp, mbs, key[4], recompute)     # shared by every fine-shard count
+            if tkey not in self._arr:
+                self._arr[tkey] = memory_terms_of(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
+                                                  self.space.optimizer, recompute, self.space.tie_embeddings)
             self._arr[key] = dist_min_dp(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
-                                         self.space.optimizer, recompute, shards, self.space.tie_embeddings)
+                                         self.space.optimizer, recompute, shards, self.space.tie_embeddings,
+                                         self._arr[tkey])
         return self._arr[key] if per_stage else self._arr[key].max(axis=1)
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -193,12 +216,16 @@ class Tables:
         return self._arr[key]
 
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool, dist: bool = False,
-                  dmax: int = 0) -> np.ndarray:
+                  dmax: int = 0, relaxed: bool = False) -> np.ndarray:
         """[K] splits of the task where every used type fits. With recomputation, splits that also fit
         without it are dropped when the objective is monotone in compute (``dp_sync_waits_for_all``):
         recomputation only adds backward seconds there, so the same plan without it is at least as good.
         ``dist``: the distributed optimizer, whose memory depends on the row's pipeline count D <= ``dmax``:
-        the splits whose :meth:`dist_range` meets 1..dmax (each row is checked against it later)."""
+        the splits whose :meth:`dist_range` meets 1..dmax (each row is checked against it later); ``relaxed``:
+        a superset of them, cheaper (one fine shard per rank, which holds the least optimizer memory, and no
+        recomputation dominance), for the cheap task bounds."""
+        if dist and relaxed:
+            return np.max([self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo], axis=0) <= dmax
         if dist:
             lo, hi = self.dist_range(combo, mbs, s_num, recompute)
             return lo <= np.minimum(dmax, hi)
@@ -254,12 +281,14 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
             for subset in combinations(types, k):
                 combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
                 if not dist:
-                    combos = [c for c in combos if not dist_dominated(space, c)]
+                    combos = [c for c in combos if not dist_dominated(space, c)
+                              and not 0 < plain_rows_cap(space, c) < len(c)]     # rows have D >= len(c)
                 for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
                                                           objective, rc, dist)):
                     if b < np.inf:
                         tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
-                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist else 0))
+                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist
+                                          else plain_rows_cap(space, combo)))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
     return tasks
 
@@ -276,8 +305,8 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
     if not combos:
         return np.zeros(0)
     n_types = len(combos[0])
-    fits = np.array([tables.task_fits(c, mbs, s_num, recompute, dist, task_dmax(cluster, c, s_num, n_mb))
-                     for c in combos])          # [C, K]
+    fits = np.array([tables.task_fits(c, mbs, s_num, recompute, dist, task_dmax(cluster, c, s_num, n_mb),
+                                      relaxed=True) for c in combos])          # [C, K]
     stats = [[tables.split_stats(g, t, mbs, s_num, recompute) for g, t in c] for c in combos]
 
     def masked_min(field: str) -> np.ndarray:                                                # [C, types]
@@ -335,8 +364,8 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
-    if dist:
-        sync = 0.5 * sync
+    if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
+        sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
     if sync_out is not None and with_sync:
         table = np.zeros(int(d[-1]) + 1)
         table[d.astype(np.int64)] = sync
