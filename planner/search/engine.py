@@ -221,6 +221,8 @@ def _row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0)
         per_type.append(coarse_options(opts, coarse) if coarse else opts)
         cols += [(z, g) for z, _ in caps]
     order = sorted(range(len(cols)), key=lambda i: cols[i])
+    if any(len(o) == 0 for o in per_type):      # a type with no option under max_total: no rows
+        return
     for chunk in product_chunks(per_type, max_total):
         yield chunk[:, order], [cols[i] for i in order]
 
@@ -341,7 +343,9 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
         return
     scs = score_batch(ctx, cache, [(pools, D) for _, pools, D in kept], n_mb, exact=True,
                       uniform=space.uniform_microbatches, tied=cache.tied if space.tie_embeddings else None,
-                      dist_bytes=_dist_bytes(task, space))
+                      dist_bytes=_dist_bytes(task, space),
+                      keep=lambda it, cost, gpus: objective.allows(it, cost, gpus)
+                      & (objective.key(it, cost) <= best.threshold()))
     for (k, pools, D), sc in zip(kept, scs):
         stats.rows_exact += len(D)
         ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)

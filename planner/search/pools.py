@@ -178,14 +178,17 @@ def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform
 
 def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolModel], np.ndarray]], n_mb: int,
                 exact: bool = True, uniform: bool = False, tied: TiedSync | None = None,
-                known: list[tuple] | None = None, dist_bytes: int | None = None) -> list[RowScores]:
+                known: list[tuple] | None = None, dist_bytes: int | None = None, keep=None) -> list[RowScores]:
     """Scores of several (pools, rows) items sharing the pool columns (e.g. the splits of one task): the
     gradient sync of all of them is computed in one batch. ``exact=False``: lower bounds (relaxed makespan,
     the largest stage's sync, no egress, no tied-embedding all-reduce). ``tied``: the plans tie their
     embeddings (the shared weight's all-reduce follows the stage syncs). ``known`` (``exact=False`` only):
     per item the (relaxed makespan, optimizer step, dollars per second, GPUs) of its rows, already computed
     by the same expressions (the optimizer step already divided by D under the distributed optimizer).
-    ``dist_bytes``: the distributed optimizer with parameters of that many bytes per element (None: off)."""
+    ``dist_bytes``: the distributed optimizer with parameters of that many bytes per element (None: off).
+    ``keep(iteration_s, cost_usd, gpus)`` (with ``tied``): rows it rejects before the tied all-reduce is added
+    are not priced further and score inf (the all-reduce only adds time and egress, so the caller's objective
+    and constraints, monotone in both, reject them anyway)."""
     items = [(pools, D) for pools, D in items]
     reps, parts = [], []
     for pools, D in items:
@@ -202,7 +205,13 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
         sync, egress, hier0 = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv], h_all[lo:lo + n][inv]
         lo += n
         if exact and tied is not None:      # in stage 0's mode, as the built plan will carry it
-            t_tied, e_tied = tied.pool_rows([p.group for p in pools], D, len(pools[0].params), hier0, dist_bytes)
+            live = np.ones(len(D), dtype=bool)
+            if keep is not None:
+                it0 = _span(pools, D, n_mb, exact, uniform) + sync + _update(pools, D, dist_bytes)
+                live = keep(it0, _rate(pools, D) * it0 + egress, _gpus(pools, D))
+            t_tied, e_tied = np.full(len(D), np.inf), np.zeros(len(D))
+            t_tied[live], e_tied[live] = tied.pool_rows([p.group for p in pools], D[live], len(pools[0].params),
+                                                        hier0[live], dist_bytes)
             sync, egress = sync + t_tied, egress + e_tied
         if known is not None and not exact:
             span, upd, rate, gpus = known[i]
@@ -210,15 +219,25 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
                 span = _span(pools, D, n_mb, exact, uniform)
         else:
             span = _span(pools, D, n_mb, exact, uniform)
-            upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
-            if dist_bytes is not None:      # the distributed optimizer steps 1/D of the parameters
-                upd = upd / np.maximum(D.sum(axis=1), 1)
-            rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
-            gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+            upd, rate, gpus = _update(pools, D, dist_bytes), _rate(pools, D), _gpus(pools, D)
         it = span + sync + upd
         out.append(RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it,
                              cost_usd=rate * it + egress, egress_usd=egress, gpus=gpus))
     return out
+
+
+def _update(pools: list[PoolModel], D: np.ndarray, dist_bytes: int | None) -> np.ndarray:
+    """The slowest used pool's optimizer step per row (the distributed optimizer steps 1/D of it)."""
+    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    return upd if dist_bytes is None else upd / np.maximum(D.sum(axis=1), 1)
+
+
+def _rate(pools: list[PoolModel], D: np.ndarray) -> np.ndarray:
+    return (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+
+
+def _gpus(pools: list[PoolModel], D: np.ndarray) -> np.ndarray:
+    return (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
 
 
 def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,
