@@ -22,6 +22,7 @@ from itertools import combinations, product
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.netvec import Group, LinkCache, link_time
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
@@ -372,17 +373,6 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                     if stop():
                         return False
     return True
-
-
-def chain_dist_options(space: SearchSpace) -> tuple[bool, ...]:
-    """The distributed-optimizer settings chain plans are searched with: a chain stage's replicas are one
-    group (one fine shard per rank), so in fp32 the distributed optimizer never loses (its memory o / D <= o,
-    its step / D, its sync and egress equal: :func:`planner.search.tasks.dist_dominated`) and the plain
-    setting is left out when both are searched."""
-    opts = space.distributed_optimizer
-    if True in opts and False in opts and space.precision == "fp32":
-        return (True,)
-    return opts
 
 
 def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,

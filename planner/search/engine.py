@@ -265,7 +265,7 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     floors = None
-    # a task without the distributed optimizer may search only its smaller rows (tasks.plain_rows_cap)
+    # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
     for D_all, cols in _row_grid(cluster, task, min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb,
                                  coarse):
         if stop():

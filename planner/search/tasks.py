@@ -3,7 +3,6 @@ objective over every plan of the task (used to visit tasks best-first and to ski
 from __future__ import annotations
 
 from dataclasses import dataclass
-import math
 from itertools import combinations, product
 
 import numpy as np
@@ -12,6 +11,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.search.space import Objective, SearchSpace
+from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
 from planner.search.pools import level_periods
 from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp,
                                    memory_terms_of, split_family, stage_arrays)
@@ -30,36 +30,6 @@ class Task:
     recompute: bool = False
     dist: bool = False                      # the distributed optimizer
     dmax: int = 0                           # the largest total pipeline count of any row searched (0: any)
-
-
-def shards_of(combo) -> dict[str, int]:
-    """Fine shards per type under the distributed optimizer: every stage of a pool plan holds every type of the
-    task, so a TP-t rank holds lcm(TPs) / t shards (``planner.simulator.memory.optimizer_params``)."""
-    lcm = math.lcm(*(t for _, t in combo))
-    return {g: lcm // t for g, t in combo}
-
-
-def plain_rows_cap(space: SearchSpace, combo) -> int:
-    """The largest total pipeline count D searched by a task without the distributed optimizer (0: any).
-    When both settings are searched in fp32, a row with D >= the largest fine-shard count k_max of the task
-    is dominated by the same row with the distributed optimizer: each GPU's optimizer bytes
-    o / D x (params + (k - 1) replicated) <= o x params (k <= D, replicated <= params), the sync, mode and
-    egress are equal (fp32, :func:`dist_dominated`) and the step shrinks; so only D < k_max is searched
-    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
-    if not (True in space.distributed_optimizer and False in space.distributed_optimizer
-            and space.precision == "fp32"):
-        return 0
-    return max(shards_of(combo).values()) - 1
-
-
-def dist_dominated(space: SearchSpace, combo) -> bool:
-    """The no-distributed-optimizer plans of a task are never better than the same plans with it when the
-    distributed optimizer is searched, the precision is fp32 (its parameter all-gather moves as many bytes as the
-    gradient half it replaces, so the sync time, mode and egress are equal) and every type has the same TP
-    (one fine shard: the optimizer bytes o / D <= o). The optimizer step shrinks (/ D), nothing else changes
-    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
-    return (True in space.distributed_optimizer and False in space.distributed_optimizer
-            and space.precision == "fp32" and len({t for _, t in combo}) == 1)
 
 
 def mbs_tp_options(ctx: SimContext, gpu_type: str, node_size: int, space: SearchSpace) -> list[tuple[int, int]]:

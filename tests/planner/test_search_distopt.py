@@ -121,7 +121,7 @@ def _plans(seed: int, n: int):
 
 
 def test_distributed_optimizer_dominates_in_fp32_with_one_tp():
-    """The rule that skips plain plans (``tasks.dist_dominated``, ``chains.chain_dist_options``): in fp32, with
+    """The rule that skips plain plans (``distopt.dist_dominated``, ``distopt.chain_dist_options``): in fp32, with
     one TP degree per stage, the same plan with the distributed optimizer is never slower, never dearer and
     never uses more memory per GPU, on random plans (types and zones mixed along and across stages)."""
     ctx = _ctx(16.0, 40.0)

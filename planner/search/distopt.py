@@ -1,0 +1,49 @@
+"""The distributed optimizer's dominance rules in the search (docs/PLANNER.md 2.1, *distributed-optimizer
+dominance*): which tasks and rows without it need no search when it is searched too, and the fine shards
+per rank that set its optimizer memory in a pool plan."""
+from __future__ import annotations
+
+import math
+
+from planner.search.space import SearchSpace
+
+
+def shards_of(combo) -> dict[str, int]:
+    """Fine shards per type under the distributed optimizer: every stage of a pool plan holds every type of the
+    task, so a TP-t rank holds lcm(TPs) / t shards (``planner.simulator.memory.optimizer_params``)."""
+    lcm = math.lcm(*(t for _, t in combo))
+    return {g: lcm // t for g, t in combo}
+
+
+def plain_rows_cap(space: SearchSpace, combo) -> int:
+    """The largest total pipeline count D searched by a task without the distributed optimizer (0: any).
+    When both settings are searched in fp32, a row with D >= the largest fine-shard count k_max of the task
+    is dominated by the same row with the distributed optimizer: each GPU's optimizer bytes
+    o / D x (params + (k - 1) replicated) <= o x params (k <= D, replicated <= params), the sync, mode and
+    egress are equal (fp32, :func:`dist_dominated`) and the step shrinks; so only D < k_max is searched
+    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
+    if not (True in space.distributed_optimizer and False in space.distributed_optimizer
+            and space.precision == "fp32"):
+        return 0
+    return max(shards_of(combo).values()) - 1
+
+
+def dist_dominated(space: SearchSpace, combo) -> bool:
+    """The no-distributed-optimizer plans of a task are never better than the same plans with it when the
+    distributed optimizer is searched, the precision is fp32 (its parameter all-gather moves as many bytes as the
+    gradient half it replaces, so the sync time, mode and egress are equal) and every type has the same TP
+    (one fine shard: the optimizer bytes o / D <= o). The optimizer step shrinks (/ D), nothing else changes
+    (docs/PLANNER.md 2.1, *distributed-optimizer dominance*)."""
+    return (True in space.distributed_optimizer and False in space.distributed_optimizer
+            and space.precision == "fp32" and len({t for _, t in combo}) == 1)
+
+
+def chain_dist_options(space: SearchSpace) -> tuple[bool, ...]:
+    """The distributed-optimizer settings chain plans are searched with: a chain stage's replicas are one
+    group (one fine shard per rank), so in fp32 the distributed optimizer never loses (its memory o / D <= o,
+    its step / D, its sync and egress equal: :func:`dist_dominated`) and the plain
+    setting is left out when both are searched."""
+    opts = space.distributed_optimizer
+    if True in opts and False in opts and space.precision == "fp32":
+        return (True,)
+    return opts
