@@ -9,12 +9,15 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from planner.errors import OneLineParser, run_cli
 from planner.inputs import load_data, make_context
 from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
-from planner.simulator import Estimate, simulate
+
+if TYPE_CHECKING:
+    from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -95,6 +98,7 @@ def render_table(est: Estimate, plan_name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from planner.simulator import simulate        # the cost model (numpy): not needed for --help or bad flags
     plan, info = load_any_plan(args.plan)
     bundle = load_data(data_source(args), plan.precision, model_hint=plan.model)
     ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",

@@ -39,14 +39,14 @@ def test_planner_api_imports_no_torch_rich_matplotlib_or_yaml():
     assert not tops & {"torch", "rich", "matplotlib", "yaml", "megatron", "megatron_sailor", "launch"}
 
 
-def test_sailor_sim_and_the_inputs_do_not_import_the_search():
-    mods = _modules_after("import planner.cli_sim")
-    assert "planner.simulator.core" in mods
-    assert not {m for m in mods if m.startswith(("planner.search", "planner.api", "planner.baselines"))}
+def test_sailor_sim_imports_no_search_and_its_flags_no_cost_model():
+    mods = _modules_after("import planner.cli_sim")       # parsing flags (--help, bad flags): no numpy yet
+    assert "planner.inputs" in mods and "planner.simulator.settings" in mods
+    assert not {m for m in mods if m.startswith(("numpy", "planner.simulator.core", "planner.search", "planner.api",
+                                                 "planner.baselines"))}
     assert not _tops(mods) & {"torch", "rich", "matplotlib", "yaml"}
-    light = _modules_after("import planner.options")          # flags -> DataSource: no cost model, no numpy
-    assert "planner.simulator.settings" in light
-    assert not {m for m in light if m.startswith(("numpy", "planner.simulator.core", "planner.search"))}
+    ran = _modules_after("import planner.simulator as S; S.simulate")          # what sailor-sim's main loads
+    assert "planner.simulator.core" in ran and not {m for m in ran if m.startswith("planner.search")}
 
 
 def test_schema_files_loads_only_the_schema_asked_for():
