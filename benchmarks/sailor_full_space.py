@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[sailor_full_space] {case.name} {case.gpus} ...", file=sys.stderr, flush=True)
         r = run_case(case, ctxs[case.ctx_name], args.max_stages, args.max_d)
         # keys are seconds or $ per iteration (smaller is better): ratio X/b in throughput terms = b_key / X_key
+        if r["b"] == float("inf"):          # nothing of Sailor's space fits: no ratio
+            print(f"{case.name:5} {case.ctx_name:9} {case.objective:10} {case.gbs:>3} {case.gpus:48} no plan of "
+                  f"Sailor's space fits ({r['scored']} scored)", flush=True)
+            continue
         r["b1_over_b"], r["c_over_b"] = r["b"] / r["b1"], r["b"] / r["c"]
         rows.append(r)
         print(f"{case.name:5} {case.ctx_name:9} {case.objective:10} {case.gbs:>3} {case.gpus:48} "
@@ -256,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     eq = sum(1 for r in rows if r["b1_over_b"] > 1 - 1e-9)
     ge = sum(1 for r in rows if r["c_over_b"] > 1 - 1e-9)
     mixed = sum(1 for r in rows if r["mixed"])
+    if not rows:
+        print("summary: no case had a plan of Sailor's space that fits")
+        return 1
     print(f"summary: {len(rows)} cases (D <= {args.max_d}, S <= {args.max_stages}); (b') equals the exact (b) on "
           f"{eq}/{len(rows)} (min b'/b {min(r['b1_over_b'] for r in rows):.3f}); the exact (b) mixes chains in a stage "
           f"on {mixed}; ours (c) >= (b) on {ge}/{len(rows)} (c/b {min(r['c_over_b'] for r in rows):.3f}-"

@@ -111,3 +111,16 @@ def test_ours_is_at_least_the_exact_b_on_a_heterogeneous_case(ctxs):
     r = run_case(Case("t", "small", f"{A}@{ZA}=2,{V}@{ZA}=2,{V}@{ZB}=2", 8, "throughput"), ctxs["small"], 3, 3)
     assert r["b"] <= r["b1"] * (1 + 1e-9)
     assert r["c"] <= r["b"] * (1 + 1e-9)
+
+
+def test_the_exact_b_can_beat_the_comparator_by_mixing_chains():
+    """OPT-350 on Sailor's profiles, 4 V100 in each of two zones, 2 stages, D <= 2: the optimum of Sailor's
+    whole space runs two pipelines crossing the zones in opposite directions (each stage holds one replica
+    per zone), a plan (b') cannot hold; it beats (b') (so b' is a strict lower bound here), and ours (c) is
+    still at least as good."""
+    sailor = ROOT.parent / "shared" / "data" / "sailor"
+    ctx = contexts(sailor)["opt-350"]
+    r = run_case(Case("t", "opt-350", f"{V}@{ZA}=4,{V}@{ZB}=4", 4, "throughput"), ctx, 2, 2)
+    assert r["mixed"], r["shape"]
+    assert r["b"] < r["b1"] * (1 - 1e-6)
+    assert r["c"] <= r["b"] * (1 + 1e-9)
