@@ -9,12 +9,15 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from planner import api
 from planner.errors import OneLineParser, run_cli
+from planner.inputs import load_data, make_context
 from planner.options import add_data_args, data_source, to_jsonable
 from planner.sailor_plan import load_any_plan
-from planner.simulator import Estimate
+
+if TYPE_CHECKING:
+    from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -95,13 +98,14 @@ def render_table(est: Estimate, plan_name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from planner.simulator import simulate        # the cost model (numpy): not needed for --help or bad flags
     plan, info = load_any_plan(args.plan)
-    bundle = api.load_data(data_source(args), plan.precision, model_hint=plan.model)
-    ctx = api.make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
+    bundle = load_data(data_source(args), plan.precision, model_hint=plan.model)
+    ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
                            info.gpus_per_node if info else None)
     if info:   # Sailor plans: node size per replica
         ctx = dataclasses.replace(ctx, replica_node_gpus=info.replica_node_gpus)
-    est = api.simulate(plan, ctx)
+    est = simulate(plan, ctx)     # what planner.api.simulate runs (sailor-sim needs no search)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events
         from planner.simulator.timeline_plot import draw_timeline, require_matplotlib, write_timeline_json

@@ -78,6 +78,9 @@ class ProfileStore:
         self.allow_estimates = allow_estimates
         self._entries: dict[tuple[str, int, int], LayerCosts] = {}
         self._cache: dict[tuple[str, int, int], LayerCosts] = {}
+        # measured entries whose smoothed value (smooth_across_mbs) is computed on first get(): (the entry,
+        # its neighbours and their micro-batch sizes, as they were when smoothing was asked for)
+        self._to_smooth: dict[tuple[str, int, int], tuple[LayerCosts, list[LayerCosts], list[int]]] = {}
 
     def add(self, costs: LayerCosts) -> None:
         n = len(costs.layer_fwd_s)
@@ -87,6 +90,7 @@ class ProfileStore:
         if n == 1 and self.model.num_layers > 1:
             costs = _replicate_layers(costs, self.model.num_layers)
         self._entries[(costs.gpu_type, costs.mbs, costs.tp)] = costs
+        self._to_smooth.pop((costs.gpu_type, costs.mbs, costs.tp), None)
         self._cache.clear()
 
     def measured_gpu_types(self) -> list[str]:
@@ -101,6 +105,8 @@ class ProfileStore:
 
     def get(self, gpu_type: str, mbs: int, tp: int) -> LayerCosts:
         key = (gpu_type, mbs, tp)
+        if key in self._to_smooth:
+            self._entries[key] = _smoothed(*self._to_smooth.pop(key))
         if key in self._entries:
             return self._entries[key]
         if key in self._cache:
@@ -120,17 +126,20 @@ class ProfileStore:
 
         Kernel time is affine in the batch (fixed launch/latency cost + work); single short measurements
         at small sizes are noisy (launch-bound), so a local fit denoises them. Not fitted to any run.
+
+        Each fit is computed when :meth:`get` first asks for its entry (a plan uses few of them), from the
+        entries as they are now, so the values are those of fitting every entry here.
         """
+        for key in list(self._to_smooth):          # a second smoothing starts from the first one's values
+            self._entries[key] = _smoothed(*self._to_smooth.pop(key))
         groups: dict[tuple[str, int], dict[int, LayerCosts]] = {}
         for (g, m, t), c in self._entries.items():
             groups.setdefault((g, t), {})[m] = c
-        updated = {}
         for (g, t), by_mbs in groups.items():
             for m, c in by_mbs.items():
                 near = sorted(x for x in by_mbs if m / window <= x <= m * window)
                 if len(near) >= 3:
-                    updated[(g, m, t)] = _smoothed(c, [by_mbs[x] for x in near], near)
-        self._entries.update(updated)
+                    self._to_smooth[(g, m, t)] = (c, [by_mbs[x] for x in near], near)
         self._cache.clear()
 
     def load_file(self, path: str | Path) -> None:
@@ -138,22 +147,28 @@ class ProfileStore:
             self.add(costs)
 
 
-def _affine_at(xs: list[int], ys: list[float], x: float) -> float:
+def _affine_fit(xs: list[int]):  # noqa: ANN202
+    """``at(ys, x)``: the least-squares line through (xs, ys) evaluated at ``x``, clamped at 0 (the sums over
+    ``xs`` are done once)."""
     n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
+    mx = sum(xs) / n
     var = sum((a - mx) ** 2 for a in xs)
-    slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / var if var else 0.0
-    return max(0.0, my + slope * (x - mx))
+
+    def at(ys: list[float], x: float) -> float:
+        my = sum(ys) / n
+        slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / var if var else 0.0
+        return max(0.0, my + slope * (x - mx))
+    return at
 
 
 def _smoothed(c: LayerCosts, near: list[LayerCosts], sizes: list[int]) -> LayerCosts:
     from dataclasses import replace
-    fit = lambda get: _affine_at(sizes, [get(n) for n in near], c.mbs)  # noqa: E731
-    n_layers = len(c.layer_fwd_s)
+    at, x = _affine_fit(sizes), c.mbs
+    fwd = zip(*(n.layer_fwd_s for n in near))          # per layer: its time at each neighbouring size
+    bwd = zip(*(n.layer_bwd_s for n in near))
     return replace(
-        c, layer_fwd_s=tuple(fit(lambda n, i=i: n.layer_fwd_s[i]) for i in range(n_layers)),
-        layer_bwd_s=tuple(fit(lambda n, i=i: n.layer_bwd_s[i]) for i in range(n_layers)),
-        head_fwd_s=fit(lambda n: n.head_fwd_s), head_bwd_s=fit(lambda n: n.head_bwd_s),
+        c, layer_fwd_s=tuple(at(list(ys), x) for ys in fwd), layer_bwd_s=tuple(at(list(ys), x) for ys in bwd),
+        head_fwd_s=at([n.head_fwd_s for n in near], x), head_bwd_s=at([n.head_bwd_s for n in near], x),
         source=c.source + " (smoothed across mbs)")
 
 

@@ -165,6 +165,7 @@ def _pair_links(data: dict, src: str) -> dict:
     ``sn`` / ``dn`` are the GPUs per node of the sending / receiving node; the fit is that node pair's
     bandwidth (one NIC per node: shared by every transfer between the two nodes)."""
     out = {}
+    file_name = Path(src).name
     for sz, by_gpu in data.items():
         for sg, by_n in by_gpu.items():
             for sn, by_dz in by_n.items():
@@ -174,7 +175,7 @@ def _pair_links(data: dict, src: str) -> dict:
                             where = f"{sz}.{sg}.{sn}.{dz}.{dg}.{dn}"
                             fit, peak = _fit_entry(v, where, src)
                             key = (sz, sg, _size(sn, where, src), dz, dg, _size(dn, where, src))
-                            label = f"{sz}/{sg}/{key[2]} -> {dz}/{dg}/{key[5]} ({Path(src).name})"
+                            label = f"{sz}/{sg}/{key[2]} -> {dz}/{dg}/{key[5]} ({file_name})"
                             out[key] = Link(peak, 0.0, fit, shared=True, label=label)
     return out
 
