@@ -14,7 +14,7 @@ from planner import api
 from planner.baselines.spaces import baseline_space
 from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
 from planner.errors import InputError, OneLineParser, run_cli
-from planner.options import add_data_args, add_request_args, data_source, plan_request, to_jsonable
+from planner.options import add_data_args, add_request_args, data_source, plan_request, time_limit_s, to_jsonable
 from planner.options import objective as options_objective
 from planner.search import Objective
 from planner.search.explain import unused_reasons
@@ -42,29 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(on a terminal a progress bar is shown anyway)")
     p.add_argument("--frontier", metavar="PNG", help="draw the throughput vs $/iteration frontier (needs matplotlib)")
     p.add_argument("--frontier-json", metavar="JSON", help="write the frontier's candidates and front as JSON")
-    p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
-                   help="stop the search after S seconds with the best plan found so far and a bound on how much "
-                        f"better any other plan can be (default {DEFAULT_TIME_LIMIT_S:g}; a search that finishes "
-                        "earlier is exact, up to which of equally scored plans it returns); 'none': no limit. "
-                        "Applies to this search only: --frontier's searches and sailor-elastic's replans run "
-                        "without a limit")
     return p
-
-
-DEFAULT_TIME_LIMIT_S = 45.0
-
-
-def _seconds(text: str) -> float | None:
-    """``--time-limit-s``: a positive finite number of seconds, or ``none`` (InputError otherwise)."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise InputError(f"--time-limit-s must be a positive number of seconds or 'none', got {text!r}")
-    return value
 
 
 def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
@@ -234,7 +212,8 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
         from planner.simulator.timeline_plot import require_matplotlib
         require_matplotlib()
     fr = frontier_for(ctx, cluster, gbs, objective, space,
-                      replace(baseline_space("grid", space.precision), tie_embeddings=space.tie_embeddings))
+                      replace(baseline_space("grid", space.precision), tie_embeddings=space.tie_embeddings),
+                      time_limit_s=time_limit_s(args))
     if args.frontier_json:
         from pathlib import Path
         atomic_write_text(Path(args.frontier_json), json.dumps(fr.to_dict()) + "\n")
@@ -249,9 +228,9 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
 
 def main_args(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.time_limit_s = _seconds(args.time_limit_s)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
+    time_limit_s(args)                                  # checked before any work
     for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from planner.errors import OneLineParser
+from planner.errors import InputError, OneLineParser
 from planner.inputs import DataSource, NETWORK_FORMAT
 from planner.simulator.settings import PRESETS
 
@@ -59,6 +59,28 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                         "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3; ours and "
                         "sailor-space)")
 
+    p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
+                   help="stop a search after S seconds with the best plan found so far and a bound on how much "
+                        f"better any other plan can be (default {DEFAULT_TIME_LIMIT_S:g}; a search that finishes "
+                        "earlier is exact, up to which of equally scored plans it returns); 'none': no limit. "
+                        "--frontier shares it among its searches; sailor-elastic gives it to every replan")
+
+
+DEFAULT_TIME_LIMIT_S = 45.0
+
+
+def time_limit_s(args: argparse.Namespace) -> float | None:
+    """``--time-limit-s``: a positive finite number of seconds, or ``none`` (InputError otherwise)."""
+    text = str(getattr(args, "time_limit_s", "none"))
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise InputError(f"--time-limit-s must be a positive number of seconds or 'none', got {text!r}")
+    return value
 
 def objective(args: argparse.Namespace):  # noqa: ANN201 - planner.search.Objective
     """The :class:`~planner.search.Objective` of :func:`add_request_args`'s flags."""
@@ -73,7 +95,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
                        comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
                        distributed_optimizer=not args.no_distributed_optimizer,
-                       time_limit_s=getattr(args, "time_limit_s", None))
+                       time_limit_s=time_limit_s(args))
 
 
 def request_parser(prog: str) -> argparse.ArgumentParser:

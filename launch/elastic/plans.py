@@ -82,9 +82,10 @@ class SailorPlanner:
     def __init__(self, planner_args: list[str], gbs: int) -> None:
         """``planner_args``: sailor-plan's data and request flags (``--model``, ``--sailor-data``,
         ``--objective``...); parsed once, here."""
-        from planner.options import request_parser
+        from planner.options import request_parser, time_limit_s
         self.planner_args, self.gbs = planner_args, gbs
         self.args = request_parser("sailor-elastic --planner-args").parse_args(planner_args)
+        time_limit_s(self.args)                         # a bad --time-limit-s is refused before the first replan
 
     def plan(self, av: Availability) -> PlanChoice:
         from planner import api

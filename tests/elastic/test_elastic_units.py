@@ -76,6 +76,23 @@ def test_planner_is_called_for_real_clusters() -> None:
     assert choice.plan.world_size <= 8 and choice.predicted_iteration_s > 0 and choice.plan_s < 30
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan"])
+def test_replan_time_limit_is_checked_when_the_planner_is_built(value: str) -> None:
+    with pytest.raises(InputError, match="--time-limit-s must be a positive number"):
+        SailorPlanner(["--model", "opt-350m", "--time-limit-s", value], 64)
+
+
+def test_replans_get_the_time_limit() -> None:
+    """Every replan is a limited search (default 45 s; the flag sets it; 'none' lifts it)."""
+    from planner.cluster import parse_gpus
+    from planner.hardware import GPUCatalog
+    from planner.options import plan_request
+    cluster = parse_gpus("A100-40@us-central1-a=8", GPUCatalog())
+    for args, want in ((["--time-limit-s", "7.5"], 7.5), ([], 45.0), (["--time-limit-s", "none"], None)):
+        planner = SailorPlanner(["--model", "opt-350m", *args], 64)
+        assert plan_request(planner.args, cluster, 64, comparator=False).time_limit_s == want
+
+
 def _choice(n: int, t: float) -> PlanChoice:
     return PlanChoice(Plan.from_dict(demo_plan_dict(n, 4, 8, "tiny")), t, 0.0)
 

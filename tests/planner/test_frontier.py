@@ -72,6 +72,28 @@ def test_sailor_plan_frontier_cli(tmp_path):
     plan_cost = json.loads(out.stdout)["estimate"]["cost_per_iteration_usd"]
     assert chosen[0]["cost_per_iteration_usd"] == pytest.approx(plan_cost, rel=1e-9)
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    assert fr["complete"] is True
+
+
+@pytest.mark.slow
+def test_sailor_plan_frontier_cli_shares_the_time_limit(tmp_path):
+    """--time-limit-s reaches the frontier's searches: a limit far too short stops them, the JSON and the text
+    say so, and the frontier still holds the chosen plan."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "planner.cli_plan", "--model", "opt-350m", "--gpus",
+                          "A100-40@us-central1-a=32,V100-16@us-central1-b=32,A100-40@us-central1-b=16", "--gbs",
+                          "256", "--time-limit-s", "0.05", "--frontier-json", str(tmp_path / "f.json")],
+                         capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    fr = json.loads((tmp_path / "f.json").read_text())
+    assert fr["complete"] is False and any(p["chosen"] for p in fr["points"])
+    assert "frontier searches STOPPED" in out.stdout
 
 
 def test_frontier_text_names_the_points_the_picture_draws():
