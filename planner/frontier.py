@@ -69,7 +69,8 @@ def pareto_flags(points: list[tuple[float, float]]) -> list[bool]:
 
 
 def _key(c: Candidate) -> tuple:
-    return (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches, c.chain)
+    return (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches, c.chain, c.recompute,
+            c.distributed_optimizer)
 
 
 class TimeShare:

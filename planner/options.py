@@ -53,7 +53,9 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-distributed-optimizer", action="store_true",
                    help="do not search the distributed optimizer (optimizer states and step sharded over the data-"
                         "parallel replicas; searched by default in --planner ours)")
-    p.add_argument("--top", type=int, default=1, metavar="K", help="also report the K best plans")
+    p.add_argument("--top", type=int, default=1, metavar="K",
+                   help="also report the K best plans the search kept (its dominance rules keep the optimum, "
+                        "not every runner-up: docs/PLANNER.md 2.1)")
     p.add_argument("--chain-segments", type=int, default=3, metavar="N",
                    help="also search chain plans (pipelines that change GPU type, TP and zone along their stages) "
                         "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3; ours and "

@@ -87,11 +87,8 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_DEPTH_STEP = [0] * 256                      # per byte: +1 opens, -1 closes, 0 anything else
-for _b in b"[{":
-    _DEPTH_STEP[_b] = 1
-for _b in b"]}":
-    _DEPTH_STEP[_b] = -1
+# per byte: +1 opens, -1 closes, 0 anything else (read-only)
+_DEPTH_STEP = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _DIGITS_AS_0 = bytes.maketrans(b"123456789E", b"000000000e")
 _LONG_DIGITS = b"0" * 200

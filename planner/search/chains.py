@@ -387,6 +387,8 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
     tied = (cache.tied, grp.names) if space.tie_embeddings else None
     for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches,
                                                   tied):
+        if dist and d == 1 and False in chain_dist_options(space):
+            continue        # one pipeline: the same plan as without the distributed optimizer (searched too)
         stats.chains_exact += len(sel)
         for i in np.argsort(keys, kind="stable")[:best.k]:
             if not np.isfinite(keys[i]) or keys[i] > best.threshold():

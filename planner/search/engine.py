@@ -16,6 +16,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.budget import Budget, OutOfTime, Progress, TopK
 from planner.search.chains import search_chains
+from planner.search.distopt import dist_dominated
 from planner.search.makespan import assign_counts, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
@@ -265,6 +266,9 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): _pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     floors = None
+    # with one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync): its
+    # D = 1 rows are left to the task without it when that task is searched (so --top lists no plan twice)
+    one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps)
     # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
     for D_all, cols in _row_grid(cluster, task, min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb,
                                  coarse):
@@ -296,6 +300,8 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
             if task.dist:       # the distributed optimizer's memory: the row's D must lie in the split's range
                 d_row = D_all.sum(axis=1)
                 sel &= (d_row >= d_lo[k]) & (d_row <= d_hi[k])
+                if one_replica_twin:    # D = 1: the same plan as the task without it (searched too)
+                    sel &= d_row >= 2
             stats.rows_bounded += len(D_all)
             if sel.any():
                 rate, gpus = common[1][sel], common[2][sel]

@@ -239,7 +239,7 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
     mbs_all = sorted({m for g in types for m, _ in options[g]})
     tasks = []
     for s_num, mbs, rc, dist in product(range(1, max_s + 1), mbs_all, space.recompute, space.distributed_optimizer):
-        if tick is not None and not dist:
+        if tick is not None and dist == space.distributed_optimizer[0]:
             tick(s_num - 1, max_s)
         if gbs % mbs:
             continue

@@ -69,21 +69,18 @@ def count_splits(total: int, sizes: list[int]):
                 yield (seq,) + tail
 
 
-PRECISION = ["fp32"]        # the precision of every plan the brute force builds (check_exact sets it)
-
-
-def _plan(split, replicas, mbs, gbs, counts, recompute=False, dist=False) -> Plan:
+def _plan(split, replicas, mbs, gbs, counts, recompute=False, dist=False, precision="fp32") -> Plan:
     stages, first = [], 0
     for n in split:
         stages.append(Stage(first, n, tuple(replicas)))
         first += n
     return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
                 microbatches_per_pipeline=tuple(counts), recompute_activations=recompute,
-                distributed_optimizer=dist, precision=PRECISION[0])
+                distributed_optimizer=dist, precision=precision)
 
 
 def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts,
-               recompute_opts=(False, True), dist_opts=(False, True)):
+               recompute_opts=(False, True), dist_opts=(False, True), precision="fp32"):
     """Every (split, mbs, pools with pipeline counts, recompute, distributed optimizer) of the space whose
     memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count)."""
     L = ctx.model.num_layers
@@ -98,11 +95,11 @@ def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int,
                     if not any(tps):
                         continue
                     for choice in _pool_choices(ctx, cluster, gbs, S, split, mbs, dict(zip(types, tps)), zones, rc,
-                                                do):
+                                                do, precision):
                         yield choice + (rc, do)
 
 
-def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute, dist=False):
+def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute, dist=False, precision="fp32"):
     per_type = []
     for g, t in tps.items():
         if not t:
@@ -122,7 +119,7 @@ def _pool_choices(ctx, cluster, gbs, S, split, mbs, tps, zones, recompute, dist=
         if d > gbs // mbs:
             continue
         replicas = [Replica(g, t, z) for g, z, t, n in pools for _ in range(n)]
-        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d, recompute, dist)
+        probe = _plan(split, replicas, mbs, mbs * d * S, [S] * d, recompute, dist, precision)
         if simulate(probe, ctx).fits_in_memory:
             yield split, mbs, pools, replicas
 
@@ -132,7 +129,7 @@ def runs(seq) -> int:
 
 
 def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute_opts, max_segments,
-                     dist_opts=(False, True)):
+                     dist_opts=(False, True), precision="fp32"):
     """Chain plans (docs/PLANNER.md 1.1): D identical pipelines, stage s on its own (type, tp, zone), the groups
     forming 2..max_segments runs, L split evenly with the extra layers last; every stage fits in memory (probe
     with D pipelines running S micro-batches each) and every pool has room for D pipelines. Yields (split, mbs,
@@ -154,19 +151,19 @@ def chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts, recompute
                 if gbs % mbs or d_max < 1:
                     continue
                 for d in range(1, min(d_max, gbs // mbs) + 1):
-                    probe = _chain_plan(split, seq, d, mbs, mbs * S * d, [S] * d, rc, do)
+                    probe = _chain_plan(split, seq, d, mbs, mbs * S * d, [S] * d, rc, do, precision)
                     if simulate(probe, ctx).fits_in_memory:
                         yield split, mbs, seq, d, rc, do
 
 
-def _chain_plan(split, seq, d, mbs, gbs, counts, recompute=False, dist=False) -> Plan:
+def _chain_plan(split, seq, d, mbs, gbs, counts, recompute=False, dist=False, precision="fp32") -> Plan:
     stages, first = [], 0
     for n, (g, t, z) in zip(split, seq):
         stages.append(Stage(first, n, (Replica(g, t, z),) * d))
         first += n
     return Plan(num_layers=sum(split), stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
                 microbatches_per_pipeline=tuple(counts), recompute_activations=recompute,
-                distributed_optimizer=dist, precision=PRECISION[0])
+                distributed_optimizer=dist, precision=precision)
 
 
 def chain_count_choices(n: int, d: int):
@@ -184,13 +181,13 @@ def chain_count_choices(n: int, d: int):
 
 
 def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts, recompute_opts=(False, True),
-                     max_segments=3, dist_opts=(False, True)):
+                     max_segments=3, dist_opts=(False, True), precision="fp32"):
     """(best objective value, best plan, number of plans scored)."""
     best, best_plan, n = float("inf"), None, 0
     for split, mbs, seq, d, rc, do in chain_structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
-                                                       recompute_opts, max_segments, dist_opts):
+                                                       recompute_opts, max_segments, dist_opts, precision):
         for counts in chain_count_choices(gbs // mbs, d):
-            est = simulate(_chain_plan(split, seq, d, mbs, gbs, counts, rc, do), ctx)
+            est = simulate(_chain_plan(split, seq, d, mbs, gbs, counts, rc, do, precision), ctx)
             n += 1
             if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                 continue
@@ -198,10 +195,10 @@ def brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts
             if key < best:
                 best, best_plan = key, ("chain", split, mbs, seq, counts, rc, do)
     for split, mbs, pools, replicas, rc, do in structures(ctx, cluster, gbs, max_stages, mbs_opts, tp_opts,
-                                                          recompute_opts, dist_opts):
+                                                          recompute_opts, dist_opts, precision):
         for per_pool in count_splits(gbs // mbs, [p[3] for p in pools]):
             counts = [m for seq in per_pool for m in seq]
-            est = simulate(_plan(split, replicas, mbs, gbs, counts, rc, do), ctx)
+            est = simulate(_plan(split, replicas, mbs, gbs, counts, rc, do, precision), ctx)
             n += 1
             if not objective.allows(est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                 continue
@@ -249,12 +246,8 @@ def check_exact(ctx, cluster, gbs, objective, max_stages=3, mbs_opts=(1, 2), tp_
     space = SearchSpace(max_stages=max_stages, mbs_options=mbs_opts, tp_options=tp_opts, recompute=recompute,
                         distributed_optimizer=dist, precision=precision)
     res = plan_search(ctx, cluster, gbs, objective, space)
-    PRECISION[0] = precision
-    try:
-        best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts,
-                                              recompute, dist_opts=dist)
-    finally:
-        PRECISION[0] = "fp32"
+    best, best_plan, n = brute_force_best(ctx, cluster, gbs, objective, max_stages, mbs_opts, tp_opts,
+                                          recompute, dist_opts=dist, precision=precision)
     assert n > 0 or allow_empty         # allow_empty: a random case where no plan fits in memory at all
     if best_plan is None:
         assert res.best is None

@@ -151,6 +151,24 @@ def test_dominance_rule_keeps_the_optimum(gpus, precision):
         assert both.key == pytest.approx(min(c.key for c in alone if c is not None), rel=1e-12)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_top_k_lists_no_one_replica_plan_twice(precision):
+    """With one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync):
+    the top-K must not hold the same one-pipeline plan with it on and off (review finding: it did in bf16)."""
+    catalog = GPUCatalog()
+    ctx = SimContext(WIDE_MODEL, ProfileStore(WIDE_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    cluster = parse_gpus("V100-16@us-a=8,A100-40@us-b=8", catalog)
+    res = plan_search(ctx, cluster, 32, Objective("throughput"), SearchSpace(precision=precision), top_k=20)
+    assert len(res.candidates) == 20
+    seen = set()
+    for c in res.candidates:
+        if c.num_pipelines == 1:
+            layout = (c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.microbatches, c.chain, c.recompute)
+            assert layout not in seen, c
+            seen.add(layout)
+    assert seen, "no one-pipeline plan among the 20: the case no longer tests the rule"
+
+
 def test_min_replicas_to_fit_matches_the_simulator():
     """``dist_min_dp`` (the per-split memory filter's exact check) is the smallest D at which simulate() says
     every replica fits, for every split of 1..3 stages, with and without recomputation, one or two fine shards."""
