@@ -12,8 +12,9 @@ here loads only its own module, so a process builds only the schemas of the file
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from planner.lazy import lazy_exports
 
 _HOME = {
     "ReplicaIn": "plan_files", "StageIn": "plan_files", "PlanFile": "plan_files", "SailorDevice": "plan_files",
@@ -34,18 +35,7 @@ if TYPE_CHECKING:
     from planner.schema.runtime_constants_file import CoreShareIn, RuntimeConstantsFile  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    """``from planner.schema.files import X``: X from its own module, imported on first use."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"planner.schema.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(__name__, "planner.schema", _HOME, globals())
 
 
 __all__ = ["PlanFile", "SailorPlanFile", "ClusterFile", "InventoryFile", "NetworkFile", "CatalogFile",

@@ -5,8 +5,9 @@ which the planner's inputs need) does not import the cost model and numpy.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from planner.lazy import lazy_exports
 
 _HOME = {"Estimate": "core", "StageEstimate": "core", "simulate": "core",
          "RuntimeSettings": "settings", "SimContext": "settings", "PRESETS": "settings", "OURS": "settings",
@@ -22,14 +23,4 @@ __all__ = ["Estimate", "StageEstimate", "simulate", "RuntimeSettings", "SimConte
            "SAILOR_DEEPSPEED", "chosen_sync_modes", "with_chosen_sync_modes"]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(__name__, __name__, _HOME, globals())
