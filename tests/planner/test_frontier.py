@@ -122,5 +122,6 @@ def test_frontier_time_limit_is_shared_and_reported(setup):
     assert not fr.complete and fr.to_dict()["complete"] is False
     assert fr.front() and any(p.chosen for p in fr.points)
     assert any("STOPPED" in line for line in frontier_lines(fr))
-    full = frontier_for(ctx, cluster, 256, Objective("throughput"), SearchSpace(), baseline_space("grid"), top_k=4)
+    full = frontier_for(ctx, setup[1], 64, Objective("throughput"), SearchSpace(max_stages=4), baseline_space("grid"),
+                        top_k=4, time_limit_s=3600.0)
     assert full.complete and not any("STOPPED" in line for line in frontier_lines(full))

@@ -274,10 +274,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("gpus,objective", CASES)
-def test_search_matches_brute_force_tiny(gpus, objective):
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_search_matches_brute_force_tiny(i):
+    """Every third case also searches the distributed optimizer (it doubles the enumeration; random cases
+    with it are in test_search_distopt.py)."""
+    gpus, objective = CASES[i]
     ctx, catalog = bf_ctx()
-    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective)
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, dist=(False, True) if i % 3 == 1 else (False,))
 
 
 @pytest.mark.parametrize("gpus,objective,tps", [
@@ -294,7 +297,8 @@ def test_search_matches_brute_force_memory_bound(gpus, objective, tps):
 
 def test_search_matches_brute_force_blocking_runtime():
     ctx, catalog = bf_ctx(settings=SAILOR_DEEPSPEED)
-    check_exact(ctx, parse_gpus("A100-40@us-a=4,V100-16@us-b=4", catalog), 16, Objective("throughput"))
+    check_exact(ctx, parse_gpus("A100-40@us-a=4,V100-16@us-b=4", catalog), 16, Objective("throughput"),
+                dist=(False,))
 
 
 @pytest.fixture(scope="module")
