@@ -108,20 +108,3 @@ def test_frontier_text_names_the_points_the_picture_draws():
     assert "4x10 32 A100-40+32 V100-16, 0.3000 it/s" in lines[1] and "(red star)" in lines[1]
     assert "grid: 1x32 32 A100-40, 0.2800 it/s" in lines[2] and "(orange square)" in lines[2]
     assert "no homogeneous grid plan" in frontier_lines(Frontier(pts, None, None, None))[-1]
-
-
-@pytest.mark.slow
-def test_frontier_time_limit_is_shared_and_reported(setup):
-    """A limit too short for the searches: every search stops with the plans it holds, the frontier still has
-    a front and says it is not proven; without a limit it is complete."""
-    from planner.frontier import frontier_lines
-    ctx, _ = setup
-    cluster = parse_gpus("A100-40@us-central1-a=32,V100-16@us-central1-b=32,A100-40@us-central1-b=16", ctx.catalog)
-    fr = frontier_for(ctx, cluster, 256, Objective("throughput"), SearchSpace(), baseline_space("grid"), top_k=4,
-                      time_limit_s=0.05)
-    assert not fr.complete and fr.to_dict()["complete"] is False
-    assert fr.front() and any(p.chosen for p in fr.points)
-    assert any("STOPPED" in line for line in frontier_lines(fr))
-    full = frontier_for(ctx, setup[1], 64, Objective("throughput"), SearchSpace(max_stages=4), baseline_space("grid"),
-                        top_k=4, time_limit_s=3600.0)
-    assert full.complete and not any("STOPPED" in line for line in frontier_lines(full))

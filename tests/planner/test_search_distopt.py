@@ -94,13 +94,6 @@ def test_search_matches_brute_force_random_distributed_optimizer(seed):
     _check_random(seed)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(10, 30))
-def test_search_matches_brute_force_random_distributed_optimizer_more(seed):
-    """:func:`test_search_matches_brute_force_random_distributed_optimizer` on 20 more random cases."""
-    _check_random(seed)
-
-
 def _plans(seed: int, n: int):
     """Random fp32 plans whose every stage has one TP degree, with the distributed optimizer off."""
     rng = random.Random(seed)
