@@ -126,14 +126,15 @@ def sailor_full_space_best(ctx: SimContext, cluster: ClusterSpec, gbs: int, obje
                         continue
                     for order in sorted(set(permutations(pipes))):
                         for counts in _counts(n_mb, order):
-                            est = simulate(sailor_plan_of(split, order, mbs, gbs, counts), ctx)
+                            plan = sailor_plan_of(split, order, mbs, gbs, counts)
+                            est = simulate(plan, ctx)
                             scored += 1
                             if not est.fits_in_memory or not objective.allows(
                                     est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus):
                                 continue
                             key = objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
                             if key < best:
-                                best, best_plan = key, sailor_plan_of(split, order, mbs, gbs, counts)
+                                best, best_plan = key, plan
     return best, best_plan, scored
 
 

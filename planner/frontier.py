@@ -102,18 +102,13 @@ def collect_candidates(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
 
     for kind in ("throughput", "cost", "value"):
         add(share.run(ctx, cluster, gbs, Objective(kind, max_gpus=max_gpus), space, top_k=top_k))
-    if not seen:
-        share.left -= budgets - 1
-        return []
-    lo = min(c.cost_usd for c in seen.values())
-    hi = max(c.cost_usd for c in seen.values())
-    if hi > lo:
-        for i in range(1, budgets):
-            budget = lo * math.exp(math.log(hi / lo) * i / budgets)
-            add(share.run(ctx, cluster, gbs, Objective("throughput", max_cost_per_iter_usd=budget,
-                                                       max_gpus=max_gpus), space, top_k=1))
-    else:
-        share.left -= budgets - 1
+    lo = min((c.cost_usd for c in seen.values()), default=0.0)
+    hi = max((c.cost_usd for c in seen.values()), default=0.0)
+    ladder = [lo * math.exp(math.log(hi / lo) * i / budgets) for i in range(1, budgets)] if hi > lo else []
+    share.left -= (budgets - 1) - len(ladder)           # the budget searches that will not run
+    for budget in ladder:
+        add(share.run(ctx, cluster, gbs, Objective("throughput", max_cost_per_iter_usd=budget, max_gpus=max_gpus),
+                      space, top_k=1))
     return list(seen.values())
 
 
