@@ -17,9 +17,10 @@ from planner.errors import InputError
 from planner.search.budget import Budget, OutOfTime, Progress, TopK
 from planner.search.chains import search_chains
 from planner.search.distopt import dist_dominated
-from planner.search.makespan import assign_counts, relaxed_lower_bound
+from planner.search.makespan import assign_counts
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
+from planner.search.rowblock import RowBlock
 from planner.search.rowfloor import floor_keys, pool_floors, task_floor
 from planner.search.rows import coarse_options, pareto_min, product_chunks, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchResult, SearchSpace, SearchStats
@@ -282,23 +283,25 @@ def _run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
         # pipeline rate, GPUs and sync bound of a row do not depend on the split
         thr = best.threshold()
         items = []
-        common = _row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb)
+        block = RowBlock(D_all)
+        common = _row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb, block)
         if len(models) > 1 and thr < np.inf:        # the split-free row floor (rowfloor.py)
             floors = floors or pool_floors(models, cols)
-            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist) <= thr
+            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist, block=block) <= thr
             if not keep.all():
                 D_all = D_all[keep]
                 common = tuple(None if x is None else x[keep] for x in common)
                 if len(D_all) == 0:
                     continue
+                block = block.take(keep)
         for k, by_col in models.items():
             if stop():
                 raise OutOfTime
             pools = [by_col[c] for c in cols]
-            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist)
+            keys, span, upd = _cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist, block=block)
             sel = keys <= thr
             if task.dist:       # the distributed optimizer's memory: the row's D must lie in the split's range
-                d_row = D_all.sum(axis=1)
+                d_row = block.total
                 sel &= (d_row >= d_lo[k]) & (d_row <= d_hi[k])
                 if one_replica_twin:    # D = 1: the same plan as the task without it (searched too)
                     sel &= d_row >= 2
@@ -362,13 +365,14 @@ def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, 
             best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
 
 
-def _row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None
+def _row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None, block: RowBlock | None = None
                ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Per row: the task's sync lower bound for the row's pipeline count (None without one), the GPU dollars
-    per second and the GPUs (the same for every split of a task)."""
-    slb = None if sync_lb is None else sync_lb[np.minimum(D.sum(axis=1), len(sync_lb) - 1)]
-    rate = (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
-    gpus = (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+    per second and the GPUs (the same for every split of a task). ``block``: :class:`RowBlock` of ``D``."""
+    block = RowBlock(D) if block is None else block
+    slb = None if sync_lb is None else sync_lb[np.minimum(block.total, len(sync_lb) - 1)]
+    rate = block.weighted_sum(np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools]))
+    gpus = D @ np.array([p.gpus_per_pipeline for p in pools], dtype=D.dtype)     # integers: exact in any order
     return slb, rate, gpus
 
 
@@ -378,21 +382,23 @@ def _dist_bytes(task: Task, space: SearchSpace) -> int | None:
 
 
 def _cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
-                rate: np.ndarray, gpus: np.ndarray, dist: bool = False
+                rate: np.ndarray, gpus: np.ndarray, dist: bool = False, block: RowBlock | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
     optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
-    makespan and the optimizer step per row, which the sync-bound pass reuses."""
-    M = np.array([p.period_s for p in pools])
-    F = np.array([p.fill_s for p in pools])
-    span = relaxed_lower_bound(D, M, F, n_mb)
-    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
+    makespan and the optimizer step per row, which the sync-bound pass reuses. ``block``: :class:`RowBlock`
+    of ``D`` (shared by the splits of a task)."""
+    block = RowBlock(D) if block is None else block
+    span = block.relaxed_lower_bound(np.array([p.period_s for p in pools]), np.array([p.fill_s for p in pools]),
+                                     n_mb)
+    upd = block.used_max(np.array([p.update_s for p in pools]), 0.0)
     if dist:            # the distributed optimizer steps 1/D of the parameters
-        upd = upd / np.maximum(D.sum(axis=1), 1)
+        upd = upd / block.total_min1
     it = span + upd
     if slb is not None:
         it = it + slb
-    keys = np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    cost = rate * it
+    keys = np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)
     return keys, span, upd
 
 

@@ -21,9 +21,14 @@ def _count_le(times: np.ndarray, t: np.ndarray) -> np.ndarray:
 def capacity(t: np.ndarray, D: np.ndarray, T: list[np.ndarray]) -> np.ndarray:
     """Micro-batches rows ``D`` ([R, P]) can run within ``t`` ([R]); -1 where a used class cannot run one.
     ``T[p]`` lists ``T_p(m)`` for m = 1..N."""
-    per = np.column_stack([_count_le(tp, t) for tp in T])
-    bad = np.any((D > 0) & (per < 1), axis=1)
-    return np.where(bad, -1, (D * per).sum(axis=1))
+    total = np.zeros(len(t), dtype=np.int64)
+    bad = np.zeros(len(t), dtype=bool)
+    for j, tp in enumerate(T):          # column by column: integers, so the sum is exact in any order
+        per = _count_le(tp, t)
+        d = D[:, j]
+        bad |= (d > 0) & (per < 1)
+        total += d * per
+    return np.where(bad, -1, total)
 
 
 def relaxed_lower_bound(D: np.ndarray, M: np.ndarray, F: np.ndarray, n: int) -> np.ndarray:

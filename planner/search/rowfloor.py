@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.search.makespan import relaxed_lower_bound
 from planner.search.pools import PoolModel
+from planner.search.rowblock import RowBlock
 from planner.search.space import Objective
 
 SLACK = 1e-12
@@ -28,13 +28,16 @@ def pool_floors(models: dict[int, dict], cols: list) -> tuple[np.ndarray, np.nda
 
 
 def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb: int, objective: Objective,
-               slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray, dist: bool = False) -> np.ndarray:
+               slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray, dist: bool = False,
+               block: RowBlock | None = None) -> np.ndarray:
     """[R] lower bounds on the cheap key of every row under every split (inf where a constraint fails);
-    ``dist``: the distributed optimizer (the optimizer step / D, as the cheap key)."""
-    span = relaxed_lower_bound(D, m, f, n_mb)
-    upd = np.where(D > 0, u[None, :], 0.0).max(axis=1)
+    ``dist``: the distributed optimizer (the optimizer step / D, as the cheap key); ``block``: the
+    :class:`RowBlock` of ``D`` when the caller has one."""
+    block = RowBlock(D) if block is None else block
+    span = block.relaxed_lower_bound(m, f, n_mb)
+    upd = block.used_max(u, 0.0)
     if dist:
-        upd = upd / np.maximum(D.sum(axis=1), 1)
+        upd = upd / block.total_min1
     it = span + upd
     if slb is not None:
         it = it + slb
