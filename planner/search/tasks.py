@@ -290,8 +290,9 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
     if len(d) == 0:
         return np.full(len(combos), np.inf)
     with np.errstate(invalid="ignore"):
-        span = np.maximum(f_min.max(axis=1)[:, None],
-                          (f_min[:, None, :] + m_min[:, None, :] * (n_mb / d[None, :, None] - 1)).min(axis=2))
+        x = n_mb / d - 1            # per type f + m x, the minimum over types (exact in any order)
+        per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
+        span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
