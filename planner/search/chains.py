@@ -24,7 +24,8 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
-from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.chaintab import ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_tab
+from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
 from planner.search.tied import TiedSync
@@ -32,135 +33,7 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 
-@dataclass(frozen=True)
-class _Groups:
-    """The groups usable at one micro-batch size: (type, zone, tp), pool index, GPUs per pool."""
-
-    names: list[tuple[str, str, int]]
-    pool: np.ndarray          # [G] index into caps
-    caps: np.ndarray          # [P] GPUs of each (type, zone) pool
-    tp: np.ndarray            # [G]
-    usd_per_s: np.ndarray     # [G] one GPU
-
-
-def chain_groups(cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]], mbs: int, ctx: SimContext
-                 ) -> _Groups:
-    pools = sorted({(p.gpu_type, p.zone) for p in cluster.pools})
-    caps = np.array([cluster.count(g, z) for g, z in pools], dtype=np.int64)
-    names, pool = [], []
-    for pi, (g, z) in enumerate(pools):
-        for m, tp in options.get(g, []):
-            if m == mbs and caps[pi] >= tp:
-                names.append((g, z, tp))
-                pool.append(pi)
-    tp = np.array([n[2] for n in names], dtype=np.int64)
-    usd = np.array([ctx.catalog.get(n[0]).usd_per_s for n in names], dtype=float)
-    return _Groups(names, np.array(pool, dtype=np.int64), caps, tp, usd)
-
-
-@dataclass(frozen=True)
-class _StageTab:
-    """Per (group, stage) quantities of one split, and per group pair the p2p seconds and egress USD."""
-
-    comp: np.ndarray      # [G, S]
-    bwd: np.ndarray       # [G, S]
-    upd: np.ndarray       # [G, S]
-    fits: np.ndarray      # [G, S] (distributed optimizer: at some D <= Dcap)
-    sync: np.ndarray      # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
-    p2p: np.ndarray       # [G, G]
-    egress: np.ndarray    # [G, G] USD per micro-batch crossing a -> b (forward and backward)
-    dmin: np.ndarray      # [G, S] the smallest D at which the stage fits (1 without the distributed optimizer)
-    upd_floor: np.ndarray  # [G, S] a lower bound on the optimizer step at every D (distributed: upd / Dcap)
-    param_bytes: int | None = None   # the distributed optimizer's bytes per parameter element (None: off)
-
-
-def _stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: _Groups, mbs: int, counts: np.ndarray,
-               recompute: bool, d_cap: int, precision: str, dist: bool = False) -> _StageTab:
-    """``dist``: the distributed optimizer (one group per stage: one fine shard per rank)."""
-    s_num = counts.shape[1]
-    n_g = len(grp.names)
-    comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
-    dmin = np.ones((n_g, s_num), dtype=np.int64)
-    for gi, (g, _, tp) in enumerate(grp.names):
-        arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
-        comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
-        if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on
-            if not (arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes).all():    # at D = 1: plain
-                dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, recompute, 1, counts, per_stage=True)[0]
-            fits[gi] = dmin[gi] <= d_cap
-        else:
-            fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
-    pbytes = F.bytes_per_element(precision) if dist else None
-    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap, pbytes)
-    if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
-        d = np.arange(d_cap + 1, dtype=float)
-        sync = np.zeros((n_g, s_num, d_cap + 1))
-        for gi, grp_i in enumerate(groups):
-            link = cache.get(grp_i, grp_i, grp_i.tp)
-            nbytes = F.grad_bytes(params[gi])[:, None]                       # [S, 1]
-            dd = np.maximum(d[None, :], 1)
-            if pbytes is None:
-                t = F.ring_s(d[None, :], link_time(link, nbytes / dd))
-            else:       # reduce-scatter of gradients + all-gather of parameters (stage_sync's flat ring)
-                t = F.ring_halves_s(d[None, :], 1, link_time(link, nbytes / dd), 1,
-                                    link_time(link, (params[gi] * pbytes)[:, None] / dd))
-            sync[gi] = np.where(d[None, :] > 1, t, 0.0)
-        cache.patterns[key] = sync
-    sync = cache.patterns[key]
-    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
-    key = ("chain-p2p", tuple(groups), nbytes)
-    if key not in cache.patterns:
-        cache.patterns[key] = _pair_tables(ctx, cache, groups, nbytes)
-    p2p, egress = cache.patterns[key]
-    return _StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress, dmin,
-                     upd / d_cap if dist else upd, pbytes)
-
-
-def _pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes: float
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per group pair (a, b): p2p seconds of one crossing a -> b (mean of forward and backward, as
-    ``p2p_transfer_s``) and the egress USD of one micro-batch crossing it both ways."""
-    n_g = len(groups)
-    p2p = np.zeros((n_g, n_g))
-    egress = np.zeros((n_g, n_g))
-    all_tp = ctx.settings.p2p_all_tp_ranks
-    for a, ga in enumerate(groups):
-        for b, gb in enumerate(groups):
-            fwd = cache.checked(ga, gb, gb.tp if all_tp else 1, nbytes)
-            back = cache.checked(gb, ga, ga.tp if all_tp else 1, nbytes)
-            p2p[a, b] = 0.5 * (fwd + back)
-            if ga.zone != gb.zone:      # forward: one copy per receiving TP rank; backward: per sending one
-                k_fwd, k_bwd = (gb.tp, ga.tp) if all_tp else (1, 1)
-                egress[a, b] = nbytes * (k_fwd * ctx.network.egress_usd_per_byte(ga.zone, gb.zone)
-                                         + k_bwd * ctx.network.egress_usd_per_byte(gb.zone, ga.zone))
-    return p2p, egress
-
-
-@dataclass(frozen=True)
-class _RangeTab:
-    """Per stage range lo..hi-1 (indices [lo, hi]) and group: every stage fits, the largest and summed compute,
-    the slowest optimizer step."""
-
-    fits: np.ndarray      # [S + 1, S + 1, G]
-    comp_max: np.ndarray
-    comp_sum: np.ndarray
-    upd: np.ndarray
-
-
-def range_tab(tab: _StageTab) -> _RangeTab:
-    n_g, s_num = tab.comp.shape
-    fits = np.zeros((s_num + 1, s_num + 1, n_g), dtype=bool)
-    cmax, csum, upd = (np.zeros((s_num + 1, s_num + 1, n_g)) for _ in range(3))
-    for lo in range(s_num):
-        fits[lo, lo + 1:] = np.logical_and.accumulate(tab.fits[:, lo:], axis=1).T
-        cmax[lo, lo + 1:] = np.maximum.accumulate(tab.comp[:, lo:], axis=1).T
-        csum[lo, lo + 1:] = np.cumsum(tab.comp[:, lo:], axis=1).T
-        upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd_floor[:, lo:], axis=1).T
-    return _RangeTab(fits, cmax, csum, upd)
-
-
-def segment_table(rt: _RangeTab, grp: _Groups, n_mb: int, objective: Objective) -> np.ndarray:
+def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objective) -> np.ndarray:
     """[S + 1, S + 1, G]: :func:`segment_lower_keys` of a chain holding only stages lo..hi-1 on group g. Every
     term of the bound grows when segments are added (largest and summed compute, optimizer step, the pool
     share, dollars, GPUs), so each segment's entry is a lower bound for every chain containing it."""
@@ -174,7 +47,7 @@ def segment_table(rt: _RangeTab, grp: _Groups, n_mb: int, objective: Objective) 
     return np.where(ok, objective.key(it, cost), np.inf)
 
 
-def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_seg: int, seqs: np.ndarray,
+def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
                     n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
     sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
@@ -205,7 +78,7 @@ def chains_for_cuts(tab: _StageTab, rt: _RangeTab, grp: _Groups, s_num: int, n_s
         yield seqs[qq][np.arange(len(kk))[:, None], seg]
 
 
-def segment_lower_keys(tab: _StageTab, rt: _RangeTab, grp: _Groups, bounds: np.ndarray, seqs: np.ndarray,
+def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,
                        n_mb: int, objective: Objective) -> np.ndarray:
     """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
     bound on the objective over every D (inf where no D can be feasible), from segment sums only
@@ -253,7 +126,7 @@ class ChainScores:
     d_min: np.ndarray         # the smallest D at which every stage fits (distributed optimizer; else 1)
 
 
-def score_chains(ctx: SimContext, tab: _StageTab, grp: _Groups, gs: np.ndarray, n_mb: int) -> ChainScores:
+def score_chains(ctx: SimContext, tab: StageTab, grp: ChainGroups, gs: np.ndarray, n_mb: int) -> ChainScores:
     c_num, s_num = gs.shape
     st = np.arange(s_num)
     comp = tab.comp[gs, st]
@@ -300,7 +173,7 @@ def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objectiv
     return np.where(ok, objective.key(it, cost) * (1 - 1e-12), np.inf)
 
 
-def iterate_d(ctx: SimContext, sc: ChainScores, tab: _StageTab, n_mb: int, s_num: int, objective: Objective,
+def iterate_d(ctx: SimContext, sc: ChainScores, tab: StageTab, n_mb: int, s_num: int, objective: Objective,
               uniform: bool, tied: tuple[TiedSync, list[tuple[str, str, int]]] | None = None):
     """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max.
     ``tied``: (the memo, the group names) when the plans tie their embeddings."""
@@ -359,7 +232,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             for rc, dist in product(space.recompute, chain_dist_options(space)):
                 if stop():
                     return False
-                tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
+                tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
                 rt = range_tab(tab)
                 for n_seg in range(2, min(space.chain_segments, s_num) + 1):
                     if stop():
@@ -414,7 +287,7 @@ def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
     s_num, n_mb = len(chain), gbs // mbs
     q, r = divmod(ctx.model.num_layers, s_num)
     counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
-    tab = _stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
+    tab = stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
                      tables.space.precision, distributed_optimizer)
     gs = np.array([[grp.names.index(c) for c in chain]], dtype=np.int64)
     if not tab.fits[gs[0], np.arange(s_num)].all():

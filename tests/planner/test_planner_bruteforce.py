@@ -345,12 +345,12 @@ def test_search_matches_brute_force_deeper_pipelines(gpus, objective):
 def test_split_dominance_keeps_the_optimum(sailor_ctx, monkeypatch, gpus, kind):
     """The Pareto filter over splits (docs/PLANNER.md 2.1) returns the same optimum as keeping every split."""
     import numpy as np
-    import planner.search.engine as engine
+    import planner.search.taskrun as taskrun
     cluster = parse_gpus(gpus, sailor_ctx.catalog)
     objective = Objective(kind, min_throughput_iters_per_s=0.1 if kind == "cost" else None)
     space = SearchSpace(max_stages=8)
     fast = plan_search(sailor_ctx, cluster, 1024, objective, space).best
-    monkeypatch.setattr(engine, "pareto_min", lambda crit: np.arange(len(crit)))
+    monkeypatch.setattr(taskrun, "pareto_min", lambda crit: np.arange(len(crit)))
     full = plan_search(sailor_ctx, cluster, 1024, objective, space).best
     assert fast.key == pytest.approx(full.key, rel=1e-12)
 

@@ -167,14 +167,14 @@ def test_sailor_plan_fails_loudly_when_the_evaluator_disagrees(monkeypatch, caps
     no plan."""
     from dataclasses import replace
 
-    import planner.search.engine as engine
+    import planner.search.taskrun as taskrun
     from planner.cli_plan import main
-    real = engine._candidate
+    real = taskrun._candidate
 
     def skewed(*a, **k):
         c = real(*a, **k)
         return replace(c, iteration_s=c.iteration_s * 1.001)
-    monkeypatch.setattr(engine, "_candidate", skewed)
+    monkeypatch.setattr(taskrun, "_candidate", skewed)
     out_file = tmp_path / "plan.json"
     rc = main(["--model", "opt-350m", "--gpus", "A100-40@us-central1-a=8", "--no-comparator", "-o", str(out_file)])
     out, err = capsys.readouterr()

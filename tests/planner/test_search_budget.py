@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 
 import planner.search.engine as engine
+import planner.search.taskrun as taskrun
 from planner.cluster import parse_gpus
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.netvec import LinkCache
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import coarse_options, product_chunks, product_rows, zone_splits
-from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options, task_bound
+from planner.search.taskbound import task_bound
+from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_planner_bruteforce import bf_ctx, check_exact  # noqa: E402
@@ -95,7 +97,7 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
                                 space, cache):
         n_mb = gbs // task.mbs
         idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]
-        models = {int(k): engine._pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
+        models = {int(k): taskrun.pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
         if not models:
             continue
         sync_out: dict = {}
@@ -105,15 +107,15 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
         # the task floor (throughput key) is below the cheap key of every row under every split
         tfloor = engine._task_floor(ctx, cluster, tables, cache, task, gbs, space, slb)
         floored += bool(np.isfinite(tfloor))
-        for D, cols in engine._row_grid(cluster, task, n_mb):
-            common = engine._row_terms([models[next(iter(models))][c] for c in cols], D, None)
+        for D, cols in taskrun.row_grid(cluster, task, n_mb):
+            common = taskrun.row_terms([models[next(iter(models))][c] for c in cols], D, None)
             floor = floor_keys(*pool_floors(models, cols), D, n_mb, objective, *common)
-            with_sync = engine._row_terms([models[next(iter(models))][c] for c in cols], D, slb)
+            with_sync = taskrun.row_terms([models[next(iter(models))][c] for c in cols], D, slb)
             for by_col in models.values():
-                keys, _, _ = engine._cheap_keys([by_col[c] for c in cols], D, n_mb, objective, *common)
+                keys, _, _ = taskrun.cheap_keys([by_col[c] for c in cols], D, n_mb, objective, *common)
                 assert np.all(floor <= keys)
                 checked += int(np.isfinite(keys).sum())
-                its, _, _ = engine._cheap_keys([by_col[c] for c in cols], D, n_mb, Objective(), *with_sync)
+                its, _, _ = taskrun.cheap_keys([by_col[c] for c in cols], D, n_mb, Objective(), *with_sync)
                 assert np.all(tfloor <= its)
     assert checked > 0 and floored > 0
 
@@ -135,7 +137,7 @@ def test_incumbent_and_row_floor_leave_the_result_unchanged(monkeypatch, seed: i
     monkeypatch.setattr(engine, "INCUMBENT_MIN_POOLS", 1)
     fast = plan_search(ctx, cluster, 8, objective, space, top_k=top_k)
     monkeypatch.setattr(engine, "INCUMBENT_MIN_POOLS", 10 ** 9)
-    monkeypatch.setattr(engine, "floor_keys", lambda *a, **k: np.full(len(a[3]), -np.inf))
+    monkeypatch.setattr(taskrun, "floor_keys", lambda *a, **k: np.full(len(a[3]), -np.inf))
     plain = plan_search(ctx, cluster, 8, objective, space, top_k=top_k)
     assert [_shape(c) for c in fast.candidates] == [_shape(c) for c in plain.candidates]
     assert fast.stats.complete and plain.stats.complete

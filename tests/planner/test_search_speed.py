@@ -13,6 +13,8 @@ import pytest
 from planner import api
 from planner.cluster import parse_gpus
 from planner.search import tasks as T
+from planner.search.caps import caps_for
+from planner.search.taskbound import cheap_bounds, task_bound
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import _distinct_rows
 from planner.search.rows import pareto_min, unique_first
@@ -37,15 +39,15 @@ def test_cheap_bounds_equal_task_bound_bit_for_bit(gpus: str, objective: Objecti
                for g in cluster.gpu_types()}
     checked = finite = 0
     for s_num, mbs, rc in product((1, 2, 3, 5), (1, 2, 4), (False, True)):
-        choices = {g: [t for m, t in options[g] if m == mbs and T.caps_for(cluster, g, t, s_num)
+        choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
                        and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in options}
         for k in range(1, len(options) + 1):
             for subset in combinations(sorted(options), k):
                 combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
-                got = T.cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs, objective, rc)
+                got = cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs, objective, rc)
                 for combo, b in zip(combos, got):
-                    want = T.task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
-                                        with_sync=False, recompute=rc)
+                    want = task_bound(ctx, cluster, tables, combo, s_num, mbs, gbs // mbs, objective, cache,
+                                      with_sync=False, recompute=rc)
                     assert b == want or (np.isinf(b) and np.isinf(want)), (combo, s_num, mbs, rc, b, want)
                     checked += 1
                     finite += bool(np.isfinite(want))

@@ -1,0 +1,119 @@
+"""Lower bounds on the objective over every plan of a search task (the engine visits tasks best-first by them).
+
+Contract: :func:`task_bound` is <= the objective key of every plan of the task (inf: none is feasible);
+``with_sync=False`` is weaker and cheaper, and :func:`cheap_bounds` computes exactly that (bit for bit) for
+many combos of one type subset at once (``tests/planner/test_search_speed.py``).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.caps import caps_for, task_dmax
+from planner.search.netvec import Group, LinkCache
+from planner.search.space import Objective
+from planner.search.syncbound import sync_lower_bound
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+if TYPE_CHECKING:
+    from planner.search.tasks import Tables
+
+
+def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: list, s_num: int, mbs: int,
+                 n_mb: int, objective: Objective, recompute: bool, dist: bool = False) -> np.ndarray:
+    """``task_bound(..., with_sync=False)`` of many combos of one type subset at once ([C]): the same
+    operations on the same values, one row per combo."""
+    if not combos:
+        return np.zeros(0)
+    n_types = len(combos[0])
+    fits = np.array([tables.task_fits(c, mbs, s_num, recompute, dist, task_dmax(cluster, c, s_num, n_mb),
+                                      relaxed=True) for c in combos])          # [C, K]
+    stats = [[tables.split_stats(g, t, mbs, s_num, recompute) for g, t in c] for c in combos]
+
+    def masked_min(field: str) -> np.ndarray:                                                # [C, types]
+        vals = np.array([[getattr(st, field) for st in row] for row in stats])              # [C, types, K]
+        return np.where(fits[:, None, :], vals, np.inf).min(axis=2)
+
+    upd = masked_min("upd_max").max(axis=1)
+    m_min, f_min = masked_min("comp_max"), masked_min("comp_sum")
+    cap = np.array([sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num)) for combo in combos])
+    d = np.arange(n_types, n_mb + 1, dtype=float)
+    if len(d) == 0:
+        return np.full(len(combos), np.inf)
+    with np.errstate(invalid="ignore"):
+        x = n_mb / d - 1            # per type f + m x, the minimum over types (exact in any order)
+        per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
+        span = np.maximum(f_min.max(axis=1)[:, None], per_type)
+        span = span * (1 - 1e-12)
+        it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
+        usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
+        rate = (d[None, :] * s_num) * usd[:, None]
+        gpus = (d[None, :] * s_num) * np.array([min(t for _, t in c) for c in combos])[:, None]
+        ok = objective.allows(it, rate * it, gpus) & (d[None, :] <= np.minimum(cap, n_mb)[:, None])
+        keys = np.where(ok, objective.key(it, rate * it), np.inf)
+    keys = np.where(fits.any(axis=1)[:, None], keys, np.inf)
+    return keys.min(axis=1)
+
+
+def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_num: int, mbs: int, n_mb: int,
+               objective: Objective, cache: LinkCache, with_sync: bool = True, sync_out: dict | None = None,
+               recompute: bool = False, dist: bool = False) -> float:
+    """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
+    gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
+    sync lower bound per total pipeline count d (index d). ``dist``: the distributed optimizer (optimizer
+    step / d, :func:`sync_lower_bound` halved)."""
+    fits = tables.task_fits(combo, mbs, s_num, recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
+    if not fits.any():
+        return np.inf
+    stats = [tables.split_stats(g, t, mbs, s_num, recompute) for g, t in combo]
+    upd = max(float(st.upd_max[fits].min()) for st in stats)
+    cap = sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))
+    d = np.arange(len(combo), min(cap, n_mb) + 1, dtype=float)
+    if len(d) == 0:
+        return np.inf
+    if with_sync:
+        grad = F.grad_bytes(float(np.max([st.params_max[fits] for st in stats], axis=0).min()))
+        m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
+        t_types, f_types = [], []
+        for g, t in combo:
+            t_at, fill = _type_times(ctx, cluster, cache, tables, fits, g, t, s_num, mbs, m_per, recompute)
+            t_types.append(t_at)
+            f_types.append(fill)
+        span = np.maximum(max(f_types), np.min(t_types, axis=0))
+    else:   # busiest stage as the period, no transfers: weaker, much cheaper
+        m_min = np.array([st.comp_max[fits].min() for st in stats])
+        f_min = np.array([st.comp_sum[fits].min() for st in stats])
+        span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
+        span = span * (1 - 1e-12)
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
+        sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
+    if sync_out is not None and with_sync:
+        table = np.zeros(int(d[-1]) + 1)
+        table[d.astype(np.int64)] = sync
+        sync_out["by_d"] = table
+    it = span + sync + (upd / d if dist else upd)
+    rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
+    gpus = d * s_num * min(t for _, t in combo)
+    ok = objective.allows(it, rate * it, gpus)
+    keys = np.where(ok, objective.key(it, rate * it), np.inf)
+    return float(keys.min())
+
+
+def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, fits: np.ndarray, g: str,
+                tp: int, s_num: int, mbs: int, m: np.ndarray, recompute: bool) -> tuple[np.ndarray, float]:
+    """Lower bounds over the task's splits and the type's pools: T(m) at the counts ``m``, and the
+    fill/drain."""
+    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(tables.space.precision))
+    conc = tp if ctx.settings.p2p_all_tp_ranks else 1
+    p2p = 0.0 if s_num == 1 else min(cache.checked(Group(z, g, tp), Group(z, g, tp), conc, nbytes)
+                                     for z, _ in caps_for(cluster, g, tp, s_num))
+    levels_all, fill_all, _ = tables.levels(g, tp, mbs, s_num, recompute, p2p, ctx.settings.p2p_blocking)
+    levels = levels_all[fits].min(axis=0)
+    fill = float(fill_all[fits].min())
+    times = F.pipeline_s(m, levels[np.minimum(m, len(levels)) - 1], fill) if np.isfinite(p2p) \
+        else np.full(len(m), np.inf)
+    return times * (1 - 1e-12), fill * (1 - 1e-12)

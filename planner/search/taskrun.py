@@ -1,0 +1,232 @@
+"""One search task's rows: every layer split's rows bounded cheaply, the survivors scored exactly.
+
+Contract: :func:`run_task` pushes into ``best`` every plan of the task (its non-dominated layer splits, every
+row of pipeline counts of its pools, coarse rows only when asked) whose exact objective key can still enter
+it; a row is dropped only when a lower bound on its key (the split-free row floor, :func:`cheap_keys`, then
+the largest stage's sync) already exceeds the threshold, so the plans kept are the ones exhaustive scoring
+keeps. Scores are :mod:`planner.search.pools`' (the simulator's formulas on arrays of rows).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.budget import OutOfTime, TopK
+from planner.search.caps import caps_for
+from planner.search.distopt import dist_dominated
+from planner.search.makespan import assign_counts
+from planner.search.netvec import Group, LinkCache
+from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
+from planner.search.rowblock import RowBlock
+from planner.search.rowfloor import floor_keys, pool_floors
+from planner.search.rows import coarse_options, pareto_min, product_chunks, zone_splits
+from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
+from planner.search.tasks import Tables, Task
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+
+def row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
+    """Chunks of rows [R, P] with columns in (zone, type) order, plus that column order."""
+    per_type, cols = [], []
+    for g, tp in task.tps:
+        caps = caps_for(cluster, g, tp, task.num_stages)
+        opts = zone_splits(tuple(c for _, c in caps), max_total)
+        per_type.append(coarse_options(opts, coarse) if coarse else opts)
+        cols += [(z, g) for z, _ in caps]
+    order = sorted(range(len(cols)), key=lambda i: cols[i])
+    if any(len(o) == 0 for o in per_type):      # a type with no option under max_total: no rows
+        return
+    for chunk in product_chunks(per_type, max_total):
+        yield chunk[:, order], [cols[i] for i in order]
+
+
+def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
+                    arrs: list, idx: np.ndarray, space: SearchSpace) -> np.ndarray:
+    """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
+    every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
+    the summed stage gradients (egress)."""
+    crit = []
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
+    for a, (g, tp) in zip(arrs, task.tps):
+        s_num = task.num_stages
+        for z, _ in caps_for(cluster, g, tp, task.num_stages):
+            grp = Group(z, g, tp)
+            p2p = pool_p2p_s(ctx, cache, grp, s_num, mb_bytes)
+            crit.append(tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
+                                      ctx.settings.p2p_blocking)[0][idx])
+        crit.append(a.update_s[idx].max(axis=1)[:, None])
+    params = np.max([a.params[idx] for a in arrs], axis=0)
+    full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
+    crit += [params.max(axis=1)[:, None], full.sum(axis=1)[:, None]]
+    if task.dist:       # the rows a split serves: D from lo (fits) to hi; a dominating split serves as many
+        lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
+        crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
+    return np.concatenate(crit, axis=1)
+
+
+def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
+              objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats,
+              sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
+    n_mb = gbs // task.mbs
+    arrs = [tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute) for g, tp in task.tps]
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
+                                      task.dmax))[0]
+    d_lo, d_hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute) if task.dist \
+        else (None, None)
+    # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
+    if ctx.settings.dp_sync_waits_for_all:
+        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
+    models = {int(k): pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
+    floors = None
+    # with one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync): its
+    # D = 1 rows are left to the task without it when that task is searched (so --top lists no plan twice)
+    one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps)
+    # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
+    for D_all, cols in row_grid(cluster, task, min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb,
+                                 coarse):
+        if stop():
+            raise OutOfTime
+        if space.uniform_microbatches:
+            D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
+        if len(D_all) == 0 or not models:
+            continue
+        # bound every split's rows cheaply, then score the survivors of all splits in one batch; the
+        # pipeline rate, GPUs and sync bound of a row do not depend on the split
+        thr = best.threshold()
+        items = []
+        block = RowBlock(D_all)
+        common = row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb, block)
+        if len(models) > 1 and thr < np.inf:        # the split-free row floor (rowfloor.py)
+            floors = floors or pool_floors(models, cols)
+            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist, block=block) <= thr
+            if not keep.all():
+                D_all = D_all[keep]
+                common = tuple(None if x is None else x[keep] for x in common)
+                if len(D_all) == 0:
+                    continue
+                block = block.take(keep)
+        for k, by_col in models.items():
+            if stop():
+                raise OutOfTime
+            pools = [by_col[c] for c in cols]
+            keys, span, upd = cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist, block=block)
+            sel = keys <= thr
+            if task.dist:       # the distributed optimizer's memory: the row's D must lie in the split's range
+                d_row = block.total
+                sel &= (d_row >= d_lo[k]) & (d_row <= d_hi[k])
+                if one_replica_twin:    # D = 1: the same plan as the task without it (searched too)
+                    sel &= d_row >= 2
+            stats.rows_bounded += len(D_all)
+            if sel.any():
+                rate, gpus = common[1][sel], common[2][sel]
+                items.append((k, pools, D_all[sel], (span[sel], upd[sel], rate, gpus)))
+        if items:
+            stats.splits_scored += len(items)
+            _score_batch(ctx, cache, task, tables, items, n_mb, objective, space, best, stats)
+
+
+def pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
+                 n_mb: int, space: SearchSpace) -> dict[tuple[str, str], PoolModel]:
+    by_col = {}
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
+    for g, tp in task.tps:
+        arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
+        for z, _ in caps_for(cluster, g, tp, task.num_stages):
+            # a pool's model depends on its group and split only: tasks sharing (type, TP) share it
+            key = ("pool", z, g, tp, task.mbs, task.num_stages, task.recompute, k, n_mb)
+            if key not in tables.memo:
+                grp = Group(z, g, tp)
+                lv = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute,
+                                   pool_p2p_s(ctx, cache, grp, task.num_stages, mb_bytes), ctx.settings.p2p_blocking)
+                tables.memo[key] = pool_model(ctx, cache, grp, arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
+                                              n_mb, lv)
+            by_col[(z, g)] = tables.memo[key]
+    return by_col
+
+
+def _score_batch(ctx: SimContext, cache: LinkCache, task: Task, tables: Tables, items: list, n_mb: int,
+                 objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats) -> None:
+    """Bound the rows of every (split, pools, rows) item with the largest stage's sync, then score the
+    survivors exactly (gradient sync batched over the items)."""
+    stats.rows_sync_bounded += sum(len(D) for _, _, D, _ in items)
+    lbs = score_batch(ctx, cache, [(pools, D) for _, pools, D, _ in items], n_mb, exact=False,
+                      uniform=space.uniform_microbatches, known=[pre for *_, pre in items],
+                      dist_bytes=_dist_bytes(task, space))
+    thr = best.threshold()
+    kept = []
+    for (k, pools, D, _), lb in zip(items, lbs):
+        keep = objective.allows(lb.iteration_s, lb.cost_usd, lb.gpus) & \
+            (objective.key(lb.iteration_s, lb.cost_usd) <= thr)
+        if keep.any():
+            kept.append((k, pools, D[keep]))
+    if not kept:
+        return
+    scs = score_batch(ctx, cache, [(pools, D) for _, pools, D in kept], n_mb, exact=True,
+                      uniform=space.uniform_microbatches, tied=cache.tied if space.tie_embeddings else None,
+                      dist_bytes=_dist_bytes(task, space),
+                      keep=lambda it, cost, gpus: objective.allows(it, cost, gpus)
+                      & (objective.key(it, cost) <= best.threshold()))
+    for (k, pools, D), sc in zip(kept, scs):
+        stats.rows_exact += len(D)
+        ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
+        keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
+        for r in np.argsort(keys, kind="stable")[:best.k]:
+            if not np.isfinite(keys[r]) or keys[r] > best.threshold():
+                break
+            best.push(_candidate(task, tables, k, pools, D[r], sc, r, keys[r], n_mb, space))
+
+
+def row_terms(pools: list[PoolModel], D: np.ndarray, sync_lb: np.ndarray | None, block: RowBlock | None = None
+               ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Per row: the task's sync lower bound for the row's pipeline count (None without one), the GPU dollars
+    per second and the GPUs (the same for every split of a task). ``block``: :class:`RowBlock` of ``D``."""
+    block = RowBlock(D) if block is None else block
+    slb = None if sync_lb is None else sync_lb[np.minimum(block.total, len(sync_lb) - 1)]
+    rate = block.weighted_sum(np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools]))
+    gpus = D @ np.array([p.gpus_per_pipeline for p in pools], dtype=D.dtype)     # integers: exact in any order
+    return slb, rate, gpus
+
+
+def _dist_bytes(task: Task, space: SearchSpace) -> int | None:
+    """The distributed optimizer's parameter bytes per element (None: a plain all-reduce)."""
+    return F.bytes_per_element(space.precision) if task.dist else None
+
+
+def cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
+                rate: np.ndarray, gpus: np.ndarray, dist: bool = False, block: RowBlock | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
+    optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
+    makespan and the optimizer step per row, which the sync-bound pass reuses. ``block``: :class:`RowBlock`
+    of ``D`` (shared by the splits of a task)."""
+    block = RowBlock(D) if block is None else block
+    span = block.relaxed_lower_bound(np.array([p.period_s for p in pools]), np.array([p.fill_s for p in pools]),
+                                     n_mb)
+    upd = block.used_max(np.array([p.update_s for p in pools]), 0.0)
+    if dist:            # the distributed optimizer steps 1/D of the parameters
+        upd = upd / block.total_min1
+    it = span + upd
+    if slb is not None:
+        it = it + slb
+    cost = rate * it
+    keys = np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)
+    return keys, span, upd
+
+
+def _candidate(task: Task, tables: Tables, k: int, pools: list[PoolModel], row: np.ndarray, sc, r: int,
+               key: float, n_mb: int, space: SearchSpace) -> Candidate:
+    g0, tp0 = task.tps[0]
+    layers = tuple(int(x) for x in tables.arrays(g0, tp0, task.mbs, task.num_stages, task.recompute).counts[k])
+    used = [(p, int(d)) for p, d in zip(pools, row) if d > 0]
+    if space.uniform_microbatches:
+        counts = [[n_mb // int(row.sum())] * d for _, d in used]
+    else:
+        counts = assign_counts([d for _, d in used], [p.times_s for p, _ in used], n_mb, float(sc.makespan_s[r]))
+    return Candidate(
+        key=float(key), num_stages=task.num_stages, mbs=task.mbs, layers_per_stage=layers,
+        pools=tuple(PoolUse(p.group.gpu_type, p.group.zone, p.group.tp, d) for p, d in used),
+        microbatches=tuple(m for c in counts for m in c), iteration_s=float(sc.iteration_s[r]),
+        cost_usd=float(sc.cost_usd[r]), gpus=int(sc.gpus[r]), precision=space.precision,
+        optimizer=space.optimizer, recompute=task.recompute, tie_embeddings=space.tie_embeddings,
+        distributed_optimizer=task.dist)
