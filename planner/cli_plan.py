@@ -9,19 +9,15 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from planner import api
-from planner.baselines.spaces import baseline_space
-from planner.cluster import ClusterSpec, load_cluster, load_trace_csv, parse_gpus
 from planner.errors import InputError, OneLineParser, run_cli
-from planner.options import add_data_args, add_request_args, data_source, plan_request, time_limit_s, to_jsonable
-from planner.options import objective as options_objective
-from planner.search import Objective
-from planner.search.explain import unused_reasons
-from planner.simulator import Estimate
-from planner.cli_sim import announce
-from planner.frontier import frontier_lines
-from planner.progress import search_progress
+from planner.options import add_data_args, add_request_args, time_limit_s
+
+if TYPE_CHECKING:       # the search, the simulator and the data are imported when a plan is asked for, not for --help
+    from planner.cluster import ClusterSpec
+    from planner.search import Objective
+    from planner.simulator import Estimate
 
 GB = 1e9
 
@@ -46,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
+    from planner.cluster import load_cluster, load_trace_csv, parse_gpus
     if args.trace:
         return load_trace_csv(args.trace, catalog)
     if args.cluster:
@@ -58,6 +55,9 @@ def _clusters(args: argparse.Namespace, catalog) -> list[ClusterSpec]:
 def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
     """:func:`planner.api.plan` for one cluster, with progress on a terminal (or lines when asked); the report as the dict
     :func:`render` and :func:`report_json` print (``ctx`` is not changed)."""
+    from planner import api
+    from planner.options import plan_request
+    from planner.progress import search_progress
     request = plan_request(args, cluster, gbs, comparator=not args.no_comparator)
     with search_progress("sailor-plan", lines=args.progress_lines) as cb:
         rep = api.plan(request, ctx, progress=cb)
@@ -98,6 +98,7 @@ def _summary(est: Estimate) -> dict:
 
 
 def report_json(rep: dict, objective: Objective | None = None) -> dict:
+    from planner.options import to_jsonable
     out = {"plan": rep["plan"].to_dict(), "estimate": to_jsonable(rep["estimate"].to_dict()),
            "search_time_s": rep["search_time_s"], "candidates_evaluated": rep["candidates_evaluated"],
            "search": to_jsonable(search_outcome(rep))}
@@ -130,6 +131,7 @@ def _top_table(rep: dict):  # noqa: ANN202
 def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     from rich.console import Console
     from planner.cli_sim import ESTIMATE_NOTE, stage_tables
+    from planner.search.explain import unused_reasons
     console = Console()
     est, cand = rep["estimate"], rep["candidate"]
     title = (f"plan: {cand.num_stages} stage(s), micro-batch {cand.mbs}, {est.num_gpus} GPUs, "
@@ -206,7 +208,9 @@ def _trace(args, ctx, clusters, gbs) -> int:
 
 
 def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, space) -> None:
-    from planner.frontier import frontier_for
+    from planner.baselines.spaces import baseline_space
+    from planner.cli_sim import announce
+    from planner.frontier import frontier_for, frontier_lines
     from planner.plan import atomic_write_text
     if args.frontier:
         from planner.simulator.timeline_plot import require_matplotlib
@@ -238,6 +242,11 @@ def main_args(argv: list[str] | None = None) -> int:
     for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
         if path:
             check_output_path(path, flag)
+    from planner import api
+    from planner.baselines.spaces import baseline_space
+    from planner.cli_sim import announce
+    from planner.options import data_source
+    from planner.options import objective as options_objective
     bundle = api.load_data(data_source(args), args.precision)
     ctx = api.make_context(bundle, args.runtime)
     gbs = args.gbs if args.gbs is not None else (bundle.default_gbs or 1024)

@@ -49,6 +49,20 @@ def test_sailor_sim_imports_no_search_and_its_flags_no_cost_model():
     assert "planner.simulator.core" in ran and not {m for m in ran if m.startswith("planner.search")}
 
 
+def test_sailor_plan_flags_import_no_search_and_the_search_names_load_on_first_use():
+    mods = _modules_after("import planner.cli_plan")      # parsing flags (--help, bad flags): no search yet
+    assert not {m for m in mods if m.startswith(("numpy", "planner.search", "planner.api", "planner.simulator.core",
+                                                 "planner.frontier", "planner.baselines"))}
+    light = _modules_after("from planner.search.space import SearchSpace")
+    assert "planner.search.engine" not in light
+    import planner.search as S
+    from planner.search.engine import plan_search
+    from planner.search.space import Objective
+    assert S.plan_search is plan_search and S.Objective is Objective
+    with pytest.raises(AttributeError):
+        S.NoSuchName  # noqa: B018
+
+
 def test_schema_files_loads_only_the_schema_asked_for():
     mods = _modules_after("from planner.schema.files import RuntimeConstantsFile")
     assert "planner.schema.runtime_constants_file" in mods
