@@ -88,22 +88,33 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     iteration >= max(N P u, sum of compute) + optimizer step with u = max over pools of the chain's GPUs
     there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one pipeline); egress is exact."""
     n_seg = seqs.shape[1]
-    shape = (len(seqs),)
-    comp_max, comp_sum, upd, usd, gpus = (np.zeros(shape) for _ in range(5))
+    s1, n_g = rt.comp_max.shape[1], rt.comp_max.shape[2]
+    cmax_f, csum_f, upd_f = rt.comp_max.reshape(-1), rt.comp_sum.reshape(-1), rt.upd.reshape(-1)
     pools, frac = [], []
-    for i in range(n_seg):
+    for i in range(n_seg):      # one flat index per segment; the first segment starts every sum (0 + x is x)
         lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
-        comp_max = np.maximum(comp_max, rt.comp_max[lo, hi, g])
-        comp_sum += rt.comp_sum[lo, hi, g]
-        upd = np.maximum(upd, rt.upd[lo, hi, g])       # (distributed optimizer: the step at the largest D)
+        flat = (lo * s1 + hi) * n_g + g
         units = grp.tp[g] * (hi - lo)
-        usd += units * grp.usd_per_s[g]
-        gpus += units
+        if i == 0:
+            comp_max, comp_sum, upd = cmax_f[flat], csum_f[flat], upd_f[flat]
+            usd, gpus = units * grp.usd_per_s[g], units.astype(float)
+        else:
+            comp_max = np.maximum(comp_max, cmax_f[flat])
+            comp_sum = comp_sum + csum_f[flat]
+            upd = np.maximum(upd, upd_f[flat])       # (distributed optimizer: the step at the largest D)
+            usd = usd + units * grp.usd_per_s[g]
+            gpus = gpus + units
         pools.append(grp.pool[g])
         frac.append(units / grp.caps[grp.pool[g]])
-    use = np.zeros(shape)
-    for i in range(n_seg):          # the chain's share of segment i's pool, summed over segments in that pool
-        use = np.maximum(use, sum(np.where(pools[j] == pools[i], frac[j], 0.0) for j in range(n_seg)))
+    # the chain's share of segment i's pool, summed over the segments in that pool (in segment order)
+    same = {(i, j): pools[i] == pools[j] for i in range(n_seg) for j in range(i + 1, n_seg)}
+    use = None
+    for i in range(n_seg):
+        share = None
+        for j in range(n_seg):
+            t = frac[j] if i == j else np.where(same[min(i, j), max(i, j)], frac[j], 0.0)
+            share = t if share is None else share + t
+        use = share if use is None else np.maximum(use, share)
     egress = sum(tab.egress[seqs[:, i], seqs[:, i + 1]] for i in range(n_seg - 1))
     it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
