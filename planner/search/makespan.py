@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.search.rows import int_row_sum
+
 REL_EPS = 1e-12
 
 
@@ -55,7 +57,7 @@ def min_makespan(D: np.ndarray, T: list[np.ndarray], n: int) -> np.ndarray:
         good = capacity(bps[mid], D, T) >= n
         hi = np.where(active & good, mid, hi)
         lo = np.where(active & ~good, mid + 1, lo)
-    return np.where(ok_top & (D.sum(axis=1) <= n), bps[lo], np.inf)
+    return np.where(ok_top & (int_row_sum(D) <= n), bps[lo], np.inf)
 
 
 def assign_counts(D: list[int], T: list[np.ndarray], n: int, t: float) -> list[list[int]]:

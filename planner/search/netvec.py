@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _valid_from
-from planner.search.rows import unique_first
+from planner.search.rows import int_row_sum, unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -204,7 +204,7 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
         if (gkey, code) not in cache.patterns:
             cache.patterns[(gkey, code)] = _pattern(ctx, groups, k)
         pats.append(cache.patterns[(gkey, code)])
-    d = D.sum(axis=1)
+    d = int_row_sum(D)
     conc = np.array([min([groups[i].tp for i in range(len(groups)) if k[i] > 0] or [1]) for k in keys])
     time_s = np.zeros(len(d))
     usd = np.zeros(len(d))

@@ -13,7 +13,8 @@ import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
 from planner.search.netvec import Group, LinkCache, sync_rows
-from planner.search.rows import unique_first
+from planner.search.rowblock import used_max_by_columns, weighted_row_sum
+from planner.search.rows import int_row_sum, unique_first
 from planner.search.tables import StageArrays
 from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
@@ -89,7 +90,7 @@ def _distinct_rows(pools: list[PoolModel], D: np.ndarray) -> tuple[np.ndarray, n
     zones = sorted({p.group.zone for p in pools})
     ind = np.array([[p.group.zone == z for z in zones] for p in pools], dtype=np.int64)      # [P, Z]
     code = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
-    d = D.sum(axis=1)
+    d = int_row_sum(D)
     if len(zones) == 1:
         first, inv = unique_first(code * (int(d.max()) + 1) + d)
     else:
@@ -166,10 +167,10 @@ def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nd
 
 def _span(pools: list[PoolModel], D: np.ndarray, n_mb: int, exact: bool, uniform: bool) -> np.ndarray:
     if uniform:
-        d = D.sum(axis=1)
+        d = int_row_sum(D)
         per = np.clip(n_mb // np.maximum(d, 1), 1, n_mb)
         tm = np.column_stack([p.times_s[per - 1] for p in pools])
-        span = np.where(D > 0, tm, -np.inf).max(axis=1)
+        span = used_max_by_columns(D, tm, -np.inf)
         return np.where((d > 0) & (n_mb % np.maximum(d, 1) == 0), span, np.inf)
     if exact:
         return min_makespan(D, [p.times_s for p in pools], n_mb)
@@ -228,16 +229,16 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
 
 def _update(pools: list[PoolModel], D: np.ndarray, dist_bytes: int | None) -> np.ndarray:
     """The slowest used pool's optimizer step per row (the distributed optimizer steps 1/D of it)."""
-    upd = np.where(D > 0, np.array([p.update_s for p in pools])[None, :], 0.0).max(axis=1)
-    return upd if dist_bytes is None else upd / np.maximum(D.sum(axis=1), 1)
+    upd = used_max_by_columns(D, np.array([p.update_s for p in pools]), 0.0)
+    return upd if dist_bytes is None else upd / np.maximum(int_row_sum(D), 1)
 
 
 def _rate(pools: list[PoolModel], D: np.ndarray) -> np.ndarray:
-    return (D * np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools])[None, :]).sum(axis=1)
+    return weighted_row_sum(D, np.array([p.gpus_per_pipeline * p.usd_per_s for p in pools]))
 
 
 def _gpus(pools: list[PoolModel], D: np.ndarray) -> np.ndarray:
-    return (D * np.array([p.gpus_per_pipeline for p in pools])[None, :]).sum(axis=1)
+    return int_row_sum(D * np.array([p.gpus_per_pipeline for p in pools])[None, :])
 
 
 def score_rows(ctx: SimContext, cache: LinkCache, pools: list[PoolModel], D: np.ndarray, n_mb: int,

@@ -27,6 +27,24 @@ def col_sum(cols: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def weighted_row_sum(D: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``(D * w[None, :]).sum(axis=1)`` (``w`` float)."""
+    if not 0 < D.shape[1] < SEQUENTIAL_MAX:
+        return (D * w[None, :]).sum(axis=1)
+    return col_sum([D[:, j] * w[j] for j in range(D.shape[1])])
+
+
+def used_max_by_columns(D: np.ndarray, vals: np.ndarray, fill: float) -> np.ndarray:
+    """``np.where(D > 0, vals, fill).max(axis=1)`` column by column (``vals``: [P] or [R, P])."""
+    if D.shape[1] == 0:
+        return np.where(D > 0, vals, fill).max(axis=1)
+    v = vals if np.ndim(vals) == 2 else np.broadcast_to(vals, D.shape)
+    out = np.where(D[:, 0] > 0, v[:, 0], fill)
+    for j in range(1, D.shape[1]):
+        out = np.maximum(out, np.where(D[:, j] > 0, v[:, j], fill))
+    return out
+
+
 class RowBlock:
     """Rows ``D`` and what every split's pass over them shares (column floats, totals, used-pool patterns)."""
 

@@ -7,6 +7,17 @@ from itertools import combinations
 import numpy as np
 
 
+def int_row_sum(D: np.ndarray) -> np.ndarray:
+    """``D.sum(axis=1)`` of an integer array, column by column (integers add exactly in any order; numpy's
+    reduction along a short last axis costs several times the column adds)."""
+    if D.ndim != 2 or D.shape[1] == 0 or D.shape[1] > 32:
+        return D.sum(axis=1)
+    out = D[:, 0].copy()
+    for j in range(1, D.shape[1]):
+        out += D[:, j]
+    return out
+
+
 @lru_cache(maxsize=512)
 def zone_splits(caps: tuple[int, ...], max_total: int) -> np.ndarray:
     """Per-zone pipeline counts of one GPU type: for every non-empty subset of its zones and every total
@@ -40,15 +51,17 @@ def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000
     """Yield chunks of the cartesian product of per-type options (columns concatenated), total <= max_total."""
     if len(options) == 1:
         rows = options[0]
-        yield rows[rows.sum(axis=1) <= max_total]
+        yield rows[int_row_sum(rows) <= max_total]
         return
     head, rest = options[0], options[1:]
     rest_rows = np.concatenate(list(product_rows(rest, max_total, chunk)), axis=0)
     step = max(1, chunk // max(1, len(rest_rows)))
+    rest_sum = int_row_sum(rest_rows)
+    head_sum = int_row_sum(head)
     for lo in range(0, len(head), step):
-        h = head[lo:lo + step]
-        grid = np.concatenate([np.repeat(h, len(rest_rows), axis=0), np.tile(rest_rows, (len(h), 1))], axis=1)
-        yield grid[grid.sum(axis=1) <= max_total]
+        # the rows of repeat(head) | tile(rest) whose total fits, in that order, without building the others
+        hi_idx, rest_idx = np.nonzero(head_sum[lo:lo + step, None] + rest_sum[None, :] <= max_total)
+        yield np.concatenate([head[lo:lo + step][hi_idx], rest_rows[rest_idx]], axis=1)
 
 
 def pareto_min(crit: np.ndarray, block: int = 128) -> np.ndarray:
@@ -105,7 +118,7 @@ def product_chunks(options: list[np.ndarray], max_total: int, chunk: int = 400_0
     for lo in range(0, total, chunk):
         idx = np.arange(lo, min(total, lo + chunk), dtype=np.int64)
         grid = np.concatenate([o[(idx // s) % n] for o, s, n in zip(options, strides, sizes)], axis=1)
-        yield grid[grid.sum(axis=1) <= max_total]
+        yield grid[int_row_sum(grid) <= max_total]
 
 
 def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
