@@ -63,8 +63,14 @@ class RowBlock:
             self._pattern_inv = inv
 
     def take(self, keep: np.ndarray) -> "RowBlock":
-        """The block of rows ``D[keep]``."""
-        return RowBlock(self.D[keep])
+        """The block of rows ``D[keep]`` (the same values, selected rather than recomputed)."""
+        out = RowBlock.__new__(RowBlock)
+        out.D, out.sequential = self.D[keep], self.sequential
+        out.cols = None if self.cols is None else [c[keep] for c in self.cols]
+        out.total, out.total_min1 = self.total[keep], self.total_min1[keep]
+        out._used = self._used
+        out._pattern_inv = None if self._pattern_inv is None else self._pattern_inv[keep]
+        return out
 
     def used_max(self, vals: np.ndarray, fill: float) -> np.ndarray:
         """``np.where(D > 0, vals[None, :], fill).max(axis=1)``."""

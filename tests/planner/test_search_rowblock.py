@@ -28,7 +28,11 @@ def test_rowblock_equals_the_array_expressions(n_cols: int) -> None:
     np.testing.assert_array_equal(block.weighted_sum(w), (D * w[None, :]).sum(axis=1))
     np.testing.assert_array_equal(block.total_min1, np.maximum(D.sum(axis=1), 1))
     keep = rng.random(len(D)) < 0.5
-    np.testing.assert_array_equal(block.take(keep).used_max(w, 0.0), block.used_max(w, 0.0)[keep])
+    taken, fresh = block.take(keep), RowBlock(D[keep])
+    np.testing.assert_array_equal(taken.used_max(w, 0.0), fresh.used_max(w, 0.0))
+    np.testing.assert_array_equal(taken.relaxed_lower_bound(M, F, 977), fresh.relaxed_lower_bound(M, F, 977))
+    np.testing.assert_array_equal(taken.weighted_sum(w), fresh.weighted_sum(w))
+    np.testing.assert_array_equal(taken.total_min1, fresh.total_min1)
 
 
 def test_capacity_equals_the_dense_expression() -> None:
