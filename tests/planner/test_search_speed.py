@@ -103,3 +103,26 @@ def test_distinct_rows_group_like_the_column_grouping() -> None:
         got_first, got_inv = _distinct_rows(pools, D)
         assert sorted(got_first.tolist()) == sorted(first.tolist())
         assert np.array_equal(got_first[got_inv], first[inv.reshape(-1)])   # each row, the same representative
+
+
+def test_chain_stage_arrays_read_from_the_split_tables_equal_the_one_split_computation() -> None:
+    """Tables.raw_arrays takes a chain's split from the space's split tables when they are built (the formulas
+    act row by row): every field equals stage_arrays on that one split."""
+    from planner.search.tables import stage_arrays
+    bundle = api.load_data(api.DataSource(model="gpt-neo-2.7b"))
+    cluster = parse_gpus("A100-40@us-central1-a=16,V100-16@us-central1-a=16", bundle.catalog)
+    ctx = api.context_for(api.make_context(bundle, None), cluster)
+    space = SearchSpace()
+    tables = T.Tables(ctx, space)
+    L, reused = ctx.model.num_layers, 0
+    for g, tp, mbs, s_num, rc in product(("A100-40", "V100-16"), (1, 2), (1, 2), (2, 3, 7, L), (False, True)):
+        q, r = divmod(L, s_num)
+        counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+        tables.arrays(g, tp, mbs, s_num, rc)
+        reused += ("plain", g, tp, mbs, s_num, rc) in tables._arr
+        got = tables.raw_arrays(g, tp, mbs, counts, rc)
+        want = stage_arrays(ctx, tables.table(g, tp, mbs), counts, space.precision, space.optimizer, rc,
+                            space.tie_embeddings)
+        for f in ("compute_s", "bwd_s", "params", "update_s", "memory_bytes", "fits", "counts"):
+            np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+    assert reused > 20
