@@ -249,11 +249,12 @@ def worker(job_path: str) -> int:
     rank = env.rank
     model = load_model(job["model"])
     data = MockTokens(seed=1, seq_length=model.seq_length, vocab_size=model.vocab_size)
-    runtimes = []
+    runtimes, slowdowns = [], []
     for path in job["plans"]:   # every plan is built first, then they run interleaved (see the docstring)
         plan = Plan.load(path)
         layout = build_layout(plan)
         cfg = RunConfig(emulation=rank_emulation(job, path, layout.info(rank).gpu_type))
+        slowdowns.append(cfg.emulation.slowdown if cfg.emulation else 1.0)
         groups = rank_groups(layout, rank, cfg, tied_embeddings=plan.tie_embeddings,
                              plan_modes=plan_sync_modes(plan))   # the plan's per-stage sync modes
         runtimes.append((RankRuntime(plan, model, rank, data, cfg, layout=layout, groups=groups), groups))
@@ -275,12 +276,14 @@ def worker(job_path: str) -> int:
         if rank == 0:
             print(f"round {it + 1}/{job['warmup'] + job['iters']}: "
                   + " ".join(f"{ts[-1]:.3f}" if ts else "-" for ts in times), flush=True)
+    every = [torch.zeros(len(slowdowns), dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, torch.tensor(slowdowns, dtype=torch.float64))   # each rank's emulated slowdown
     results = []
-    for path, ts in zip(job["plans"], times):
+    for k, (path, ts) in enumerate(zip(job["plans"], times)):
         ts = sorted(ts)
         q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]  # noqa: E731
         results.append({"plan": path, "median_s": statistics.median(ts), "p10_s": q(0.1), "p90_s": q(0.9),
-                        "times_s": ts})
+                        "times_s": ts, "rank_slowdown": [float(x[k]) for x in every]})
     if rank == 0:
         Path(job["results"]).write_text(json.dumps(results, indent=1))
         if rp:
