@@ -41,23 +41,22 @@ def alive_pairs(seg_alive: list[np.ndarray], n_groups: int) -> tuple[np.ndarray,
             dense &= seg_alive[i][:, seqs[:, i]]
         kk, qq = np.nonzero(dense)
         return kk.astype(np.int64), qq.astype(np.int64)
+    # every cut at once: partial sequences (cut-major, lexicographic within a cut) grow by one segment at a
+    # time, each extended by its cut's alive groups of the next segment in ascending order
     ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
-    kks, qqs = [], []
-    for c in np.nonzero(ok)[0]:
-        seq = np.nonzero(seg_alive[0][c])[0][:, None]
-        for i in range(1, n_seg):
-            nxt = np.nonzero(seg_alive[i][c])[0]
-            a = np.repeat(seq, len(nxt), axis=0)
-            bb = np.tile(nxt, len(seq))
-            keep = a[:, -1] != bb
-            seq = np.column_stack([a[keep], bb[keep]])
-        if len(seq) == 0:
-            continue
-        idx = seq[:, 0].copy()
-        for i in range(1, n_seg):
-            idx = idx * (n_groups - 1) + seq[:, i] - (seq[:, i] > seq[:, i - 1])
-        kks.append(np.full(len(seq), c, dtype=np.int64))
-        qqs.append(idx)
-    if not kks:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(kks), np.concatenate(qqs)
+    cut, last = np.nonzero(seg_alive[0] & ok[:, None])
+    cut, last = cut.astype(np.int64), last.astype(np.int64)
+    idx = last.copy()
+    for i in range(1, n_seg):
+        ci, gi = np.nonzero(seg_alive[i])                        # cut-major, groups ascending within a cut
+        cnt = np.bincount(ci, minlength=len(seg_alive[i]))
+        start = np.concatenate([[0], np.cumsum(cnt)])[:-1]
+        rep = cnt[cut]
+        p = np.repeat(np.arange(len(cut)), rep)
+        offs = np.arange(len(p)) - np.repeat(np.cumsum(rep) - rep, rep)
+        g = gi[start[cut[p]] + offs].astype(np.int64)
+        keep = g != last[p]
+        p, g = p[keep], g[keep]
+        idx = idx[p] * (n_groups - 1) + g - (g > last[p])
+        cut, last = cut[p], g
+    return cut, idx
