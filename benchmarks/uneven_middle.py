@@ -164,8 +164,9 @@ def structure(case: Case, s_num: int, replicas, key: str = "time") -> StructureR
         cands = [(a,) + m + (c,) for m in middle_candidates(L - a - c, caps)]
         got = min((scored[sp] for sp in cands if sp in scored), default=float("inf"))
         rule = max(rule, got / top)
-    return StructureResult(s_num, d, min(old) / scored[best] if old else float("inf"), scored[fam_best] / scored[best] if fam else float("inf"), rule, best,
-                           fam_best, monotone, groups)
+    inf = float("inf")
+    return StructureResult(s_num, d, min(old) / scored[best] if old else inf,
+                           scored[fam_best] / scored[best] if fam else inf, rule, best, fam_best, monotone, groups)
 
 
 def run_case(case: Case, key: str = "time") -> list[StructureResult]:
