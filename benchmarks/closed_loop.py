@@ -16,6 +16,10 @@
    data parallel, tensor parallel, an even and an uneven 2-stage pipeline, the even pipeline across an
    emulated slow link (``SLOW_LINK``: its two stages in two zones, every cross-zone message delayed as the
    runtime's emulation hook does), and on 3 ranks a mixed-TP pipeline (TP 2 then TP 1) and a 3-stage one.
+   Slow GPU types: an emulated type ``<type>-slow2`` (``SLOW_TYPE_SLOWDOWN``; its ranks sleep once more each
+   measured forward/backward, as the launcher's ``emulate: {slowdown: 2}`` does; its profile is the
+   up-front one with forward/backward x 2, ``emulated_costs``) in a 2-stage pipeline (fast then slow) and,
+   on 4 ranks, a 4-stage pipeline (fast, slow, slow, slow) and the planner's plan for 1 fast + 3 slow.
 3. The plans of one world size run in ONE torchrun launch with the runtime (``RankRuntime.train_step``),
    built up front and run interleaved (round r runs iteration r of every plan), so that load from other
    processes hits every plan alike: ``warmup`` rounds, then ``iters`` timed iterations per plan (a barrier
@@ -52,6 +56,7 @@ MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads":
 ZONE = "local"
 GBS = 8
 SLOW_LINK = {"cross_zone_latency_s": 2e-3, "cross_zone_gbps": 0.2}   # emulated link of the slow-link plan
+SLOW_TYPE_SLOWDOWN = 2.0     # emulated slow GPU type of the slow-type plans
 PROFILED_RANKS = 2
 
 
@@ -77,6 +82,31 @@ def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], npro
 
 def gpu_type_of(files: dict[str, Path]) -> str:
     return json.loads(files["profile"].read_text())["gpu_type"]
+
+
+def slow_type_of(gpu: str, slowdown: float = SLOW_TYPE_SLOWDOWN) -> str:
+    return f"{gpu}-slow{slowdown:g}"
+
+
+def emulated_type_files(files: dict[str, Path], slowdown: float, gpus_per_node: dict[str, int]) -> dict:
+    """``files`` plus an emulated GPU type ``slowdown`` x slower than the profiled one, written beside
+    ``files["profile"]``: its profile (the measured one with forward/backward x ``slowdown``, which is what
+    the runtime's emulation does to a rank), both profiles under "profiles", and a catalog with both types
+    (the slow one's FLOP/s / ``slowdown``) under "catalog", with the given GPUs per node."""
+    from megatron_sailor.profiler.io import emulated_catalog_entry, emulated_costs, write_profile
+    from planner.profiles import parse_profile_file
+    fast = gpu_type_of(files)
+    slow = slow_type_of(fast, slowdown)
+    prof = files["profile"]
+    slow_prof = prof.with_name(f"{prof.stem}_{slow}.json")
+    write_profile(slow_prof, json.loads(prof.read_text())["model"], slow,
+                  emulated_costs(parse_profile_file(prof), slow, slowdown), {"emulated_from": fast, "slowdown": slowdown})
+    base = json.loads(files["catalog"].read_text())[fast]
+    catalog = {fast: dict(base, gpus_per_node=gpus_per_node[fast]),
+               slow: dict(emulated_catalog_entry(base, slowdown), gpus_per_node=gpus_per_node[slow])}
+    cat = prof.with_name(f"catalog_{slow}_{gpus_per_node[fast]}x{gpus_per_node[slow]}.json")
+    cat.write_text(json.dumps(catalog, indent=1))
+    return dict(files, profiles=[prof, slow_prof], catalog=cat, slow_profile=slow_prof)
 
 
 def sim_context(model_path: Path, files: dict[str, Path], extra_profiles: list[Path] = (), gpus_per_node=None):
@@ -126,15 +156,19 @@ def describe(plan_path: Path) -> str:
 
 
 def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup: int, nproc: int,
-              reprofile: dict | None = None, emulation: dict | None = None) -> list[dict]:
+              reprofile: dict | None = None, emulation: dict | None = None,
+              slowdown_by_type: dict[str, float] | None = None) -> list[dict]:
     """Run the plans interleaved in one launch; with ``reprofile`` ({"mbs", "tp", "gpu_type", "out"}) every
     round also re-profiles the model once (1 warm-up + 1 timed repeat), and the median over the rounds is
-    written to ``reprofile["out"]``: a profile measured in the same time window as the runs."""
+    written to ``reprofile["out"]``: a profile measured in the same time window as the runs. ``emulation``:
+    plan path -> emulated links of every rank of that plan; ``slowdown_by_type``: GPU type -> the emulated
+    slowdown of every rank the plan puts on that type (an emulated GPU type, like the launcher's ``emulate:``)."""
     job = out / f"job_{nproc}.json"
     results = out / f"measured_{nproc}.json"
     job.write_text(json.dumps({"model": str(model_path), "plans": [str(p) for p in plans], "iters": iters,
                                "warmup": warmup, "results": str(results), "reprofile": reprofile,
-                               "emulation": {str(k): v for k, v in (emulation or {}).items()}}))
+                               "emulation": {str(k): v for k, v in (emulation or {}).items()},
+                               "slowdown_by_type": dict(slowdown_by_type or {})}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
            f"--master-port={free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
@@ -182,6 +216,17 @@ def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]
 
 
 # ---- worker (under torchrun): run every plan of the job with the runtime ------------------------------------
+def rank_emulation(job: dict, plan_path: str, gpu_type: str):  # noqa: ANN201
+    """The emulation of one rank of one plan: the plan's emulated links and its GPU type's emulated slowdown
+    (None when nothing is emulated; then the environment's, as the launcher sets it)."""
+    from megatron_sailor.runtime.emulation import Emulation, emulation_from
+    emu = dict(job.get("emulation", {}).get(plan_path) or {})
+    slowdown = job.get("slowdown_by_type", {}).get(gpu_type, 1.0)
+    if slowdown != 1.0:
+        emu["slowdown"] = slowdown
+    return Emulation(**emu) if emu else emulation_from()
+
+
 def worker(job_path: str) -> int:
     import time
     import warnings
@@ -191,7 +236,6 @@ def worker(job_path: str) -> int:
 
     from megatron_sailor.runtime.data import MockTokens
     from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.runtime.emulation import Emulation, emulation_from
     from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, plan_sync_modes, rank_groups
     from planner.layout import build_layout
     from patches import apply_cpu_patches
@@ -205,12 +249,12 @@ def worker(job_path: str) -> int:
     rank = env.rank
     model = load_model(job["model"])
     data = MockTokens(seed=1, seq_length=model.seq_length, vocab_size=model.vocab_size)
-    runtimes = []
+    runtimes, slowdowns = [], []
     for path in job["plans"]:   # every plan is built first, then they run interleaved (see the docstring)
         plan = Plan.load(path)
         layout = build_layout(plan)
-        emu = job.get("emulation", {}).get(path)
-        cfg = RunConfig(emulation=Emulation(**emu) if emu else emulation_from())
+        cfg = RunConfig(emulation=rank_emulation(job, path, layout.info(rank).gpu_type))
+        slowdowns.append(cfg.emulation.slowdown if cfg.emulation else 1.0)
         groups = rank_groups(layout, rank, cfg, tied_embeddings=plan.tie_embeddings,
                              plan_modes=plan_sync_modes(plan))   # the plan's per-stage sync modes
         runtimes.append((RankRuntime(plan, model, rank, data, cfg, layout=layout, groups=groups), groups))
@@ -232,12 +276,14 @@ def worker(job_path: str) -> int:
         if rank == 0:
             print(f"round {it + 1}/{job['warmup'] + job['iters']}: "
                   + " ".join(f"{ts[-1]:.3f}" if ts else "-" for ts in times), flush=True)
+    every = [torch.zeros(len(slowdowns), dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, torch.tensor(slowdowns, dtype=torch.float64))   # each rank's emulated slowdown
     results = []
-    for path, ts in zip(job["plans"], times):
+    for k, (path, ts) in enumerate(zip(job["plans"], times)):
         ts = sorted(ts)
         q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]  # noqa: E731
         results.append({"plan": path, "median_s": statistics.median(ts), "p10_s": q(0.1), "p90_s": q(0.9),
-                        "times_s": ts})
+                        "times_s": ts, "rank_slowdown": [float(x[k]) for x in every]})
     if rank == 0:
         Path(job["results"]).write_text(json.dumps(results, indent=1))
         if rp:
@@ -253,13 +299,17 @@ def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
     """name -> (plan, world size): the comparison plans of step 2."""
     L = MODEL["num_layers"]
     h = L // 2
+    slow = slow_type_of(gpu)
+    q = L // 4
     return {"data-parallel": (plan_dict([(L, [(gpu, 1), (gpu, 1)])], 1), 2),
             "tensor-par": (plan_dict([(L, [(gpu, 2)])], 1), 2),
             "pipe-even": (plan_dict([(h, [(gpu, 1)]), (L - h, [(gpu, 1)])], 1), 2),
             "pipe-uneven": (plan_dict([(h + 1, [(gpu, 1)]), (L - h - 1, [(gpu, 1)])], 1), 2),
             "slow-link": (plan_dict([(h, [(gpu, 1)]), (L - h, [(gpu, 1)])], 1, zones=["local-a", "local-b"]), 2),
             "mixed-tp": (plan_dict([(h, [(gpu, 2)]), (L - h, [(gpu, 1)])], 1), 3),
-            "pipe-3": (plan_dict([(3, [(gpu, 1)]), (3, [(gpu, 1)]), (L - 6, [(gpu, 1)])], 1), 3)}
+            "pipe-3": (plan_dict([(3, [(gpu, 1)]), (3, [(gpu, 1)]), (L - 6, [(gpu, 1)])], 1), 3),
+            "slow-type-2": (plan_dict([(h + 1, [(gpu, 1)]), (L - h - 1, [(slow, 1)])], 1), 2),
+            "slow-type-4": (plan_dict([(L - 3 * q, [(gpu, 1)])] + [(q, [(slow, 1)])] * 3, 1), 4)}
 
 
 def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path | None = None):
@@ -271,16 +321,24 @@ def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path
     from planner.simulator.constants import load_runtime_constants
     from planner.simulator.core_sharing import core_sharing
     from planner.simulator.settings import ours
-    ctx = sim_context(model_path, files, gpus_per_node={gpu: 3})
+    slow = slow_type_of(gpu)
+    both = emulated_type_files(files, SLOW_TYPE_SLOWDOWN, {gpu: 3, slow: 3})   # from this profile
+    ctx = sim_context(model_path, dict(files, catalog=both["catalog"]), [both["slow_profile"]],
+                      gpus_per_node={gpu: 3, slow: 3})
     consts = load_runtime_constants(files["constants"])        # measured with the profile, before planning
     ctx.settings = ours(files["constants"]).with_(hidden_dropout=0.0, attention_dropout=0.0)   # RunConfig: 0
     ctx.network = ctx.network.with_class_links({"cross_zone": Link(SLOW_LINK["cross_zone_gbps"] * 1e9 / 8,
                                                                    SLOW_LINK["cross_zone_latency_s"])})
     if plan_path is not None:
         share = core_sharing(Plan.load(plan_path), ctx, consts.cores or os.cpu_count() or 1, PROFILED_RANKS,
-                             consts.core_share_table)
+                             consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
         ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale)
     return ctx
+
+
+def core_demand_by_type(gpu: str) -> dict[str, float]:
+    """The emulated slow type's ranks hold a core 1/S of their (emulated) compute time: they sleep the rest."""
+    return {slow_type_of(gpu): 1.0 / SLOW_TYPE_SLOWDOWN}
 
 
 def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path]) -> dict[str, float]:
@@ -298,7 +356,7 @@ def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dic
     from planner.simulator.core_sharing import core_sharing
     for n, p in paths.items():
         share = core_sharing(Plan.load(p), contexts(model_path, files, gpu), cores, PROFILED_RANKS,
-                             consts.core_share_table)
+                             consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
         print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}")
 
 
@@ -339,7 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     planned = out / "plan_planner.json"
     if not (args.reanalyse and planned.is_file()):
         planned = run_planner(out, model_path, files, f"{gpu}@{ZONE}=2")
-    paths, worlds = {"planner": planned}, {"planner": 2}
+    slow = slow_type_of(gpu)
+    het = out / "plan_planner-het.json"
+    if not (args.reanalyse and het.is_file()):
+        het = run_planner(out, model_path, emulated_type_files(files, SLOW_TYPE_SLOWDOWN, {gpu: 1, slow: 3}),
+                          f"{gpu}@{ZONE}=1,{slow}@{ZONE}=3", name="planner-het")
+    paths, worlds = {"planner": planned, "planner-het": het}, {"planner": 2, "planner-het": 4}
     for name, (d, world) in fixed_plans(gpu).items():
         paths[name], worlds[name] = out / f"plan_{name}.json", world
         paths[name].write_text(json.dumps(d, indent=1))
@@ -354,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             emu = {paths["slow-link"]: SLOW_LINK} if "slow-link" in names else None
             got = run_plans(out, model_path, [paths[n] for n in names], args.iters, args.warmup, nproc=world,
-                            reprofile=reprofile if world == 2 else None, emulation=emu)
+                            reprofile=reprofile if world == 2 else None, emulation=emu,
+                            slowdown_by_type={slow: SLOW_TYPE_SLOWDOWN})
         measured.update(zip(names, got))
     upfront = predict_all(model_path, files, gpu, paths)
     summary, table = {}, []

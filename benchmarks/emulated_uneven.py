@@ -35,21 +35,11 @@ from planner.ports import free_port  # noqa: E402
 from planner.progress import status  # noqa: E402
 
 
-def emulated_files(out: Path, files: dict[str, Path], slowdown: float) -> tuple[str, str, Path]:
-    from megatron_sailor.profiler.io import emulated_catalog_entry, emulated_costs, write_profile
-    from planner.profiles import parse_profile_file
+def emulated_files(files: dict[str, Path], slowdown: float) -> tuple[str, str, dict]:
+    """(fast type, slow type, files with both profiles and a catalog of 1 fast + 3 slow GPUs per node)."""
     fast = cl.gpu_type_of(files)
-    slow = f"{fast}-slow{slowdown:g}"
-    costs = emulated_costs(parse_profile_file(files["profile"]), slow, slowdown)
-    prof = out / "profile_slow.json"
-    write_profile(prof, json.loads(files["profile"].read_text())["model"], slow, costs,
-                  {"emulated_from": fast, "slowdown": slowdown})
-    catalog = json.loads(files["catalog"].read_text())
-    entry = emulated_catalog_entry(catalog[fast], slowdown)
-    entry["gpus_per_node"] = 3
-    catalog = {fast: dict(catalog[fast], gpus_per_node=1), slow: entry}
-    (out / "catalog.json").write_text(json.dumps(catalog, indent=1))
-    return fast, slow, prof
+    slow = cl.slow_type_of(fast, slowdown)
+    return fast, slow, cl.emulated_type_files(files, slowdown, {fast: 1, slow: 3})
 
 
 def even_version(plan_path: Path, out: Path) -> Path:
@@ -117,9 +107,8 @@ def main() -> int:
     if not (args.reuse_profile and all(p.is_file() for p in files.values())):
         with status("profiling this machine (sailor-profile, 2 ranks)"):
             files = cl.run_profile(pdir, model_path, mbs=[1, 2], tp=[1])   # TP 1 only in this demo
-    fast, slow, slow_prof = emulated_files(out, files, args.slowdown)
-    efiles = {"profile": files["profile"], "profiles": [files["profile"], slow_prof],
-              "network": files["network"], "catalog": out / "catalog.json"}
+    fast, slow, efiles = emulated_files(files, args.slowdown)
+    slow_prof = efiles["slow_profile"]
     with status("planning (sailor-plan)"):
         planned = cl.run_planner(out, model_path, efiles, f"{fast}@{cl.ZONE}=1,{slow}@{cl.ZONE}=3", name="uneven")
     even = even_version(planned, out)

@@ -9,7 +9,9 @@ a window of 2, 4 or 8 micro-batch sizes) and the four constants of the ``sailor-
 runs it is fitted on. Printed, in this order:
 
 1. leave-one-out: each run predicted with every choice made on the other 14 (per-run table, then summary);
-2. node-count splits: choices made on the runs of some node counts, errors on the others;
+2. node-count splits: choices made on the runs of some node counts, errors on the others (both halves, then
+   leave-one-node-count-out: each node count predicted with every choice made on the other node counts), and
+   leave-one-micro-batch-size-out (the runs' other axis: the 16-32-node runs all use micro-batch 8);
 3. in-sample: choices made on all 15 and evaluated on the same 15 (optimistic; what ``--write`` stores in
    ``planner/data/calibration_sailor_deepspeed.json`` with the names of the runs);
 4. no fitted constants at all (smoothing off, defaults), and the held-out data sets this folder lacks.
@@ -140,6 +142,16 @@ def split_errors(err: Errors, fit_on: list[int], test_on: list[int]) -> np.ndarr
     return err.rel[choose(err, fit_on), test_on]
 
 
+def leave_one_group_out(err: Errors, groups: list[int]) -> np.ndarray:
+    """Per run: its signed error under the config chosen on the runs of every *other* group (grouped
+    cross-validation: e.g. groups = node counts, so no run of the predicted node count is in the fit)."""
+    out = np.empty(len(groups))
+    for g in sorted(set(groups)):
+        test_on = [i for i, x in enumerate(groups) if x == g]
+        out[test_on] = split_errors(err, [i for i, x in enumerate(groups) if x != g], test_on)
+    return out
+
+
 def summary(rel: np.ndarray) -> str:
     a = np.abs(rel)
     return f"MAPE {100 * a.mean():.2f}% (max {100 * a.max():.1f}%)"
@@ -181,6 +193,13 @@ def _print_splits(cases: list[Case], t_err: Errors, m_err: Errors) -> None:
     for name, fit_on, test_on in (("fit N<=8, test N16-32", small, large), ("fit N16-32, test N<=8", large, small)):
         t, m = split_errors(t_err, fit_on, test_on), split_errors(m_err, fit_on, test_on)
         print(f"{name:<24} n_fit={len(fit_on):>2} n_test={len(test_on):>2} | time {summary(t)} | memory {summary(m)}")
+    for name, key in (("node-count", lambda c: c.nodes), ("micro-batch-size", lambda c: c.plan.micro_batch_size)):
+        groups = [key(c) for c in cases]
+        t, m = leave_one_group_out(t_err, groups), leave_one_group_out(m_err, groups)
+        per = ", ".join(f"{g}: {100 * np.abs(t[[i for i, x in enumerate(groups) if x == g]]).mean():.1f}%"
+                        for g in sorted(set(groups)))
+        print(f"leave-one-{name}-out ({len(set(groups))} groups) | time {summary(t)} | memory {summary(m)} | "
+              f"time MAPE per held-out {name}: {per}")
 
 
 def consumer_example(data: str | Path) -> str:

@@ -11,7 +11,10 @@ the *busy ranks seen by computing work*: for every second of a rank's forward/ba
 of ranks busy at that moment (itself included), averaged over all compute seconds. A TP rank counts as
 ``core_demand`` of a rank: its profiled compute beyond its ``1/tp`` share of the same layers at TP 1 is time
 spent waiting on its peers' all-reduces, which holds no core. The multiplier is the table's slowdown at
-(busy ranks / cores) over its slowdown at the profile's (profiled ranks / cores), never below 1. Since the
+(busy ranks / cores) over its slowdown at the profile's (profiled ranks / cores), never below 1. A GPU type
+can also declare a core demand of its own (``demand_by_type``): an emulated type whose ranks sleep
+``(S - 1) x`` their measured compute (megatron_sailor.runtime.emulation) holds a core ``1/S`` of its
+profiled compute time. Since the
 timeline itself stretches with the multiplier (transfers and the optimizer step do not), the multiplier is
 the fixed point ``x = term(busy_ranks(timeline at x))``, found by bisection.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from planner.errors import InputError
 from planner.plan import Plan, Replica
@@ -79,10 +83,17 @@ def busy_ranks_seen(timeline: Timeline, ranks: dict[tuple[int, int], float]) -> 
 
 
 def core_sharing(plan: Plan, ctx: SimContext, cores: int, profiled_ranks: float,
-                 table: tuple[tuple[float, float], ...] = (), tol: float = 1e-9) -> CoreSharing:
+                 table: tuple[tuple[float, float], ...] = (), tol: float = 1e-9,
+                 demand_by_type: Mapping[str, float] | None = None) -> CoreSharing:
     """The core-sharing multiplier of ``plan`` (see the module docstring), on top of ``ctx``'s own
-    ``compute_scale``."""
-    ranks = {(s, j): rep.tp * core_demand(plan, ctx, s, j, rep) for s, j, rep in plan.replicas()}
+    ``compute_scale``. ``demand_by_type``: fraction of a core a rank of that GPU type holds while it computes
+    (default 1; in (0, 1])."""
+    demand = dict(demand_by_type or {})
+    for g, d in demand.items():
+        if not 0.0 < d <= 1.0:
+            raise InputError(f"core demand of GPU type {g!r} must be in (0, 1], got {d}")
+    ranks = {(s, j): rep.tp * core_demand(plan, ctx, s, j, rep) * demand.get(rep.gpu_type, 1.0)
+             for s, j, rep in plan.replicas()}
     base = ctx.settings.compute_scale
 
     def busy_at(x: float) -> float:

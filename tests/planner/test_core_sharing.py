@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from planner.cluster import parse_gpus
+from planner.errors import InputError
 from planner.plan import Plan
 from planner.search import Objective, SearchSpace, build_plan, plan_search
 from planner.simulator import simulate
@@ -77,6 +78,20 @@ def test_sequential_stages_share_no_cores_but_replicas_do(tmp_path):
     # enough cores: nothing
     assert core_sharing(_plan([(3, [(GPU, 1)]), (3, [(GPU, 1)]), (L - 6, [(GPU, 1)])]), ctx, 4, 2,
                         TABLE).compute_scale == 1.0
+
+
+def test_emulated_type_holds_its_declared_core_demand(tmp_path):
+    """Ranks of a type that sleeps half its compute (an emulated 2x slower type) count as half a rank."""
+    ctx = _ctx(tmp_path)
+    L = cl.MODEL["num_layers"]
+    dp = _plan([(L, [(GPU, 1)] * 3)], [3, 3, 3])
+    half = core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={GPU: 0.5})
+    assert half.busy_ranks == pytest.approx(1.5)
+    assert half.compute_scale == pytest.approx(max(1.0, core_share_scale(1.5, 2, 2, TABLE)), rel=1e-6)
+    assert core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={"other": 0.5}).busy_ranks == pytest.approx(3.0)
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(InputError, match="core demand"):
+            core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={GPU: bad})
 
 
 def test_multiplier_is_the_fixed_point_of_the_term(tmp_path):

@@ -45,14 +45,40 @@ def test_emulated_files_scale_the_profile(tmp_path: Path) -> None:
                                                     "usd_per_hour": 0.1, "gpus_per_node": 2})
     out = tmp_path / "emu"
     out.mkdir()
-    fast, slow, prof = eu.emulated_files(out, files, 4.0)
+    fast, slow, efiles = eu.emulated_files(files, 4.0)
     assert (fast, slow) == ("cpu-x", "cpu-x-slow4")
-    doc = json.loads(prof.read_text())
+    doc = json.loads(efiles["slow_profile"].read_text())
     assert doc["gpu_type"] == slow and doc["entries"][0]["layers_s"][0] == pytest.approx([4e-3, 8e-3])
-    cat = json.loads((out / "catalog.json").read_text())
+    assert efiles["profiles"] == [files["profile"], efiles["slow_profile"]]
+    cat = json.loads(efiles["catalog"].read_text())
     assert cat[fast]["gpus_per_node"] == 1 and cat[slow]["gpus_per_node"] == 3
+    assert cat[slow]["peak_flops"] == pytest.approx(cat[fast]["peak_flops"] / 4)
+    # the closed loop's node sizes go to another file: neither overwrites the other
+    other = cl.emulated_type_files(files, 4.0, {fast: 3, slow: 3})["catalog"]
+    assert other != efiles["catalog"] and json.loads(efiles["catalog"].read_text())[fast]["gpus_per_node"] == 1
     nodes = eu.write_nodes(out, fast, slow, 4.0).read_text()
     assert "emulate: {slowdown: 4.0" in nodes and "gpus_per_node: 3" in nodes
+
+
+def test_slow_type_plans_put_later_stages_on_the_emulated_type() -> None:
+    plans = cl.fixed_plans("g")
+    slow = cl.slow_type_of("g")
+    for name, stages, world in (("slow-type-2", 2, 2), ("slow-type-4", 4, 4)):
+        d, w = plans[name]
+        p = Plan.from_dict(d)
+        assert w == world == p.world_size and p.num_stages == stages
+        assert [s.replicas[0].gpu_type for s in p.stages] == ["g"] + [slow] * (stages - 1)
+        assert sum(s.num_layers for s in p.stages) == cl.MODEL["num_layers"]
+
+
+def test_worker_emulation_per_rank_gpu_type() -> None:
+    job = {"emulation": {"a.json": cl.SLOW_LINK}, "slowdown_by_type": {"g-slow2": 2.0}}
+    both = cl.rank_emulation(job, "a.json", "g-slow2")
+    assert both.slowdown == 2.0 and both.cross_zone_gbps == cl.SLOW_LINK["cross_zone_gbps"]
+    assert cl.rank_emulation(job, "a.json", "g").slowdown == 1.0
+    assert cl.rank_emulation(job, "b.json", "g-slow2").slowdown == 2.0
+    assert cl.rank_emulation(job, "b.json", "g") is None or not cl.rank_emulation(job, "b.json", "g").active
+    assert cl.rank_emulation({"emulation": {}}, "b.json", "g") == cl.rank_emulation({}, "b.json", "g")
 
 
 def test_print_table_summary(capsys: pytest.CaptureFixture) -> None:

@@ -48,16 +48,23 @@ def test_worker_measures_and_simulator_predicts(tmp_path, monkeypatch):
              "slow-link": tmp_path / "plan_slow-link.json"}
     paths["slow-link"].write_text(json.dumps(cl.plan_dict([(1, [(GPU, 1)]), (1, [(GPU, 1)])], 1,
                                                           zones=["local-a", "local-b"])))
+    slow = cl.slow_type_of(GPU)
+    paths["slow-type"] = tmp_path / "plan_slow-type.json"
+    paths["slow-type"].write_text(json.dumps(cl.plan_dict([(1, [(GPU, 1)]), (1, [(slow, 1)])], 1)))
+    files = cl.emulated_type_files(files, cl.SLOW_TYPE_SLOWDOWN, {GPU: 3, slow: 3})
     from planner.plan import Plan
     reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2], "gpu_type": GPU, "out": str(tmp_path / "profile_rounds.json")}
     got = cl.run_plans(tmp_path, model_path, list(paths.values()), iters=2, warmup=1, nproc=2,
-                       reprofile=reprofile, emulation={paths["slow-link"]: cl.SLOW_LINK})
+                       reprofile=reprofile, emulation={paths["slow-link"]: cl.SLOW_LINK},
+                       slowdown_by_type={slow: cl.SLOW_TYPE_SLOWDOWN})
     assert [r["plan"] for r in got] == [str(p) for p in paths.values()]
     for r in got:
         assert len(r["times_s"]) == 2 and all(t > 0 and math.isfinite(t) for t in r["times_s"])
         assert r["p10_s"] <= r["median_s"] <= r["p90_s"]
     # the emulated slow link delays each of the 2 x 8 boundary crossings by at least its latency
     assert got[1]["median_s"] >= 16 * cl.SLOW_LINK["cross_zone_latency_s"]
+    # the emulated slow type slows exactly the rank its stage puts on that type
+    assert [r["rank_slowdown"] for r in got] == [[1.0, 1.0], [1.0, 1.0], [1.0, cl.SLOW_TYPE_SLOWDOWN]]
     cl.summarise_rounds(tmp_path / "profile_rounds.json", tmp_path / "profile_interleaved.json", "median")
     predicted = cl.predict_all(model_path, files, GPU, paths)
     assert set(predicted) == set(paths) and all(t > 0 and math.isfinite(t) for t in predicted.values())
