@@ -57,8 +57,9 @@ class SearchSpace:
     - ``max_stages``: pipeline depth S in 1..min(layers, max_stages);
     - ``mbs_options`` / ``tp_options``: restrict micro-batch sizes and TP degrees (default: every profiled
       (mbs, tp) of each GPU type, or 1, 2, 4, 8 for analytic estimates);
-    - ``split``: ``"family"`` (first/last stage sizes free, middle even), ``"even_ids"`` (Sailor: the L + 2
-      layer ids incl. embedding and head split evenly), ``"even"`` (Megatron: S divides L, equal stages),
+    - ``split``: ``"family"`` (first/last stage sizes free, middle even or a staircase: docs/PLANNER.md 1
+      item 4), ``"even_ids"`` (Sailor: the L + 2 layer ids incl. embedding and head split evenly), ``"even"``
+      (Megatron: S divides L, equal stages),
       ``"even_last"`` (Sailor's space: L split evenly, the extra layers on the last stages; in the family);
     - ``tp_rule``: ``"any"`` or ``"min_fit"`` (Sailor: the smallest TP whose stages fit memory);
     - ``uniform_microbatches``: every pipeline runs N / D micro-batches (D must divide N);

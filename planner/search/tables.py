@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 import numpy as np
 
+from planner.search.splits import front_loaded
 from planner.simulator import formulas as F
 from planner.simulator.activations import recompute_peak_excess_bytes
 from planner.simulator.settings import SimContext
@@ -247,11 +248,14 @@ def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: s
 
 @lru_cache(maxsize=None)
 def split_family(num_layers: int, num_stages: int) -> np.ndarray:
-    """The declared layer splits: first and last stage sizes free, middle stages as even as possible.
+    """The declared layer splits: first and last stage sizes free; the middle stages either as even as
+    possible (sizes differing by at most one, the larger ones at later positions: they keep fewer
+    micro-batches in flight) or a *staircase* (:func:`planner.search.splits.front_loaded` without memory
+    caps: ``M`` layers on each of the first middle stages, one stage with the rest, then one layer each; the
+    smallest suffix sums for its largest stage ``M``, which the 1F1B round-trip bounds are non-decreasing in).
 
-    Every stage gets >= 1 layer; middle stages share the remaining layers with sizes differing by at most
-    one, the larger ones at later positions (they keep fewer micro-batches in flight). For S <= 3 this is
-    every composition of the layers. Returns an int array [K, S].
+    Every stage gets >= 1 layer. For S <= 3 this is every composition of the layers. Returns an int array
+    [K, S]: the even-middle splits first (in the order of earlier versions), then the staircases not among them.
     """
     L, S = num_layers, num_stages
     rows: list[list[int]] = []
@@ -264,6 +268,13 @@ def split_family(num_layers: int, num_stages: int) -> np.ndarray:
         for c in range(1, L - mid - a + 1):
             q, r = divmod(L - a - c, mid)
             rows.append([a] + [q] * (mid - r) + [q + 1] * r + [c])
+    if S >= 4:
+        seen = {tuple(x) for x in rows}
+        for a in range(1, L - mid):
+            for c in range(1, L - mid - a + 1):
+                m = front_loaded(L - a - c, [L] * mid, -(-(L - a - c) // mid))
+                if (a,) + m + (c,) not in seen:
+                    rows.append([a, *m, c])
     out = np.array(rows, dtype=np.int64).reshape(-1, S)
     out.flags.writeable = False
     return out

@@ -44,6 +44,14 @@ def test_contexts_use_the_measured_core_sharing_table(tmp_path):
         p = tmp_path / f"{name}.json"
         p.write_text(json.dumps(d))
         ctx = cl.contexts(model, files, GPU, p)
+        if name == "slow-type-4":
+            # 1 + 3 emulated ranks that sleep half their compute: no more sharing than 4 full ranks would see
+            from planner.plan import Plan
+            from planner.simulator.core_sharing import core_sharing
+            full = core_sharing(Plan.load(p), cl.contexts(model, files, GPU), 2, cl.PROFILED_RANKS,
+                                ((0.5, 1.0), (1.0, 1.2), (1.5, 2.1)))
+            assert 1.0 <= ctx.settings.compute_scale < full.compute_scale
+            continue
         if world == 2 or name == "mixed-tp":
             # 2 ranks on 2 cores, as profiled: no sharing; mixed-tp: this profile's TP 2 is no faster than
             # TP 1, so its two ranks hold one core between them (core_sharing.core_demand)

@@ -23,8 +23,14 @@ def compositions(n: int, k: int):
 
 
 def in_family(split: tuple[int, ...]) -> bool:
+    """Middle stages even with the larger ones last, or a staircase: the smallest possible largest stage M on
+    the first middle stages, one stage with the rest, then one layer each (docs/PLANNER.md 1, item 4)."""
     mid = split[1:-1]
-    return len(mid) < 2 or (max(mid) - min(mid) <= 1 and list(mid) == sorted(mid))
+    if len(mid) < 2 or (max(mid) - min(mid) <= 1 and list(mid) == sorted(mid)):
+        return True
+    top = -(-sum(mid) // len(mid))
+    inner = [c for c in mid if 1 < c < top]
+    return max(mid) == top and list(mid) == sorted(mid, reverse=True) and len(inner) <= 1
 
 
 def balanced(caps: list[int], subset: tuple[int, ...], d: int) -> list[int] | None:

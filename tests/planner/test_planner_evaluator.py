@@ -116,7 +116,7 @@ def test_link_time_vectorised_matches_scalar():
 def test_split_family_and_zone_options():
     fam = split_family(7, 4)
     assert all(r.sum() == 7 and r.min() >= 1 for r in fam)
-    assert all(r[2] - r[1] in (0, 1) for r in fam)
+    assert all(abs(r[2] - r[1]) <= 1 for r in fam)        # even middle, larger stage last or first (staircase)
     assert len({tuple(r) for r in fam}) == len(fam)
     assert len(split_family(6, 3)) == 10          # S <= 3: every composition, C(5, 2)
     opts = zone_splits((2, 3), 10)
