@@ -88,8 +88,8 @@ def measure_core_sharing(cores: int, target_s: float = 0.5, max_procs: int = 8, 
 
 
 def constants_document(baseline_bytes: int, reserve: float, core_share: list[tuple[float, float]], cores: int,
-                       command: str) -> dict:
-    return {
+                       command: str, sharded_scale: float | None = None) -> dict:
+    doc = {
         "format": "megatron-sailor-runtime-constants/1",
         "machine": f"{platform.processor() or platform.machine()} ({cores} cores, {platform.node()})",
         "measured_by": command,
@@ -110,6 +110,12 @@ def constants_document(baseline_bytes: int, reserve: float, core_share: list[tup
                           "n = 1 .. 2 x cores, at the load average above",
         },
     }
+    if sharded_scale is not None:       # measured with the network profile (--network-out, >= 2 ranks)
+        doc["sharded_collective_scale"] = round(float(sharded_scale), 4)
+        doc["notes"]["sharded_collective_scale"] = (
+            "reduce-scatter + all-gather of the largest network-profile size over the all-reduce of the same "
+            "buffer (the distributed optimizer's calls against the ones they replace), at least 1")
+    return doc
 
 
 def write_constants(path: str, doc: dict) -> None:

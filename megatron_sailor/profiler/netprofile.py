@@ -184,6 +184,39 @@ def _allreduce(nbytes: int, warmup: int, repeats: int, device: Any) -> list[floa
     return out
 
 
+def _sharded_vs_allreduce(nbytes: int, warmup: int, repeats: int, device: Any) -> tuple[float, float]:
+    """Median seconds of (reduce-scatter + all-gather, all-reduce) of one flat fp32 buffer of about ``nbytes``:
+    the calls the distributed optimizer makes (megatron_sailor/runtime/shard_comm.py) against the all-reduce
+    they replace, alternating block by block so both see the same load."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    world = dist.get_world_size()
+    per = max(1, nbytes // 4 // world)
+    buf = torch.zeros(per * world, dtype=torch.float32, device=device)
+    seg = torch.zeros(per, dtype=torch.float32, device=device)
+    sharded, plain = [], []
+    for i in range(warmup + repeats):
+        for out, call in ((sharded, lambda: (dist.reduce_scatter_tensor(seg, buf),
+                                             dist.all_gather_into_tensor(buf, seg))),
+                          (plain, lambda: dist.all_reduce(buf))):
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= warmup:
+                out.append(time.perf_counter() - start)
+    return statistics.median(sharded), statistics.median(plain)
+
+
+def sharded_collective_scale(sharded_s: float, allreduce_s: float) -> float:
+    """``RuntimeSettings.sharded_collective_scale`` from one measurement: how much slower reduce-scatter +
+    all-gather ran than the all-reduce (the ring model prices them alike); never below 1."""
+    return max(1.0, sharded_s / allreduce_s) if allreduce_s > 0 else 1.0
+
+
 @dataclass
 class NetworkResult:
     hosts: list[str]
@@ -195,6 +228,8 @@ class NetworkResult:
     allreduce: LinkFit | None
     p2p_rounds: list[dict[int, list[float]]] = field(default_factory=list)   # each round's medians (rank 0)
     allreduce_rounds: list[list[float]] = field(default_factory=list)
+    sharded_s: float | None = None        # reduce-scatter + all-gather of the largest size (None: one rank)
+    sharded_allreduce_s: float | None = None   # the all-reduce of the same buffer, measured alongside
 
 
 def _measure_round(sizes: Sequence[int], warmup: int, repeats: int, device: Any
@@ -234,6 +269,7 @@ def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repea
         p2p_rounds.append(p2p_round)
         ar_rounds.append(ar_round)
     p2p, ar = aggregate_network_rounds(p2p_rounds, ar_rounds)
+    sh = _sharded_vs_allreduce(max(sizes), warmup, repeats, device) if world > 1 else (None, None)
     if dist.get_rank() != 0:
         return NetworkResult(list(hosts), list(sizes), {}, ar, None, None, None)
     classes = classify_pairs(hosts)
@@ -243,4 +279,5 @@ def profile_network(sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 2, repea
         fits[cls] = fit_latency_bandwidth(sizes, median_by_size([p2p[r] for r in peers])) if peers else None
     return NetworkResult(hosts=list(hosts), sizes=list(sizes), p2p_s=p2p, allreduce_s=ar, intra=fits["intra"],
                          inter=fits["inter"], allreduce=fit_latency_bandwidth(sizes, ar) if ar else None,
-                         p2p_rounds=p2p_rounds, allreduce_rounds=ar_rounds)
+                         p2p_rounds=p2p_rounds, allreduce_rounds=ar_rounds, sharded_s=sh[0],
+                         sharded_allreduce_s=sh[1])

@@ -110,6 +110,9 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
     atomic_write_text(Path(args.network_out), json.dumps(doc, indent=1) + "\n")
     raw = {"hosts": net.hosts, "sizes": net.sizes, "p2p_one_way_s": {str(k): v for k, v in net.p2p_s.items()},
            "allreduce_s": net.allreduce_s}
+    if net.sharded_s is not None:
+        raw["sharded_collectives"] = {"bytes": max(net.sizes), "reduce_scatter_plus_all_gather_s": net.sharded_s,
+                                      "all_reduce_s": net.sharded_allreduce_s}
     if args.rounds > 1:
         raw["rounds"] = {"rounds": args.rounds, "per_round_statistic": "median", "value": "median over rounds",
                          "p2p_one_way_s": [{str(k): v for k, v in r.items()} for r in net.p2p_rounds],
@@ -123,7 +126,8 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
     return {"intra_node_bw_bytes_per_s": link.bw_bytes_per_s, "intra_node_latency_s": link.latency_s}
 
 
-def _write_constants(args: argparse.Namespace, torch: Any, baseline_bytes: int) -> None:
+def _write_constants(args: argparse.Namespace, torch: Any, baseline_bytes: int,
+                     sharded_scale: float | None = None) -> None:
     from megatron_sailor.profiler.constants import (constants_document, measure_core_sharing, reserve_factor,
                                                     write_constants)
     import json
@@ -132,12 +136,13 @@ def _write_constants(args: argparse.Namespace, torch: Any, baseline_bytes: int) 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     argv = json.loads(os.environ[ARGV_ENV]) if ARGV_ENV in os.environ else sys.argv[1:]
     doc = constants_document(baseline_bytes, reserve_factor(torch), measure_core_sharing(cores), cores,
-                             "sailor-profile " + " ".join(argv))
+                             "sailor-profile " + " ".join(argv), sharded_scale)
     write_constants(args.runtime_constants_out, doc)
     share = ", ".join(f"{r:g}/core x{s:.2f}" for r, s in doc["core_share"]["ranks_per_core_slowdown"])
     print(f"runtime constants written: {args.runtime_constants_out} (memory overhead "
           f"{doc['memory_overhead_bytes'] / 2**20:.0f} MiB, reserve x{doc['activation_reserve_factor']}, "
-          f"core sharing {share})")
+          f"core sharing {share}"
+          + (f", sharded collectives x{sharded_scale:.2f}" if sharded_scale is not None else "") + ")")
 
 
 def run_profiles(args: argparse.Namespace, model: Any) -> int:
@@ -163,14 +168,17 @@ def run_profiles(args: argparse.Namespace, model: Any) -> int:
             _write_model(args, model, result, gpu_type, world)
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             catalog.update(device_catalog_fields(torch, local, args.usd_per_hour))
+    sharded_scale = None
     if args.network_out:
-        from megatron_sailor.profiler.netprofile import DEFAULT_SIZES, profile_network
+        from megatron_sailor.profiler.netprofile import DEFAULT_SIZES, profile_network, sharded_collective_scale
         net = profile_network(tuple(args.sizes or DEFAULT_SIZES), warmup=args.warmup, repeats=args.repeats,
                               rounds=args.rounds)
         if rank == 0:
             catalog.update(_write_network(args, net, gpu_type))
+            if net.sharded_s is not None and net.sharded_allreduce_s is not None:
+                sharded_scale = sharded_collective_scale(net.sharded_s, net.sharded_allreduce_s)
     if rank == 0 and args.runtime_constants_out:
-        _write_constants(args, torch, baseline_bytes)
+        _write_constants(args, torch, baseline_bytes, sharded_scale)
     if rank == 0 and args.catalog_out and catalog:
         from megatron_sailor.profiler.io import merge_catalog_entry
         merge_catalog_entry(args.catalog_out, gpu_type, catalog)

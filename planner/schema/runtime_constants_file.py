@@ -30,4 +30,6 @@ class RuntimeConstantsFile(Strict):
     memory_overhead_bytes: NonNeg
     activation_reserve_factor: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=1.0)]
     core_share: Optional[CoreShareIn] = None
+    sharded_collective_scale: Optional[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=1.0,
+                                                              le=1000.0)]] = None
     notes: Optional[dict[Name, Text]] = None

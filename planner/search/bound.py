@@ -252,7 +252,7 @@ def _ring_floor(links, n, grad_b: float, param_b: float, inner: bool = False) ->
     plain = F.ring_s(n, g_chunk)
     if inner:
         plain = F.zone_reduce_broadcast_s(plain)
-    dist = F.ring_halves_s(n, 2 if inner else 1, g_chunk, 1, p_chunk)
+    dist = F.ring_halves_s(n, 2 if inner else 1, g_chunk, 1, p_chunk, 1.0)   # a floor: the real scale is >= 1
     return np.where(n > 1, np.minimum(plain, dist), 0.0)
 
 

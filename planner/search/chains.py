@@ -240,7 +240,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             if not grp.names:
                 continue
             d_cap = min(n_mb, int(grp.caps.max()))
-            for rc, dist in product(space.recompute, chain_dist_options(space)):
+            for rc, dist in product(space.recompute, chain_dist_options(space, ctx.settings.sharded_collective_scale)):
                 if stop():
                     return False
                 tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
@@ -271,7 +271,7 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
     tied = (cache.tied, grp.names) if space.tie_embeddings else None
     for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches,
                                                   tied):
-        if dist and d == 1 and False in chain_dist_options(space):
+        if dist and d == 1 and False in chain_dist_options(space, ctx.settings.sharded_collective_scale):
             continue        # one pipeline: the same plan as without the distributed optimizer (searched too)
         stats.chains_exact += len(sel)
         for i in np.argsort(keys, kind="stable")[:best.k]:

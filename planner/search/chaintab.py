@@ -92,7 +92,8 @@ def stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: ChainGroup
                 t = F.ring_s(d[None, :], link_time(link, nbytes / dd))
             else:       # reduce-scatter of gradients + all-gather of parameters (stage_sync's flat ring)
                 t = F.ring_halves_s(d[None, :], 1, link_time(link, nbytes / dd), 1,
-                                    link_time(link, (params[gi] * pbytes)[:, None] / dd))
+                                    link_time(link, (params[gi] * pbytes)[:, None] / dd),
+                                    ctx.settings.sharded_collective_scale)
             sync[gi] = np.where(d[None, :] > 1, t, 0.0)
         cache.patterns[key] = sync
     sync = cache.patterns[key]

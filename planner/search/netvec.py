@@ -181,7 +181,8 @@ class _Chooser:
             if np.any(sel):
                 tg = link_time(self.link(q), nbytes[sel] / nn[sel])
                 out[sel] = F.ring_s(nn[sel], tg) if param is None else \
-                    F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]))
+                    F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]),
+                                    self.cache.ctx.settings.sharded_collective_scale)
         return np.where(has & (n > 1), out, 0.0)
 
 

@@ -252,14 +252,15 @@ def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, optio
         for k in range(1, max_types + 1):
             for subset in combinations(types, k):
                 combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+                scale = ctx.settings.sharded_collective_scale
                 if not dist:
-                    combos = [c for c in combos if not dist_dominated(space, c)
-                              and not 0 < plain_rows_cap(space, c) < len(c)]     # rows have D >= len(c)
+                    combos = [c for c in combos if not dist_dominated(space, c, scale)
+                              and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
                 for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
                                                           objective, rc, dist)):
                     if b < np.inf:
                         tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
                                           task_dmax(cluster, combo, s_num, gbs // mbs) if dist
-                                          else plain_rows_cap(space, combo)))
+                                          else plain_rows_cap(space, combo, scale)))
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
     return tasks

@@ -31,6 +31,7 @@ class RuntimeConstants:
     activation_reserve_factor: float
     core_share_table: tuple[tuple[float, float], ...] = ()   # (ranks per core, compute slowdown vs 1 rank alone)
     cores: int = 0
+    sharded_collective_scale: float = 1.0   # (reduce-scatter + all-gather) / all-reduce time, measured
 
 
 def constants_path() -> Path:
@@ -61,7 +62,8 @@ def load_runtime_constants(path: str | Path | None = None) -> RuntimeConstants:
                             per_microbatch_overhead_s=float(doc.per_microbatch_overhead_s),
                             memory_overhead_bytes=float(doc.memory_overhead_bytes),
                             activation_reserve_factor=float(doc.activation_reserve_factor),
-                            core_share_table=table, cores=cores)
+                            core_share_table=table, cores=cores,
+                            sharded_collective_scale=float(doc.sharded_collective_scale or 1.0))
 
 
 def _slowdown(table: tuple[tuple[float, float], ...], per_core: float) -> float:

@@ -167,10 +167,12 @@ def update_s(update_s_per_param, params, dp, distributed: bool):
     return t / dp if distributed else t
 
 
-def ring_halves_s(n, grad_halves, grad_chunk_s, param_halves, param_chunk_s):
+def ring_halves_s(n, grad_halves, grad_chunk_s, param_halves, param_chunk_s, scale):
     """Ring collectives of the distributed optimizer: each half is ``n - 1`` steps of one chunk; a ring
-    all-reduce of gradients is 2 gradient halves, reduce-scatter + all-gather is 1 gradient + 1 parameter half."""
-    return (n - 1) * (grad_halves * grad_chunk_s + param_halves * param_chunk_s)
+    all-reduce of gradients is 2 gradient halves, reduce-scatter + all-gather is 1 gradient + 1 parameter half.
+    ``scale`` (>= 1, ``RuntimeSettings.sharded_collective_scale``): how much slower the backend's
+    reduce-scatter and all-gather run than this ring model (1 for NCCL's rings; measured by sailor-profile)."""
+    return (n - 1) * (grad_halves * grad_chunk_s + param_halves * param_chunk_s) * scale
 
 
 def ring_s(n, chunk_s):

@@ -45,6 +45,8 @@ class RuntimeSettings:
                                              # 0.16.1 saves, simulator/activations.py) or "korthikanti"
     constants_file: str = ""             # the data file the constants above came from ("" = code defaults)
     constants_error: str = ""            # why that file could not be read: simulate() refuses to run with it
+    sharded_collective_scale: float = 1.0    # the distributed optimizer's reduce-scatter + all-gather over the
+                                             # ring model (1: NCCL's ring collectives; gloo on CPU is slower)
     hidden_dropout: float = 0.0          # the run's --hidden-dropout / --attention-dropout: only p > 0 matters
     attention_dropout: float = 0.0       # (dropout masks are kept for backward)
 
@@ -58,6 +60,9 @@ class RuntimeSettings:
                      "hidden_dropout", "attention_dropout"):
             if getattr(self, name) < 0:
                 raise InputError(f"runtime setting '{name}' must be >= 0, got {getattr(self, name)!r}")
+        if not 1.0 <= self.sharded_collective_scale < float("inf"):
+            raise InputError("runtime setting 'sharded_collective_scale' must be >= 1 (the ring model is the "
+                             f"fastest these collectives run), got {self.sharded_collective_scale!r}")
 
     def with_(self, **changes: Any) -> "RuntimeSettings":
         return replace(self, **changes)
@@ -110,7 +115,8 @@ def ours(constants_file: str | Path | None = None) -> RuntimeSettings:
     return RuntimeSettings(p2p_all_tp_ranks=True, p2p_from_plan=True, hidden_dropout=0.1, attention_dropout=0.1,
                            per_microbatch_overhead_s=c.per_microbatch_overhead_s,
                            memory_overhead_bytes=c.memory_overhead_bytes,
-                           activation_reserve_factor=c.activation_reserve_factor, constants_file=c.source)
+                           activation_reserve_factor=c.activation_reserve_factor,
+                           sharded_collective_scale=c.sharded_collective_scale, constants_file=c.source)
 
 
 def _ours_or_refusal() -> RuntimeSettings:

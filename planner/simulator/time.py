@@ -148,7 +148,8 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
     def ring(n: int, link: Link, grad_halves: int = 1, param_halves: int = 1) -> float:
         if not dist:
             return _ring_s(n, grad_bytes, link)
-        return _halves_s(n, grad_bytes, param_bytes, link, grad_halves, param_halves)
+        return _halves_s(n, grad_bytes, param_bytes, link, grad_halves, param_halves,
+                         ctx.settings.sharded_collective_scale)
 
     ring_pairs = [(ends[i], ends[(i + 1) % d]) for i in range(d)]
     flat_t = ring(d, worst(ring_pairs))
@@ -176,13 +177,14 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
 
 
 def _halves_s(n: int, grad_bytes: float, param_bytes: float, link: Link, grad_halves: int,
-              param_halves: int) -> float:
+              param_halves: int, scale: float) -> float:
     """Ring phases of the distributed optimizer: ``grad_halves`` passes (n - 1 steps) of gradient chunks
-    (reduce-scatter, gather) and ``param_halves`` of parameter chunks (all-gather, broadcast)."""
+    (reduce-scatter, gather) and ``param_halves`` of parameter chunks (all-gather, broadcast), times the
+    backend's ``scale`` (:func:`F.ring_halves_s`)."""
     if n <= 1 or grad_bytes <= 0:
         return 0.0
     return F.ring_halves_s(n, grad_halves, link.checked_time_s(grad_bytes / n), param_halves,
-                           link.checked_time_s(param_bytes / n))
+                           link.checked_time_s(param_bytes / n), scale)
 
 
 def _ring_cross_bytes(zone_list: list[str], n: int, grad_bytes: float) -> dict[tuple[str, str], float]:

@@ -24,6 +24,15 @@ def test_the_default_preset_reads_the_data_file():
         (c.memory_overhead_bytes, c.per_microbatch_overhead_s, c.activation_reserve_factor)
 
 
+def test_the_measured_sharded_collective_scale_reaches_the_preset(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(dict(GOOD, sharded_collective_scale=3.25)))
+    assert ours(f).sharded_collective_scale == 3.25
+    f.write_text(json.dumps(GOOD))
+    assert ours(f).sharded_collective_scale == 1.0      # not measured: NCCL's ring collectives
+    assert OURS.sharded_collective_scale == 1.0         # the shipped file plans GPU clusters: not measured there
+
+
 def test_a_given_file_sets_the_preset_and_is_named_in_the_estimate(tmp_path):
     f = tmp_path / "c.json"
     f.write_text(json.dumps(GOOD))
@@ -38,6 +47,8 @@ def test_a_given_file_sets_the_preset_and_is_named_in_the_estimate(tmp_path):
     (lambda d: d.update(activation_reserve_factor=0.5), "field 'activation_reserve_factor' must be >= 1"),
     (lambda d: d.update(memory_overhead_bytes=-1), "field 'memory_overhead_bytes' must be >= 0.0, got -1"),
     (lambda d: d.pop("machine"), "missing required key\\(s\\) \\['machine'\\]"),
+    (lambda d: d.update(sharded_collective_scale=0.5), "field 'sharded_collective_scale' must be >= 1"),
+    (lambda d: d.update(sharded_collective_scale="fast"), "field 'sharded_collective_scale'"),
     (lambda d: d["core_share"]["ranks_per_core_slowdown"].append([1.0, 3.0]), "one ranks-per-core value twice"),
     (lambda d: d.update(format="x"), "field 'format'"),
 ])

@@ -75,6 +75,10 @@ class _Recorder:
         self.calls.append(("allreduce", nbytes, warmup, repeats))
         return [float(len(self.calls))] * repeats
 
+    def sharded(self, nbytes: int, warmup: int, repeats: int, device: object) -> tuple[float, float]:
+        self.calls.append(("sharded", nbytes, warmup, repeats))
+        return 3.0, 1.0
+
 
 def _profile_with_recorder(monkeypatch: pytest.MonkeyPatch, rank: int, world: int, rounds: int) -> tuple:
     import torch.distributed as dist
@@ -89,6 +93,7 @@ def _profile_with_recorder(monkeypatch: pytest.MonkeyPatch, rank: int, world: in
     monkeypatch.setattr(dist, "all_gather_object", gather)
     monkeypatch.setattr(npf, "_ping_pong", rec.ping_pong)
     monkeypatch.setattr(npf, "_allreduce", rec.allreduce)
+    monkeypatch.setattr(npf, "_sharded_vs_allreduce", rec.sharded)
     return npf.profile_network(SIZES, warmup=1, repeats=2, rounds=rounds), rec.calls
 
 
@@ -106,16 +111,36 @@ def _single_round_order(rank: int, world: int) -> list[tuple]:
 @pytest.mark.parametrize("rank", [0, 1, 2])
 def test_round_robin_order_is_the_single_round_order_repeated(monkeypatch: pytest.MonkeyPatch, rank: int) -> None:
     world = 3
+    # after the rounds, every rank measures the distributed optimizer's collectives once, at the largest size
+    sharded = [("sharded", max(SIZES), 1, 2)]
     _, one = _profile_with_recorder(monkeypatch, rank, world, rounds=1)
-    assert one == [("all_gather_object",)] + _single_round_order(rank, world)
+    assert one == [("all_gather_object",)] + _single_round_order(rank, world) + sharded
     net, three = _profile_with_recorder(monkeypatch, rank, world, rounds=3)
-    assert three == [("all_gather_object",)] + _single_round_order(rank, world) * 3
+    assert three == [("all_gather_object",)] + _single_round_order(rank, world) * 3 + sharded
+    if rank == 0:
+        assert (net.sharded_s, net.sharded_allreduce_s) == (3.0, 1.0)
+        assert npf.sharded_collective_scale(net.sharded_s, net.sharded_allreduce_s) == 3.0
     # collectives (barriers, all-reduces, the gather) in the same order on every rank: no deadlock
     if rank == 0:
         assert len(net.p2p_rounds) == 3 and len(net.allreduce_rounds) == 3
         p2p, ar = npf.aggregate_network_rounds(net.p2p_rounds, net.allreduce_rounds)
         assert net.p2p_s == p2p and net.allreduce_s == ar
         assert net.allreduce_rounds[0] != net.allreduce_rounds[1]      # each round measured anew
+
+
+def test_sharded_collective_scale_is_never_below_one() -> None:
+    assert npf.sharded_collective_scale(0.5, 1.0) == 1.0 and npf.sharded_collective_scale(2.5, 1.0) == 2.5
+    assert npf.sharded_collective_scale(1.0, 0.0) == 1.0
+
+
+def test_constants_document_carries_the_measured_scale_with_a_note() -> None:
+    from megatron_sailor.profiler.constants import constants_document
+    from planner.schema.base import validate
+    from planner.schema.files import RuntimeConstantsFile
+    doc = constants_document(10 ** 8, 1.0, [(0.5, 1.0), (1.0, 1.0)], 2, "sailor-profile ...", 3.91234)
+    assert doc["sharded_collective_scale"] == 3.9123 and "sharded_collective_scale" in doc["notes"]
+    assert validate(RuntimeConstantsFile, doc, source="x").sharded_collective_scale == 3.9123
+    assert "sharded_collective_scale" not in constants_document(10 ** 8, 1.0, [(1.0, 1.0)], 2, "c")
 
 
 def test_collective_order_is_identical_on_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,6 +174,8 @@ def test_two_rank_network_profile_in_three_rounds(tmp_path: Path) -> None:
     for i in range(len(SIZES)):
         assert raw["p2p_one_way_s"]["1"][i] == statistics.median(r["1"][i] for r in per_p2p)
         assert raw["allreduce_s"][i] == statistics.median(r[i] for r in per_ar)
+    sh = raw["sharded_collectives"]      # the distributed optimizer's calls, measured beside the all-reduce
+    assert sh["bytes"] == max(SIZES) and sh["reduce_scatter_plus_all_gather_s"] > 0 and sh["all_reduce_s"] > 0
     link = json.loads(net.read_text())["class_links"]["inter_node"]
     assert link["bw_bytes_per_s"] > 0 and link["latency_s"] >= 0
     # the written link is the fit of the medians (single host: the link implied by the all-reduce fit)
