@@ -332,12 +332,13 @@ def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path
     if plan_path is not None:
         share = core_sharing(Plan.load(plan_path), ctx, consts.cores or os.cpu_count() or 1, PROFILED_RANKS,
                              consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
-        ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale)
+        ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale, update_scale=share.update_scale)
     return ctx
 
 
 def core_demand_by_type(gpu: str) -> dict[str, float]:
-    """The emulated slow type's ranks hold a core 1/S of their (emulated) compute time: they sleep the rest."""
+    """The emulated slow type's ranks hold a core for the first 1/S of each (emulated) compute: then they
+    sleep."""
     return {slow_type_of(gpu): 1.0 / SLOW_TYPE_SLOWDOWN}
 
 
@@ -357,7 +358,8 @@ def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dic
     for n, p in paths.items():
         share = core_sharing(Plan.load(p), contexts(model_path, files, gpu), cores, PROFILED_RANKS,
                              consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
-        print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}")
+        print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}; "
+              f"optimizer step {share.update_busy_ranks:4.2f} -> x{share.update_scale:.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,11 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.reanalyse and het.is_file()):
         het = run_planner(out, model_path, emulated_type_files(files, SLOW_TYPE_SLOWDOWN, {gpu: 1, slow: 3}),
                           f"{gpu}@{ZONE}=1,{slow}@{ZONE}=3", name="planner-het")
-    paths, worlds = {"planner": planned, "planner-het": het}, {"planner": 2, "planner-het": 4}
+    from planner.plan import Plan
+    paths = {"planner": planned, "planner-het": het}
+    worlds = {n: Plan.load(p).world_size for n, p in paths.items()}    # a plan may leave GPUs unused
     for name, (d, world) in fixed_plans(gpu).items():
         paths[name], worlds[name] = out / f"plan_{name}.json", world
         paths[name].write_text(json.dumps(d, indent=1))
-    from planner.plan import Plan
     reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2],
                  "gpu_type": gpu, "out": str(out / "profile_rounds.json")}
     measured: dict[str, dict] = {}

@@ -153,7 +153,7 @@ def _option_costs(ctx: SimContext, cluster: ClusterSpec, g: str, b: int, tp: int
     t = _item_times(ctx, costs, ctx.model.num_layers)
     p, mem = _item_min_memory(ctx, costs, tp, F.bytes_per_element(precision), cluster.total_gpus, precision,
                               optimizer)
-    return mem <= usable_bytes(ctx, g), t, p, costs.update_s_per_param * p
+    return mem <= usable_bytes(ctx, g), t, p, costs.update_s_per_param * p * ctx.settings.update_scale
 
 
 def _table(ctx: SimContext, types: tuple[str, ...], b: int, cap_tp: int, per: dict) -> ItemTable | None:

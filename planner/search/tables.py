@@ -119,7 +119,7 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
     return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
-                       update_s=F.update_s(tt.update_s_per_param, params, 1, False),
+                       update_s=F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale,
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 

@@ -13,8 +13,13 @@ of ranks busy at that moment (itself included), averaged over all compute second
 spent waiting on its peers' all-reduces, which holds no core. The multiplier is the table's slowdown at
 (busy ranks / cores) over its slowdown at the profile's (profiled ranks / cores), never below 1. A GPU type
 can also declare a core demand of its own (``demand_by_type``): an emulated type whose ranks sleep
-``(S - 1) x`` their measured compute (megatron_sailor.runtime.emulation) holds a core ``1/S`` of its
-profiled compute time. Since the
+``(S - 1) x`` their measured compute after it (megatron_sailor.runtime.emulation) holds a whole core for the
+first ``1/S`` of each of its forward/backward events and none for the rest, so emulated ranks that compute
+in step contend as much as real ones.
+
+The optimizer step holds a core too, and data-parallel replicas take it at the same moment: its multiplier
+(``update_scale``) is the same table read at the busy ranks seen by the update seconds of the timeline at
+the compute multiplier's fixed point (one pass: the step is short beside the compute that places it). Since the
 timeline itself stretches with the multiplier (transfers and the optimizer step do not), the multiplier is
 the fixed point ``x = term(busy_ranks(timeline at x))``, found by bisection.
 
@@ -44,6 +49,8 @@ BUSY_KINDS = ("fwd", "bwd", "update")   # what holds a core (transfers and syncs
 class CoreSharing:
     compute_scale: float     # multiplier for the profiled compute (1.0: no sharing beyond the profile's)
     busy_ranks: float        # ranks busy at once, seen by compute (TP ranks weighted by their core demand)
+    update_scale: float      # multiplier for the profiled optimizer step
+    update_busy_ranks: float     # ranks busy at once, seen by the optimizer step
     cores: int
     profiled_ranks: float
 
@@ -62,16 +69,24 @@ def core_demand(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> fl
     return 1.0 if own_s <= 0 else min(1.0, (alone.fwd_s + alone.bwd_s) / rep.tp / own_s)
 
 
-def busy_ranks_seen(timeline: Timeline, ranks: dict[tuple[int, int], float]) -> float:
-    """Compute-weighted mean of the busy ranks at each moment: ``ranks[(stage, replica)]`` is the core
-    demand of that replica (TP ranks x core demand); every compute second of it weighs by that demand."""
+def busy_ranks_seen(timeline: Timeline, ranks: dict[tuple[int, int], float],
+                    head: dict[tuple[int, int], float] | None = None, seen_by: tuple[str, ...] = COMPUTE_KINDS
+                    ) -> float:
+    """Mean of the busy ranks at each moment, weighted by the seconds of the ``seen_by`` events (compute by
+    default): ``ranks[(stage, replica)]`` is the core demand of that replica (TP ranks x core demand); every
+    second of it weighs by that demand. ``head[(stage, replica)]``: a compute event holds its load only for
+    that leading fraction of its duration (an emulated slow type: it computes, then sleeps)."""
+    head = head or {}
     deltas: list[tuple[float, float, float]] = []          # (time, change of busy load, change of weight)
     for e in timeline.events:
         if e.kind not in BUSY_KINDS or e.end_s <= e.start_s:
             continue
         load = ranks[(e.stage, e.replica)]
-        weight = load if e.kind in COMPUTE_KINDS else 0.0
-        deltas += [(e.start_s, load, weight), (e.end_s, -load, -weight)]
+        weight = load if e.kind in seen_by else 0.0
+        end = e.end_s
+        if e.kind in COMPUTE_KINDS:
+            end = e.start_s + head.get((e.stage, e.replica), 1.0) * (e.end_s - e.start_s)
+        deltas += [(e.start_s, load, weight), (end, -load, -weight)]
     deltas.sort()
     load = weight = num = den = 0.0
     prev = deltas[0][0] if deltas else 0.0
@@ -92,13 +107,15 @@ def core_sharing(plan: Plan, ctx: SimContext, cores: int, profiled_ranks: float,
     for g, d in demand.items():
         if not 0.0 < d <= 1.0:
             raise InputError(f"core demand of GPU type {g!r} must be in (0, 1], got {d}")
-    ranks = {(s, j): rep.tp * core_demand(plan, ctx, s, j, rep) * demand.get(rep.gpu_type, 1.0)
-             for s, j, rep in plan.replicas()}
+    ranks = {(s, j): rep.tp * core_demand(plan, ctx, s, j, rep) for s, j, rep in plan.replicas()}
+    head = {(s, j): demand[rep.gpu_type] for s, j, rep in plan.replicas() if rep.gpu_type in demand}
     base = ctx.settings.compute_scale
 
+    def timeline_at(x: float) -> Timeline:
+        return simulate_events(plan, replace(ctx, settings=ctx.settings.with_(compute_scale=base * x)))
+
     def busy_at(x: float) -> float:
-        c = replace(ctx, settings=ctx.settings.with_(compute_scale=base * x))
-        return busy_ranks_seen(simulate_events(plan, c), ranks)
+        return busy_ranks_seen(timeline_at(x), ranks, head)
 
     def term(x: float) -> float:
         return core_share_scale(max(busy_at(x), 1e-9), cores, profiled_ranks, table)
@@ -111,6 +128,11 @@ def core_sharing(plan: Plan, ctx: SimContext, cores: int, profiled_ranks: float,
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if term(mid) > mid else (lo, mid)
     x = 0.5 * (lo + hi)
-    busy = busy_at(x)
-    logger.info("core sharing: %.3f ranks busy at once on %d cores -> compute x%.4f", busy, cores, x)
-    return CoreSharing(compute_scale=x, busy_ranks=busy, cores=cores, profiled_ranks=profiled_ranks)
+    tl = timeline_at(x)
+    busy = busy_ranks_seen(tl, ranks, head)
+    upd_busy = busy_ranks_seen(tl, ranks, head, seen_by=("update",))
+    y = core_share_scale(max(upd_busy, 1e-9), cores, profiled_ranks, table) if upd_busy > 0 else 1.0
+    logger.info("core sharing: %.3f ranks busy at once on %d cores -> compute x%.4f; optimizer step: %.3f ranks "
+                "-> x%.4f", busy, cores, x, upd_busy, y)
+    return CoreSharing(compute_scale=x, busy_ranks=busy, cores=cores, profiled_ranks=profiled_ranks,
+                       update_scale=y, update_busy_ranks=upd_busy)

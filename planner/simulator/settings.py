@@ -35,6 +35,7 @@ class RuntimeSettings:
     dp_sync_waits_for_all: bool = True   # a global barrier before the gradient reduction (no overlap)
     per_microbatch_overhead_s: float = 0.0   # schedule/launch overhead per micro-batch per stage
     compute_scale: float = 1.0           # multiplies profiled compute
+    update_scale: float = 1.0            # multiplies the profiled optimizer step (core sharing of the step)
     profile_offset_s: float = 0.0        # per-call overhead in the profiled per-layer times that a full
                                          # schedule hides (each layer fwd/bwd t -> max(t - o, o))
     memory_overhead_bytes: float = 1.0 * GIB  # CUDA context, communicator buffers
@@ -55,7 +56,7 @@ class RuntimeSettings:
             raise InputError(f"grad_sync must be flat, hierarchical or auto, got {self.grad_sync!r}")
         if self.activation_model not in ("megatron-core", "korthikanti"):
             raise InputError(f"activation_model must be megatron-core or korthikanti, got {self.activation_model!r}")
-        for name in ("per_microbatch_overhead_s", "compute_scale", "profile_offset_s", "memory_overhead_bytes",
+        for name in ("per_microbatch_overhead_s", "compute_scale", "update_scale", "profile_offset_s", "memory_overhead_bytes",
                      "activation_reserve_factor", "grad_bucket_elems", "memory_headroom_fraction",
                      "hidden_dropout", "attention_dropout"):
             if getattr(self, name) < 0:

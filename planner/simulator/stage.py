@@ -116,7 +116,8 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
         act += ha
         biggest = max(biggest, ha)
     scale = ctx.settings.compute_scale
-    update_s = F.update_s(costs.update_s_per_param, params, plan.dp_degree, plan.distributed_optimizer)
+    update_s = F.update_s(costs.update_s_per_param, params, plan.dp_degree, plan.distributed_optimizer) * \
+        ctx.settings.update_scale
     return ReplicaCosts(stage=s, replica=j, gpu_type=rep.gpu_type, tp=rep.tp, zone=rep.zone,
                         fwd_s=fwd * scale, bwd_s=bwd * scale, params=int(params), act_bytes_per_mb=act,
                         max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated,

@@ -80,18 +80,41 @@ def test_sequential_stages_share_no_cores_but_replicas_do(tmp_path):
                         TABLE).compute_scale == 1.0
 
 
-def test_emulated_type_holds_its_declared_core_demand(tmp_path):
-    """Ranks of a type that sleeps half its compute (an emulated 2x slower type) count as half a rank."""
+def test_emulated_type_holds_a_core_for_the_head_of_each_compute(tmp_path):
+    """An emulated 2x slower type computes, then sleeps as long: replicas in step still compute together (3
+    ranks busy at once), while a one-micro-batch pipeline's stages never overlap either way."""
     ctx = _ctx(tmp_path)
     L = cl.MODEL["num_layers"]
     dp = _plan([(L, [(GPU, 1)] * 3)], [3, 3, 3])
     half = core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={GPU: 0.5})
-    assert half.busy_ranks == pytest.approx(1.5)
-    assert half.compute_scale == pytest.approx(max(1.0, core_share_scale(1.5, 2, 2, TABLE)), rel=1e-6)
-    assert core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={"other": 0.5}).busy_ranks == pytest.approx(3.0)
+    assert half.busy_ranks == pytest.approx(3.0)
+    # a head of half each event: the timeline's events of one replica, busy only in their first halves
+    tl = Timeline((_ev(0, 0, 2), _ev(1, 1, 3)), 3.0, 0)
+    assert busy_ranks_seen(tl, {(0, 0): 1.0, (1, 0): 1.0}, head={(0, 0): 0.5, (1, 0): 0.5}) == pytest.approx(1.0)
+    # device 0 busy [0, 2), device 1 [1, 2): its 2 s see 1 then 2 ranks, device 1's 1 s sees 2: (1 + 2 + 2) / 3
+    assert busy_ranks_seen(tl, {(0, 0): 1.0, (1, 0): 1.0}, head={(0, 0): 1.0, (1, 0): 0.5}) == pytest.approx(5 / 3)
     for bad in (0.0, 1.5, -1.0):
         with pytest.raises(InputError, match="core demand"):
             core_sharing(dp, ctx, 2, 2, TABLE, demand_by_type={GPU: bad})
+
+
+def test_data_parallel_optimizer_steps_share_the_cores(tmp_path):
+    """Three replicas take their optimizer step at the same moment: the step gets the table's slowdown at 3
+    ranks; a one-micro-batch pipeline's stages step apart and get less."""
+    ctx = _ctx(tmp_path)
+    L = cl.MODEL["num_layers"]
+    dp = core_sharing(_plan([(L, [(GPU, 1)] * 3)], [3, 3, 3]), ctx, 2, 2, TABLE)
+    assert dp.update_busy_ranks == pytest.approx(3.0)
+    assert dp.update_scale == pytest.approx(core_share_scale(3, 2, 2, TABLE), rel=1e-9)
+    seq = core_sharing(_plan([(3, [(GPU, 1)]), (3, [(GPU, 1)]), (L - 6, [(GPU, 1)])], [1]), ctx, 2, 2, TABLE)
+    assert seq.update_busy_ranks < 3.0 and seq.update_scale < dp.update_scale
+    # the simulator applies it to the step only
+    plan = _plan([(L, [(GPU, 1)] * 3)], [3, 3, 3])
+    a = simulate(plan, ctx)
+    ctx.settings = ctx.settings.with_(update_scale=2.0)
+    b = simulate(plan, ctx)
+    assert b.stages[0].update_s == pytest.approx(2.0 * a.stages[0].update_s, rel=1e-12)
+    assert b.stages[0].compute_s == a.stages[0].compute_s
 
 
 def test_multiplier_is_the_fixed_point_of_the_term(tmp_path):
@@ -121,7 +144,8 @@ def test_tp_rank_core_demand_from_the_profile(tmp_path, tp2_layer_s, demand):
 def test_search_gives_simulate_time_under_core_sharing(tmp_path):
     ctx = _ctx(tmp_path)
     plan = _plan([(3, [(GPU, 1)]), (3, [(GPU, 1)]), (cl.MODEL["num_layers"] - 6, [(GPU, 1)])])
-    ctx.settings = ctx.settings.with_(compute_scale=core_sharing(plan, ctx, 2, 2, TABLE).compute_scale)
+    share = core_sharing(plan, ctx, 2, 2, TABLE)
+    ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale, update_scale=1.7)
     assert ctx.settings.compute_scale > 1.0
     cluster = parse_gpus(f"{GPU}@{cl.ZONE}=3", ctx.catalog)
     res = plan_search(ctx, cluster, cl.GBS, Objective(), SearchSpace(max_stages=3), top_k=4)   # verify=True
