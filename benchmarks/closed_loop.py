@@ -51,12 +51,15 @@ sys.path.insert(0, str(ROOT))
 from planner.errors import InputError, OneLineParser, run_cli  # noqa: E402
 from planner.ports import free_port  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from emulated_types import (SLOW_TYPE_SLOWDOWN, core_demand_by_type, emulated_type_files,  # noqa: E402,F401
+                            gpu_type_of, rank_emulation, slow_type_of)
+
 MODEL = {"name": "cpu-gpt-8l", "num_layers": 8, "hidden_size": 512, "num_heads": 8, "ffn_hidden_size": 2048,
          "seq_length": 128, "vocab_size": 8192, "max_position_embeddings": 128}
 ZONE = "local"
 GBS = 8
 SLOW_LINK = {"cross_zone_latency_s": 2e-3, "cross_zone_gbps": 0.2}   # emulated link of the slow-link plan
-SLOW_TYPE_SLOWDOWN = 2.0     # emulated slow GPU type of the slow-type plans
 PROFILED_RANKS = 2
 
 
@@ -78,35 +81,6 @@ def run_profile(out: Path, model_path: Path, mbs: list[int], tp: list[int], npro
            "--runtime-constants-out", str(files["constants"])]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return files
-
-
-def gpu_type_of(files: dict[str, Path]) -> str:
-    return json.loads(files["profile"].read_text())["gpu_type"]
-
-
-def slow_type_of(gpu: str, slowdown: float = SLOW_TYPE_SLOWDOWN) -> str:
-    return f"{gpu}-slow{slowdown:g}"
-
-
-def emulated_type_files(files: dict[str, Path], slowdown: float, gpus_per_node: dict[str, int]) -> dict:
-    """``files`` plus an emulated GPU type ``slowdown`` x slower than the profiled one, written beside
-    ``files["profile"]``: its profile (the measured one with forward/backward x ``slowdown``, which is what
-    the runtime's emulation does to a rank), both profiles under "profiles", and a catalog with both types
-    (the slow one's FLOP/s / ``slowdown``) under "catalog", with the given GPUs per node."""
-    from megatron_sailor.profiler.io import emulated_catalog_entry, emulated_costs, write_profile
-    from planner.profiles import parse_profile_file
-    fast = gpu_type_of(files)
-    slow = slow_type_of(fast, slowdown)
-    prof = files["profile"]
-    slow_prof = prof.with_name(f"{prof.stem}_{slow}.json")
-    write_profile(slow_prof, json.loads(prof.read_text())["model"], slow,
-                  emulated_costs(parse_profile_file(prof), slow, slowdown), {"emulated_from": fast, "slowdown": slowdown})
-    base = json.loads(files["catalog"].read_text())[fast]
-    catalog = {fast: dict(base, gpus_per_node=gpus_per_node[fast]),
-               slow: dict(emulated_catalog_entry(base, slowdown), gpus_per_node=gpus_per_node[slow])}
-    cat = prof.with_name(f"catalog_{slow}_{gpus_per_node[fast]}x{gpus_per_node[slow]}.json")
-    cat.write_text(json.dumps(catalog, indent=1))
-    return dict(files, profiles=[prof, slow_prof], catalog=cat, slow_profile=slow_prof)
 
 
 def sim_context(model_path: Path, files: dict[str, Path], extra_profiles: list[Path] = (), gpus_per_node=None):
@@ -216,17 +190,6 @@ def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]
 
 
 # ---- worker (under torchrun): run every plan of the job with the runtime ------------------------------------
-def rank_emulation(job: dict, plan_path: str, gpu_type: str):  # noqa: ANN201
-    """The emulation of one rank of one plan: the plan's emulated links and its GPU type's emulated slowdown
-    (None when nothing is emulated; then the environment's, as the launcher sets it)."""
-    from megatron_sailor.runtime.emulation import Emulation, emulation_from
-    emu = dict(job.get("emulation", {}).get(plan_path) or {})
-    slowdown = job.get("slowdown_by_type", {}).get(gpu_type, 1.0)
-    if slowdown != 1.0:
-        emu["slowdown"] = slowdown
-    return Emulation(**emu) if emu else emulation_from()
-
-
 def worker(job_path: str) -> int:
     import time
     import warnings
@@ -334,12 +297,6 @@ def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path
                              consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
         ctx.settings = ctx.settings.with_(compute_scale=share.compute_scale, update_scale=share.update_scale)
     return ctx
-
-
-def core_demand_by_type(gpu: str) -> dict[str, float]:
-    """The emulated slow type's ranks hold a core for the first 1/S of each (emulated) compute: then they
-    sleep."""
-    return {slow_type_of(gpu): 1.0 / SLOW_TYPE_SLOWDOWN}
 
 
 def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path]) -> dict[str, float]:

@@ -213,8 +213,9 @@ def _sharded_vs_allreduce(nbytes: int, warmup: int, repeats: int, device: Any) -
 
 def sharded_collective_scale(sharded_s: float, allreduce_s: float) -> float:
     """``RuntimeSettings.sharded_collective_scale`` from one measurement: how much slower reduce-scatter +
-    all-gather ran than the all-reduce (the ring model prices them alike); never below 1."""
-    return max(1.0, sharded_s / allreduce_s) if allreduce_s > 0 else 1.0
+    all-gather ran than the all-reduce (the ring model prices them alike); never below 1, and held at the
+    constants file's limit of 1000 (a measurement that far off says the backend is broken, not slow)."""
+    return min(1000.0, max(1.0, sharded_s / allreduce_s)) if allreduce_s > 0 else 1.0
 
 
 @dataclass

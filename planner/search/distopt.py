@@ -15,6 +15,13 @@ def shards_of(combo) -> dict[str, int]:
     return {g: lcm // t for g, t in combo}
 
 
+def _both_fp32_ring(space: SearchSpace, collective_scale: float) -> bool:
+    """The gate of every rule below: both settings searched, fp32 (the parameter all-gather moves as many bytes
+    as the gradient half it replaces) and the backend's sharded collectives as fast as the ring model."""
+    return (True in space.distributed_optimizer and False in space.distributed_optimizer
+            and space.precision == "fp32" and collective_scale == 1.0)
+
+
 def plain_rows_cap(space: SearchSpace, combo, collective_scale: float) -> int:
     """The largest total pipeline count D searched by a task without the distributed optimizer (0: any).
     When both settings are searched in fp32, a row with D >= the largest fine-shard count k_max of the task
@@ -24,8 +31,7 @@ def plain_rows_cap(space: SearchSpace, combo, collective_scale: float) -> int:
     (docs/PLANNER.md 2.1, *distributed-optimizer dominance*). ``collective_scale``
     (``RuntimeSettings.sharded_collective_scale``): above 1 the reduce-scatter + all-gather is slower than the
     all-reduce it replaces, the sync is no longer equal and no row is dominated."""
-    if not (True in space.distributed_optimizer and False in space.distributed_optimizer
-            and space.precision == "fp32" and collective_scale == 1.0):
+    if not _both_fp32_ring(space, collective_scale):
         return 0
     return max(shards_of(combo).values()) - 1
 
@@ -37,8 +43,7 @@ def dist_dominated(space: SearchSpace, combo, collective_scale: float) -> bool:
     (one fine shard: the optimizer bytes o / D <= o). The optimizer step shrinks (/ D), nothing else changes
     (docs/PLANNER.md 2.1, *distributed-optimizer dominance*); only while ``collective_scale`` is 1 (the
     backend's reduce-scatter + all-gather as fast as its all-reduce: :func:`plain_rows_cap`)."""
-    return (True in space.distributed_optimizer and False in space.distributed_optimizer
-            and space.precision == "fp32" and len({t for _, t in combo}) == 1 and collective_scale == 1.0)
+    return _both_fp32_ring(space, collective_scale) and len({t for _, t in combo}) == 1
 
 
 def chain_dist_options(space: SearchSpace, collective_scale: float) -> tuple[bool, ...]:
@@ -47,6 +52,6 @@ def chain_dist_options(space: SearchSpace, collective_scale: float) -> tuple[boo
     its step / D, its sync and egress equal: :func:`dist_dominated`) and the plain
     setting is left out when both are searched (only while ``collective_scale`` is 1)."""
     opts = space.distributed_optimizer
-    if True in opts and False in opts and space.precision == "fp32" and collective_scale == 1.0:
+    if _both_fp32_ring(space, collective_scale):
         return (True,)
     return opts

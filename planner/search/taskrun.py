@@ -81,8 +81,8 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
     floors = None
     # with one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync): its
     # D = 1 rows are left to the task without it when that task is searched (so --top lists no plan twice)
-    one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps,
-                                                                                         ctx.settings.sharded_collective_scale)
+    scale = ctx.settings.sharded_collective_scale
+    one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps, scale)
     # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
     for D_all, cols in row_grid(cluster, task, min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb,
                                  coarse):

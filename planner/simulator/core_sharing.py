@@ -130,7 +130,9 @@ def core_sharing(plan: Plan, ctx: SimContext, cores: int, profiled_ranks: float,
     x = 0.5 * (lo + hi)
     tl = timeline_at(x)
     busy = busy_ranks_seen(tl, ranks, head)
-    upd_busy = busy_ranks_seen(tl, ranks, head, seen_by=("update",))
+    # an optimizer step waits on no peer: each TP rank holds a whole core through it (no core_demand discount)
+    upd_busy = busy_ranks_seen(tl, {(s, j): float(rep.tp) for s, j, rep in plan.replicas()}, head,
+                               seen_by=("update",))
     y = core_share_scale(max(upd_busy, 1e-9), cores, profiled_ranks, table) if upd_busy > 0 else 1.0
     logger.info("core sharing: %.3f ranks busy at once on %d cores -> compute x%.4f; optimizer step: %.3f ranks "
                 "-> x%.4f", busy, cores, x, upd_busy, y)

@@ -56,7 +56,10 @@ class RuntimeSettings:
             raise InputError(f"grad_sync must be flat, hierarchical or auto, got {self.grad_sync!r}")
         if self.activation_model not in ("megatron-core", "korthikanti"):
             raise InputError(f"activation_model must be megatron-core or korthikanti, got {self.activation_model!r}")
-        for name in ("per_microbatch_overhead_s", "compute_scale", "update_scale", "profile_offset_s", "memory_overhead_bytes",
+        for name in ("compute_scale", "update_scale"):
+            if not 0.0 <= getattr(self, name) < float("inf"):
+                raise InputError(f"runtime setting '{name}' must be a finite number >= 0, got {getattr(self, name)!r}")
+        for name in ("per_microbatch_overhead_s", "profile_offset_s", "memory_overhead_bytes",
                      "activation_reserve_factor", "grad_bucket_elems", "memory_headroom_fraction",
                      "hidden_dropout", "attention_dropout"):
             if getattr(self, name) < 0:
