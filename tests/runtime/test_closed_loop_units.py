@@ -71,13 +71,17 @@ def test_slow_type_plans_put_later_stages_on_the_emulated_type() -> None:
         assert sum(s.num_layers for s in p.stages) == cl.MODEL["num_layers"]
 
 
-def test_worker_emulation_per_rank_gpu_type() -> None:
+def test_worker_emulation_per_rank_gpu_type(monkeypatch: pytest.MonkeyPatch) -> None:
     job = {"emulation": {"a.json": cl.SLOW_LINK}, "slowdown_by_type": {"g-slow2": 2.0}}
     both = cl.rank_emulation(job, "a.json", "g-slow2")
     assert both.slowdown == 2.0 and both.cross_zone_gbps == cl.SLOW_LINK["cross_zone_gbps"]
     assert cl.rank_emulation(job, "a.json", "g").slowdown == 1.0
     assert cl.rank_emulation(job, "b.json", "g-slow2").slowdown == 2.0
-    assert cl.rank_emulation(job, "b.json", "g") is None or not cl.rank_emulation(job, "b.json", "g").active
+    for var in ("SAILOR_EMULATE_SLOWDOWN", "SAILOR_EMULATE_LINK_DELAY_S"):
+        monkeypatch.delenv(var, raising=False)
+    assert cl.rank_emulation(job, "b.json", "g") is None        # nothing emulated here, nor in the environment
+    monkeypatch.setenv("SAILOR_EMULATE_SLOWDOWN", "3")           # then the launcher's environment decides
+    assert cl.rank_emulation(job, "b.json", "g").slowdown == 3.0
     assert cl.rank_emulation({"emulation": {}}, "b.json", "g") == cl.rank_emulation({}, "b.json", "g")
 
 

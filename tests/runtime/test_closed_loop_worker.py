@@ -53,7 +53,8 @@ def test_worker_measures_and_simulator_predicts(tmp_path, monkeypatch):
     paths["slow-type"].write_text(json.dumps(cl.plan_dict([(1, [(GPU, 1)]), (1, [(slow, 1)])], 1)))
     files = cl.emulated_type_files(files, cl.SLOW_TYPE_SLOWDOWN, {GPU: 3, slow: 3})
     from planner.plan import Plan
-    reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2], "gpu_type": GPU, "out": str(tmp_path / "profile_rounds.json")}
+    reprofile = {"mbs": sorted({Plan.load(p).micro_batch_size for p in paths.values()}), "tp": [1, 2],
+                 "gpu_type": GPU, "out": str(tmp_path / "profile_rounds.json")}
     got = cl.run_plans(tmp_path, model_path, list(paths.values()), iters=2, warmup=1, nproc=2,
                        reprofile=reprofile, emulation={paths["slow-link"]: cl.SLOW_LINK},
                        slowdown_by_type={slow: cl.SLOW_TYPE_SLOWDOWN})
