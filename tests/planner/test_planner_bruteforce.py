@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from itertools import combinations, product
 
+from benchmarks.uneven_middle import compositions      # every composition of n into k parts >= 1
 from planner.cluster import ClusterSpec
 from planner.plan import Plan, Replica, Stage
 from planner.simulator import simulate
 from planner.simulator.settings import SimContext
 
 
-def compositions(n: int, k: int):
-    if k == 1:
-        yield (n,)
-        return
-    for first in range(1, n - k + 2):
-        for rest in compositions(n - first, k - 1):
-            yield (first,) + rest
 
 
 def in_family(split: tuple[int, ...]) -> bool:
