@@ -276,18 +276,17 @@ def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
 
 
 def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path | None = None):
-    """Simulation context for ``plan_path``: the emulated slow link, and the simulator's core-sharing term for
-    that plan (:mod:`planner.simulator.core_sharing`: ranks busy at once on the plan's own timeline, slowdown
-    from the table measured with the profile; no plan: no sharing)."""
+    """Simulation context for ``plan_path``: the emulated slow link and slow GPU type (its files are written
+    from ``files["profile"]`` unless ``files`` already holds them: :func:`with_slow_type`), and the simulator's
+    core-sharing term for that plan (:mod:`planner.simulator.core_sharing`: ranks busy at once on the plan's
+    own timeline, slowdown from the table measured with the profile; no plan: no sharing)."""
     from planner.network import Link
     from planner.plan import Plan
     from planner.simulator.constants import load_runtime_constants
     from planner.simulator.core_sharing import core_sharing
     from planner.simulator.settings import ours
-    slow = slow_type_of(gpu)
-    both = emulated_type_files(files, SLOW_TYPE_SLOWDOWN, {gpu: 3, slow: 3})   # from this profile
-    ctx = sim_context(model_path, dict(files, catalog=both["catalog"]), [both["slow_profile"]],
-                      gpus_per_node={gpu: 3, slow: 3})
+    both = with_slow_type(files, gpu)
+    ctx = sim_context(model_path, both, [both["slow_profile"]], gpus_per_node={gpu: 3, slow_type_of(gpu): 3})
     consts = load_runtime_constants(files["constants"])        # measured with the profile, before planning
     ctx.settings = ours(files["constants"]).with_(hidden_dropout=0.0, attention_dropout=0.0)   # RunConfig: 0
     ctx.network = ctx.network.with_class_links({"cross_zone": Link(SLOW_LINK["cross_zone_gbps"] * 1e9 / 8,
@@ -299,7 +298,16 @@ def contexts(model_path: Path, files: dict[str, Path], gpu: str, plan_path: Path
     return ctx
 
 
+def with_slow_type(files: dict, gpu: str) -> dict:
+    """``files`` with the emulated slow type's profile and a catalog of both types (3 GPUs per node), written
+    once from ``files["profile"]`` (kept when ``files`` already has them)."""
+    if "slow_profile" in files:
+        return files
+    return emulated_type_files(files, SLOW_TYPE_SLOWDOWN, {gpu: 3, slow_type_of(gpu): 3})
+
+
 def predict_all(model_path: Path, files: dict[str, Path], gpu: str, paths: dict[str, Path]) -> dict[str, float]:
+    files = with_slow_type(files, gpu)          # one write for every plan's context
     return {n: predict(p, contexts(model_path, files, gpu, p)) for n, p in paths.items()}
 
 
@@ -312,8 +320,9 @@ def print_sharing(model_path: Path, files: dict[str, Path], gpu: str, paths: dic
           "simulated timeline, slowdown from the table measured before planning):")
     from planner.plan import Plan
     from planner.simulator.core_sharing import core_sharing
+    base = contexts(model_path, with_slow_type(files, gpu), gpu)       # no plan: no sharing in it yet
     for n, p in paths.items():
-        share = core_sharing(Plan.load(p), contexts(model_path, files, gpu), cores, PROFILED_RANKS,
+        share = core_sharing(Plan.load(p), base, cores, PROFILED_RANKS,
                              consts.core_share_table, demand_by_type=core_demand_by_type(gpu))
         print(f"  {n:<14} {share.busy_ranks:5.2f} ranks busy at once -> compute x{share.compute_scale:.3f}; "
               f"optimizer step {share.update_busy_ranks:4.2f} -> x{share.update_scale:.3f}")
