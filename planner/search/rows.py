@@ -64,29 +64,30 @@ def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000
         yield np.concatenate([head[lo:lo + step][hi_idx], rest_rows[rest_idx]], axis=1)
 
 
-def pareto_min(crit: np.ndarray, block: int = 128) -> np.ndarray:
+def pareto_min(crit: np.ndarray) -> np.ndarray:
     """Indices of rows of ``crit`` ([K, C]) not dominated (<= everywhere, < somewhere) by another row;
     among identical rows the first is kept.
 
     In lexicographic order a row can only be weakly dominated by an earlier row (a later one that is <=
     everywhere equals it), and weak dominance is transitive, so a row is kept exactly when no earlier *kept*
-    row is <= it everywhere. Rows go in blocks: each block is compared with the rows kept before it, then
-    its survivors with each other (earlier ones only)."""
+    row is <= it everywhere. A sweep: the first row not yet removed is kept (every earlier row is kept or
+    removed, and a removed one is weakly dominated by a kept one, which would have removed this row too),
+    then every later row it weakly dominates is removed. One pass over the remaining rows per kept row (the
+    splits' criteria keep few rows)."""
     k = crit.shape[0]
     if k <= 1:
         return np.arange(k)
     order = np.lexsort(crit.T[::-1])
     c = crit[order]
-    kept = np.zeros(0, dtype=np.int64)
-    for lo in range(0, k, block):
-        cand = np.arange(lo, min(k, lo + block))
-        if len(kept):
-            cand = cand[~np.all(c[kept, None, :] <= c[None, cand, :], axis=2).any(axis=0)]
-        if len(cand) > 1:
-            le = np.all(c[cand, None, :] <= c[None, cand, :], axis=2)
-            cand = cand[~np.triu(le, 1).any(axis=0)]          # dominated by an earlier survivor of the block
-        kept = np.concatenate([kept, cand])
-    return np.sort(order[kept])
+    kept: list[int] = []
+    rest = np.arange(k)
+    while len(rest):
+        r = int(rest[0])
+        kept.append(r)
+        rest = rest[1:]
+        if len(rest):
+            rest = rest[~np.all(c[r] <= c[rest], axis=1)]
+    return np.sort(order[np.array(kept, dtype=np.int64)])
 
 
 def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:

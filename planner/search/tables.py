@@ -100,9 +100,11 @@ def head_params(tt: TypeTable, num_stages: int, tie_embeddings: bool) -> int:
 
 
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
-                 optimizer: str, recompute: bool = False, tie_embeddings: bool = False) -> StageArrays:
+                 optimizer: str, recompute: bool = False, tie_embeddings: bool = False,
+                 terms: tuple | None = None) -> StageArrays:
     """Quantities for splits ``counts`` ([K, S] layers per stage) on GPU table ``tt`` (``recompute``: full
-    activation recomputation; ``tie_embeddings``: a tied plan)."""
+    activation recomputation; ``tie_embeddings``: a tied plan). ``terms``: :func:`memory_terms_of` of the same
+    arguments when already computed (the same element-wise expressions: the memory is their sum)."""
     k, s_num = counts.shape
     ends = np.cumsum(counts, axis=1)
     starts = ends - counts
@@ -117,7 +119,8 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     scale = ctx.settings.compute_scale
     compute = F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s)
     params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
-    memory = _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
+    memory = F.memory_total(terms) if terms is not None else \
+        _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
     return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
                        update_s=F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale,
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)

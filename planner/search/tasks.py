@@ -110,8 +110,12 @@ class Tables:
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
+                # the memory terms are computed once: the distributed optimizer's dist_dmin reads them too
+                tkey = ("dmin-terms", g, tp, mbs, s_num, recompute)
+                self._arr[tkey] = memory_terms_of(self.ctx, tt, counts, self.space.precision, self.space.optimizer,
+                                                  recompute, self.space.tie_embeddings)
                 arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
-                                   self.space.tie_embeddings)
+                                   self.space.tie_embeddings, self._arr[tkey])
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:

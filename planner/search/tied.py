@@ -32,11 +32,16 @@ class TiedSync:
         ``dist_bytes``: the distributed optimizer's bytes per parameter element (None: off)."""
         key = (first, last, num_stages, mode, dist_bytes)
         if key not in self._memo:
-            t, moved = tied_sync_of_replicas(first, last, self.ctx, mode, dist_bytes) if num_stages > 1 \
-                else (0.0, {})
-            usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
-            self._memo[key] = (float(t), float(usd))
+            self._memo[key] = self._price(first, last, num_stages, mode, dist_bytes)
         return self._memo[key]
+
+    def _price(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str,
+               dist_bytes: int | None) -> tuple[float, float]:
+        """:meth:`of` without its memo (callers that memoise on a cheaper key of their own)."""
+        t, moved = tied_sync_of_replicas(first, last, self.ctx, mode, dist_bytes) if num_stages > 1 \
+            else (0.0, {})
+        usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
+        return float(t), float(usd)
 
     def pool_rows(self, groups: list, D: np.ndarray, num_stages: int, hier0: np.ndarray,
                   dist_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -54,8 +59,8 @@ class TiedSync:
             if key not in self._rows:
                 reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
                              for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
-                self._rows[key] = self.of(reps, reps, num_stages, "hierarchical" if row[-1] else "flat",
-                                          dist_bytes) \
+                self._rows[key] = self._price(reps, reps, num_stages, "hierarchical" if row[-1] else "flat",
+                                              dist_bytes) \
                     if reps else (0.0, 0.0)
             t[i], usd[i] = self._rows[key]
         inv = inv.reshape(-1)

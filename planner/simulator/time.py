@@ -140,7 +140,9 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
         zones.setdefault(e.zone, []).append(e)
 
     def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
-        links = [ctx.network.link(a, b, concurrent=conc) for a, b in pairs]
+        # a link is a function of its endpoint pair: each distinct pair once, in first-occurrence order, so
+        # min() keeps the same first slowest link (and a missing pair raises for the same first pair)
+        links = [ctx.network.link(a, b, concurrent=conc) for a, b in dict.fromkeys(pairs)]
         return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
 
     dist = param_bytes is not None

@@ -73,8 +73,12 @@ def test_pareto_min_equals_the_row_by_row_filter() -> None:
     for trial in range(400):
         k = int(rng.integers(1, 400 if trial % 20 == 0 else 50))
         crit = rng.integers(0, int(rng.integers(1, 6)), size=(k, int(rng.integers(1, 6)))).astype(float)
-        block = int(rng.integers(1, 200))
-        assert np.array_equal(pareto_min(crit, block=block), _pareto_reference(crit))
+        assert np.array_equal(pareto_min(crit), _pareto_reference(crit))
+    for trial in range(40):             # continuous values: many rows are non-dominated
+        k, c = int(rng.integers(1, 300)), int(rng.integers(1, 4))
+        crit = rng.random((k, c))
+        crit[rng.random(k) < 0.1] = np.inf
+        assert np.array_equal(pareto_min(crit), _pareto_reference(crit))
 
 
 def test_unique_first_equals_numpy_unique() -> None:
