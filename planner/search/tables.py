@@ -235,9 +235,11 @@ def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: s
     ever = room >= 0
     d = np.where(ever, np.clip(np.ceil(need), 1, NEVER), NEVER).astype(np.int64)
     live = ever & (d < NEVER)
-    for _ in range(4):                   # rounding: move up while it does not fit, down while D - 1 does
-        up = live & ~fits(d)
+    settled = False                      # every live D fits (fits is element-wise, so moving down to a
+    for _ in range(4):                   # D - 1 that fits keeps that true)
+        up = live & ~fits(d)             # rounding: move up while it does not fit, down while D - 1 does
         if not up.any():
+            settled = True
             break
         d = np.where(up, d + 1, d)
     for _ in range(4):
@@ -245,6 +247,8 @@ def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: s
         if not down.any():
             break
         d = np.where(down, d - 1, d)
+    if settled:
+        return np.where(~ever, NEVER, d)
     bad = live & ~fits(d)
     return np.where(bad | ~ever, NEVER, d)
 

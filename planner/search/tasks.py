@@ -111,11 +111,12 @@ class Tables:
             if counts is not None:
                 tt = self.table(g, tp, mbs)
                 # the memory terms are computed once: the distributed optimizer's dist_dmin reads them too
-                tkey = ("dmin-terms", g, tp, mbs, s_num, recompute)
-                self._arr[tkey] = memory_terms_of(self.ctx, tt, counts, self.space.precision, self.space.optimizer,
-                                                  recompute, self.space.tie_embeddings)
+                terms = memory_terms_of(self.ctx, tt, counts, self.space.precision, self.space.optimizer,
+                                        recompute, self.space.tie_embeddings)
                 arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
-                                   self.space.tie_embeddings, self._arr[tkey])
+                                   self.space.tie_embeddings, terms)
+                if True in self.space.distributed_optimizer and not arr.fits.all():     # dist_dmin needs them
+                    self._arr[("dmin-terms", g, tp, mbs, s_num, recompute)] = terms
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
