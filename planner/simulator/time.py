@@ -142,7 +142,7 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
     def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
         # a link is a function of its endpoint pair: each distinct pair once, in first-occurrence order, so
         # min() keeps the same first slowest link (and a missing pair raises for the same first pair)
-        links = [ctx.network.link(a, b, concurrent=conc) for a, b in dict.fromkeys(pairs)]
+        links = [ctx.network.link(a, b, concurrent=conc) for a, b in _distinct_pairs(pairs)]
         return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
 
     dist = param_bytes is not None
@@ -176,6 +176,15 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
     if rule == "auto" and flat_t < hier_t:
         return SyncCost(flat_t, flat_bytes, "flat")
     return SyncCost(hier_t, hier_bytes, "hierarchical")
+
+
+def _distinct_pairs(pairs: list[tuple[Endpoint, Endpoint]]) -> list[tuple[Endpoint, Endpoint]]:
+    """The distinct endpoint pairs of ``pairs`` in first-occurrence order: first by object identity (cheap; a
+    ring of many replicas repeats the same endpoint objects), then by value."""
+    by_id: dict[tuple[int, int], tuple[Endpoint, Endpoint]] = {}
+    for a, b in pairs:
+        by_id.setdefault((id(a), id(b)), (a, b))
+    return list(dict.fromkeys(by_id.values()))
 
 
 def _halves_s(n: int, grad_bytes: float, param_bytes: float, link: Link, grad_halves: int,
