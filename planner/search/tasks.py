@@ -133,6 +133,8 @@ class Tables:
         (:func:`planner.search.tables.dist_min_dp`; ``counts``: these splits instead of the space's;
         ``per_stage``: [K, S], per stage)."""
         key = ("dmin", g, tp, mbs, s_num if counts is None else (counts.tobytes(), counts.shape), recompute, shards)
+        if not per_stage and key + ("max",) in self._arr:     # the per-split maxima, memoised with the table
+            return self._arr[key + ("max",)]
         plain = self._arr.get(("plain", g, tp, mbs, s_num, recompute)) if counts is None and shards == 1 else None
         if key not in self._arr and plain is not None and plain.fits.all():
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
@@ -147,7 +149,10 @@ class Tables:
             self._arr[key] = dist_min_dp(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
                                          self.space.optimizer, recompute, shards, self.space.tie_embeddings,
                                          self._arr[tkey])
-        return self._arr[key] if per_stage else self._arr[key].max(axis=1)
+        if per_stage:
+            return self._arr[key]
+        self._arr[key + ("max",)] = self._arr[key].max(axis=1)
+        return self._arr[key + ("max",)]
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans
