@@ -144,7 +144,7 @@ def run_plans(out: Path, model_path: Path, plans: list[Path], iters: int, warmup
                                "emulation": {str(k): v for k, v in (emulation or {}).items()},
                                "slowdown_by_type": dict(slowdown_by_type or {})}))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(Path(__file__).resolve()), "--worker", str(job)]
+           f"--master-port={free_port()}", str(Path(__file__).resolve().with_name("closed_loop_worker.py")), str(job)]
     subprocess.run(cmd, check=True, env=_env(), cwd=ROOT)
     return json.loads(results.read_text())
 
@@ -187,75 +187,6 @@ def print_table(rows: list[tuple[str, str, float, dict]]) -> tuple[float, float]
         print(f"{name:<14} {desc:<34} {pred:11.3f} {meas['median_s']:10.3f} "
               f"{meas['p10_s']:6.3f}-{meas['p90_s']:<6.3f} {err:+6.1f}%")
     return statistics.mean(errors), max(errors)
-
-
-# ---- worker (under torchrun): run every plan of the job with the runtime ------------------------------------
-def worker(job_path: str) -> int:
-    import time
-    import warnings
-    warnings.filterwarnings("ignore")
-    import torch
-    import torch.distributed as dist
-
-    from megatron_sailor.runtime.data import MockTokens
-    from megatron_sailor.runtime.distributed import env_from_torchrun, init_distributed
-    from megatron_sailor.runtime.rank_runtime import RankRuntime, RunConfig, plan_sync_modes, rank_groups
-    from planner.layout import build_layout
-    from patches import apply_cpu_patches
-    from planner.model import load_model
-    from planner.plan import Plan
-    job = json.loads(Path(job_path).read_text())
-    torch.set_num_threads(1)
-    apply_cpu_patches()
-    env = env_from_torchrun()
-    init_distributed(env, timeout_s=600)
-    rank = env.rank
-    model = load_model(job["model"])
-    data = MockTokens(seed=1, seq_length=model.seq_length, vocab_size=model.vocab_size)
-    runtimes, slowdowns = [], []
-    for path in job["plans"]:   # every plan is built first, then they run interleaved (see the docstring)
-        plan = Plan.load(path)
-        layout = build_layout(plan)
-        cfg = RunConfig(emulation=rank_emulation(job, path, layout.info(rank).gpu_type))
-        slowdowns.append(cfg.emulation.slowdown if cfg.emulation else 1.0)
-        groups = rank_groups(layout, rank, cfg, tied_embeddings=plan.tie_embeddings,
-                             plan_modes=plan_sync_modes(plan))   # the plan's per-stage sync modes
-        runtimes.append((RankRuntime(plan, model, rank, data, cfg, layout=layout, groups=groups), groups))
-    times: list[list[float]] = [[] for _ in runtimes]
-    rp, profiles = job.get("reprofile"), []
-    for it in range(job["warmup"] + job["iters"]):
-        if rp and it >= job["warmup"]:
-            from megatron_sailor.profiler.probe import ProfileConfig, profile_model
-            cfg = ProfileConfig(tuple(rp["mbs"]), tuple(rp["tp"]), warmup=1, repeats=1)   # 1 repeat per round
-            profiles.append(profile_model(model, cfg, rp["gpu_type"]).costs)
-        for k, (rt, groups) in enumerate(runtimes):
-            dist.barrier(group=groups.world)
-            start = time.perf_counter()
-            rt.train_step(it)
-            t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups.world)
-            if it >= job["warmup"]:
-                times[k].append(float(t))
-        if rank == 0:
-            print(f"round {it + 1}/{job['warmup'] + job['iters']}: "
-                  + " ".join(f"{ts[-1]:.3f}" if ts else "-" for ts in times), flush=True)
-    every = [torch.zeros(len(slowdowns), dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, torch.tensor(slowdowns, dtype=torch.float64))   # each rank's emulated slowdown
-    results = []
-    for k, (path, ts) in enumerate(zip(job["plans"], times)):
-        ts = sorted(ts)
-        q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]  # noqa: E731
-        results.append({"plan": path, "median_s": statistics.median(ts), "p10_s": q(0.1), "p90_s": q(0.9),
-                        "times_s": ts, "rank_slowdown": [float(x[k]) for x in every]})
-    if rank == 0:
-        Path(job["results"]).write_text(json.dumps(results, indent=1))
-        if rp:
-            from planner.profiles import costs_to_entry
-            Path(rp["out"]).write_text(json.dumps([[{"gpu_type": c.gpu_type, **costs_to_entry(c)} for c in run]
-                                                   for run in profiles]))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 def fixed_plans(gpu: str) -> dict[str, tuple[dict, int]]:
@@ -342,10 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                          "min is more robust under heavy load from other processes; both are printed)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="re-print the tables from the files of the last run in --out (e.g. with another --stat)")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        return worker(args.worker)
     for flag, value, least in (("--profile-rounds", args.profile_rounds, 1), ("--iters", args.iters, 1),
                                ("--warmup", args.warmup, 0)):
         if value < least:

@@ -99,12 +99,14 @@ def render_table(est: Estimate, plan_name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from planner.simulator import simulate        # the cost model (numpy): not needed for --help or bad flags
+    from planner.plan_check import check_plan_inputs
     plan, info = load_any_plan(args.plan)
     bundle = load_data(data_source(args), plan.precision, model_hint=plan.model)
     ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",
                            info.gpus_per_node if info else None)
     if info:   # Sailor plans: node size per replica
         ctx = dataclasses.replace(ctx, replica_node_gpus=info.replica_node_gpus)
+    check_plan_inputs(plan, ctx, args.plan)
     est = simulate(plan, ctx)     # what planner.api.simulate runs (sailor-sim needs no search)
     if args.timeline or args.timeline_json:
         from planner.simulator.events import simulate_events

@@ -83,7 +83,7 @@ def _mutate(fn):
     ("{oops", "not valid JSON"),
     (_mutate(lambda d: d.update(num_layers=5)), "'num_layers' is 5"),
     (_mutate(lambda d: d["stages"][0]["replicas"].pop()), "stages[1] has 2 replicas but stages[0] has 1"),
-    (_mutate(lambda d: d["stages"][0]["replicas"][0].update(gpu_type="B300")), "unknown GPU type 'B300'"),
+    (_mutate(lambda d: d["stages"][0]["replicas"][0].update(gpu_type="B300")), "stages[0].replicas[0]: field 'gpu_type' is 'B300'"),
     (_mutate(lambda d: d["stages"][0]["replicas"][0].update(tp=3)), "TP degree 3 does not divide"),
     (_mutate(lambda d: d.update(micro_batch_size=0)), "'micro_batch_size' must be >= 1, got 0"),
     (_mutate(lambda d: d.update(model="gpt-5")), "unknown model 'gpt-5'"),
