@@ -1,5 +1,5 @@
 """The search's speed-ups compute exactly what the plain computations they replace compute (docs/PLANNER.md 2.3):
-the vectorised cheap task bounds equal ``task_bound(with_sync=False)`` bit for bit, the blocked Pareto filter
+the vectorised cheap task bounds equal ``task_bound(with_sync=False)`` bit for bit, the sweeping Pareto filter
 equals the one-row-at-a-time filter, the first-occurrence table equals ``np.unique``, and the one-key grouping
 of sync-equivalent rows equals the column grouping."""
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_cheap_bounds_equal_task_bound_bit_for_bit(gpus: str, objective: Objecti
 
 
 def _pareto_reference(crit: np.ndarray) -> np.ndarray:
-    """One row at a time against every row kept so far (the filter the blocked one replaced)."""
+    """One row at a time against every row kept so far (the plain filter)."""
     if len(crit) <= 1:
         return np.arange(len(crit))
     order = np.lexsort(crit.T[::-1])
