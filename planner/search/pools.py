@@ -17,6 +17,7 @@ from planner.search.rowblock import used_max_by_columns, weighted_row_sum
 from planner.search.rows import int_row_sum, unique_first
 from planner.search.tables import StageArrays
 from planner.search.tied import TiedSync
+from planner.search.tiedvec import tied_rows
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -211,8 +212,11 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
                 it0 = _span(pools, D, n_mb, exact, uniform) + sync + _update(pools, D, dist_bytes)
                 live = keep(it0, _rate(pools, D) * it0 + egress, _gpus(pools, D))
             t_tied, e_tied = np.full(len(D), np.inf), np.zeros(len(D))
-            t_tied[live], e_tied[live] = tied.pool_rows([p.group for p in pools], D[live], len(pools[0].params),
-                                                        hier0[live], dist_bytes)
+            if len(pools[0].params) > 1:        # one stage: nothing to sync
+                t_tied[live], e_tied[live] = tied_rows(ctx, cache, [p.group for p in pools], D[live], hier0[live],
+                                                       dist_bytes)
+            else:
+                t_tied[live] = 0.0
             sync, egress = sync + t_tied, egress + e_tied
         if known is not None and not exact:
             span, upd, rate, gpus = known[i]

@@ -6,11 +6,10 @@ implementation of the rule).
 The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
 order) and on stage 0's mode, not otherwise on the layer split, so it is memoised per (layout, mode). It adds
 a non-negative time and egress cost after the stage syncs; the search's lower bounds leave it out and stay
-lower bounds.
+lower bounds. Pool rows (many plans at once) are priced by :func:`planner.search.tiedvec.tied_rows`, a numpy
+mirror of the same rule tested equal to it on random rows.
 """
 from __future__ import annotations
-
-import numpy as np
 
 from planner.plan import Replica
 from planner.simulator.settings import SimContext
@@ -24,7 +23,6 @@ class TiedSync:
         self.ctx = ctx
         self._memo: dict[tuple, tuple[float, float]] = {}
         self._chains: dict[tuple, tuple[float, float]] = {}
-        self._rows: dict[tuple, tuple[float, float]] = {}
 
     def of(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str = "flat",
            dist_bytes: int | None = None) -> tuple[float, float]:
@@ -42,29 +40,6 @@ class TiedSync:
             else (0.0, {})
         usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())
         return float(t), float(usd)
-
-    def pool_rows(self, groups: list, D: np.ndarray, num_stages: int, hier0: np.ndarray,
-                  dist_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Per row of ``D`` ([R, P] pipelines per pool, pools ``groups`` in plan order): (seconds, USD). Every
-        stage of a pool plan has the same replica list (pool by pool, in column order). ``hier0``: per row,
-        True where stage 0's sync is hierarchical (else flat)."""
-        if num_stages < 2 or len(D) == 0:
-            return np.zeros(len(D)), np.zeros(len(D))
-        rows, inv = np.unique(np.column_stack([D, hier0.astype(D.dtype)]), axis=0, return_inverse=True)
-        t, usd = np.zeros(len(rows)), np.zeros(len(rows))
-        cols = tuple(groups)
-        for i, row in enumerate(rows):
-            # the replica list is a function of (groups, row): memoise on that key before building it
-            key = (cols, row.tobytes(), num_stages, dist_bytes)
-            if key not in self._rows:
-                reps = tuple(Replica(gpu_type=g.gpu_type, tp=g.tp, zone=g.zone)
-                             for g, d in zip(groups, row[:-1]) for _ in range(int(d)))
-                self._rows[key] = self._price(reps, reps, num_stages, "hierarchical" if row[-1] else "flat",
-                                              dist_bytes) \
-                    if reps else (0.0, 0.0)
-            t[i], usd[i] = self._rows[key]
-        inv = inv.reshape(-1)
-        return t[inv], usd[inv]
 
     def chain(self, first: tuple[str, str, int], last: tuple[str, str, int], d: int, num_stages: int,
               dist_bytes: int | None = None) -> tuple[float, float]:
