@@ -193,7 +193,44 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
     sorted by (zone, type)): ``stage_sync`` of planner.simulator.time for every row at once (the third: True
     where it models the row's sync as hierarchical, False where flat or nothing to sync). ``full_bytes``: what
     one ring carries across zones; ``param_bytes``: the distributed optimizer's per-GPU parameter bytes
-    (reduce-scatter + all-gather; None: a plain all-reduce)."""
+    (reduce-scatter + all-gather; None: a plain all-reduce).
+
+    A row's result is a function of its presence pattern (0, 1, >= 2 per group), its replicas per zone and
+    its byte sizes only (every ring below reads nothing else), so rows equal in those are computed once."""
+    first, inv = same_sync_rows(groups, D, grad_bytes, full_bytes, param_bytes)
+    if first is None or len(first) == len(D):
+        return _sync_rows(ctx, cache, groups, D, grad_bytes, full_bytes, param_bytes)
+    t, u, h = _sync_rows(ctx, cache, groups, D[first], grad_bytes[first], full_bytes[first],
+                         None if param_bytes is None else param_bytes[first])
+    return t[inv], u[inv], h[inv]
+
+
+def same_sync_rows(groups: list[Group], D: np.ndarray, *sizes: np.ndarray | None
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(first row, inverse) of the classes of rows with the same presence pattern, replicas per zone and
+    ``sizes``; (None, None) where that key does not fit an int64 (the caller then computes every row)."""
+    if len(D) < 2:
+        return None, None
+    zones = sorted({g.zone for g in groups})
+    onehot = np.array([[g.zone == z for z in zones] for g in groups], dtype=np.int64)
+    parts = [(np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64)), 3 ** D.shape[1])]
+    parts += [(c, int(c.max()) + 1) for c in (D @ onehot).T]
+    for x in sizes:
+        if x is not None:
+            _, xi = np.unique(x, return_inverse=True)
+            parts.append((xi.reshape(-1).astype(np.int64), int(xi.max()) + 1))
+    key, radix = np.zeros(len(D), dtype=np.int64), 1
+    for col, n in parts:
+        if radix * n >= 1 << 62:
+            return None, None
+        key, radix = key + col * radix, radix * n
+    return unique_first(key)
+
+
+def _sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
+               full_bytes: np.ndarray, param_bytes: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sync_rows` computed row by row (no classes)."""
     key = np.minimum(D, 2) @ (3 ** np.arange(D.shape[1], dtype=np.int64))
     first, inv = unique_first(key)
     codes = key[first]

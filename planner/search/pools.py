@@ -206,10 +206,12 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
     for i, ((pools, D), (n, inv)) in enumerate(zip(items, parts)):
         sync, egress, hier0 = t_all[lo:lo + n][inv], e_all[lo:lo + n][inv], h_all[lo:lo + n][inv]
         lo += n
+        span = None                         # computed once per item (the exact makespan is the costly part)
         if exact and tied is not None:      # in stage 0's mode, as the built plan will carry it
             live = np.ones(len(D), dtype=bool)
             if keep is not None:
-                it0 = _span(pools, D, n_mb, exact, uniform) + sync + _update(pools, D, dist_bytes)
+                span = _span(pools, D, n_mb, exact, uniform)
+                it0 = span + sync + _update(pools, D, dist_bytes)
                 live = keep(it0, _rate(pools, D) * it0 + egress, _gpus(pools, D))
             t_tied, e_tied = np.full(len(D), np.inf), np.zeros(len(D))
             if len(pools[0].params) > 1:        # one stage: nothing to sync
@@ -223,7 +225,7 @@ def score_batch(ctx: SimContext, cache: LinkCache, items: list[tuple[list[PoolMo
             if uniform:
                 span = _span(pools, D, n_mb, exact, uniform)
         else:
-            span = _span(pools, D, n_mb, exact, uniform)
+            span = _span(pools, D, n_mb, exact, uniform) if span is None else span
             upd, rate, gpus = _update(pools, D, dist_bytes), _rate(pools, D), _gpus(pools, D)
         it = span + sync + upd
         out.append(RowScores(makespan_s=span, sync_s=sync, update_s=upd, iteration_s=it,
