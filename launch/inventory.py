@@ -29,8 +29,7 @@ from typing import Any, Mapping
 
 
 from planner.errors import InputError, check_keys, quote
-from planner.plan import read_text
-
+from planner.textio import read_text
 _NODE_KEYS = {"host", "name", "gpu_type", "zone", "gpus_per_node", "cpus_per_node", "emulate"}
 _NODE_REQUIRED = {"host", "gpu_type", "zone", "gpus_per_node"}
 _EMULATE_KEYS = {"slowdown", "link_delay_s"}

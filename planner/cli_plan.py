@@ -211,7 +211,7 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
     from planner.baselines.spaces import baseline_space
     from planner.cli_sim import announce
     from planner.frontier import frontier_for, frontier_lines
-    from planner.plan import atomic_write_text
+    from planner.textio import atomic_write_text
     if args.frontier:
         from planner.simulator.timeline_plot import require_matplotlib
         require_matplotlib()
@@ -238,7 +238,7 @@ def main_args(argv: list[str] | None = None) -> int:
     for flag, value in (("--gbs", args.gbs), ("--max-stages", args.max_stages)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
-    from planner.plan import check_output_path
+    from planner.textio import check_output_path
     for flag, path in (("-o", args.output), ("--frontier-json", args.frontier_json), ("--frontier", args.frontier)):
         if path:
             check_output_path(path, flag)

@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
-from planner.plan import read_text, region_of
+from planner.plan import region_of
+from planner.textio import read_text
 from planner.schema.base import MAX_GPUS
 
 

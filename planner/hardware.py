@@ -131,7 +131,7 @@ class GPUCatalog:
         cat = cls()
         if path is None:
             return cat
-        from planner.plan import read_text
+        from planner.textio import read_text
         from planner.schema.base import parse_json, validate
         from planner.schema.files import CatalogFile
         data = parse_json(read_text(path), str(path))

@@ -12,7 +12,7 @@ from planner.errors import InputError
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, load_model
 from planner.network import DEFAULT_CLASS_LINKS, Link, NetworkModel
-from planner.plan import read_text
+from planner.textio import read_text
 from planner.profiles import ProfileStore
 from planner.simulator.settings import PRESETS, SimContext
 

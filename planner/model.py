@@ -182,7 +182,7 @@ def get_model(name: str) -> ModelSpec:
 def load_model(name_or_path: str) -> ModelSpec:
     """A built-in model name, or a JSON file with :class:`ModelSpec` fields."""
     if name_or_path.endswith(".json") or Path(name_or_path).is_file():
-        from planner.plan import read_text
+        from planner.textio import read_text
         try:
             data = json.loads(read_text(name_or_path))
         except json.JSONDecodeError as exc:

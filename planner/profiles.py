@@ -25,8 +25,7 @@ from typing import Any, Iterable, Mapping
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec
-from planner.plan import read_text
-
+from planner.textio import read_text
 PROFILE_FORMAT = "megatron-sailor-profile/1"
 # Analytic estimate: achieved fraction of peak FLOP/s, and bytes touched per parameter by one AdamW step.
 ESTIMATE_MFU = 0.35
@@ -265,7 +264,7 @@ def costs_to_entry(c: LayerCosts) -> dict[str, Any]:
 
 
 def write_profile_file(path: str | Path, model: str, gpu_type: str, costs: Iterable[LayerCosts]) -> None:
-    from planner.plan import atomic_write_text
+    from planner.textio import atomic_write_text
     data = {"format": PROFILE_FORMAT, "model": model, "gpu_type": gpu_type,
             "entries": [costs_to_entry(c) for c in costs]}
     atomic_write_text(Path(path), json.dumps(data, indent=1) + "\n")

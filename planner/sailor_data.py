@@ -24,7 +24,7 @@ from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.model import ModelSpec, get_model, with_overrides
 from planner.network import Link, NetworkModel
-from planner.plan import read_text
+from planner.textio import read_text
 from planner.profiles import LayerCosts, ProfileStore
 
 SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": None, "LLAMA-3-8": None}

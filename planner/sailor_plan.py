@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from planner.errors import InputError
-from planner.plan import Plan, Replica, Stage, read_text
-
-
+from planner.plan import Plan, Replica, Stage
+from planner.textio import read_text
 @dataclass(frozen=True)
 class SailorPlanInfo:
     """What a Sailor plan file carries beyond our plan: node sizes and measured results, if any."""

@@ -122,5 +122,5 @@ def write_constants(path: str, doc: dict) -> None:
     import json
     from pathlib import Path
 
-    from planner.plan import atomic_write_text
+    from planner.textio import atomic_write_text
     atomic_write_text(Path(path), json.dumps(doc, indent=1) + "\n", flag="--runtime-constants-out")

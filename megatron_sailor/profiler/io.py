@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
-from planner.plan import atomic_write_text
+from planner.textio import atomic_write_text
 from planner.profiles import PROFILE_FORMAT, LayerCosts, costs_to_entry, parse_profile_file
 
 # Placeholders used only until the network profiler measures the local link (documented in PROFILER.md).
@@ -51,7 +51,7 @@ def read_existing_catalog(path: str | Path) -> dict[str, Any]:
         return {}
     if not p.is_file():
         raise InputError("exists and is not a regular file", source=str(p))
-    from planner.plan import read_text
+    from planner.textio import read_text
     from planner.schema.base import parse_json
     data = parse_json(read_text(p), str(p))          # one-line errors: unreadable, bad bytes, bad JSON, nesting
     if not isinstance(data, dict):

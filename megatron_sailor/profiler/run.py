@@ -94,7 +94,7 @@ def _write_model(args: argparse.Namespace, model: Any, result: Any, gpu_type: st
         from pathlib import Path
 
         from megatron_sailor.profiler.rounds import rounds_document
-        from planner.plan import atomic_write_text
+        from planner.textio import atomic_write_text
         side = Path(args.output + ".rounds.json")
         atomic_write_text(side, json.dumps(rounds_document(result.rounds, args.rounds, args.stat), indent=1) + "\n")
         print(f"per-round values written: {side}")
@@ -104,7 +104,7 @@ def _write_network(args: argparse.Namespace, net: Any, gpu_type: str) -> dict[st
     import json
 
     from megatron_sailor.profiler.netprofile import network_document
-    from planner.plan import atomic_write_text
+    from planner.textio import atomic_write_text
     from pathlib import Path
     doc = network_document(Path(args.network_out).stem, net.intra, net.inter, net.hosts, net.allreduce)
     atomic_write_text(Path(args.network_out), json.dumps(doc, indent=1) + "\n")

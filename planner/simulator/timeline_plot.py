@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.plan import Plan, atomic_write_text
+from planner.plan import Plan
+from planner.textio import atomic_write_text
 from planner.progress import status
 from planner.simulator.events import Timeline
 
