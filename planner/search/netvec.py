@@ -147,11 +147,20 @@ class _Chooser:
     def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
         self.cache, self.groups, self.conc = cache, groups, conc
         self._bw: dict[tuple[int, int], np.ndarray] = {}     # every ring of one call selects at the same sizes
+        self._cls: tuple[np.ndarray, np.ndarray] | None = None       # and shares the rows' pattern index
 
     def _bandwidth(self, q: tuple[int, int], worst_at: np.ndarray) -> np.ndarray:
         if q not in self._bw:
             self._bw[q] = bandwidth(self.link(q), worst_at)
         return self._bw[q]
+
+    def _classes(self, inv: np.ndarray, worst_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first row, inverse) of the rows' (pattern, size) classes; every ring of one call shares them."""
+        if self._cls is None:
+            _, wi = np.unique(worst_at, return_inverse=True)
+            wi = wi.reshape(-1).astype(np.int64)
+            self._cls = unique_first(inv.astype(np.int64) * (int(wi.max()) + 1 if len(wi) else 1) + wi)
+        return self._cls
 
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
@@ -167,13 +176,14 @@ class _Chooser:
         if all(len(r) <= 1 for r in ranks):      # one candidate pair per pattern: nothing to choose
             only = np.array([pos[next(iter(r))] if r else -1 for r in ranks])[inv]
             has, pick = only >= 0, only
-        else:
-            rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv]        # [R, Q]
-            bw = np.column_stack([self._bandwidth(q, worst_at) for q in pairs])
+        else:       # the choice reads only the row's pattern and size: made once per (pattern, size) class
+            first, cls = self._classes(inv, worst_at)
+            rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv[first]]     # [U, Q]
+            bw = np.column_stack([self._bandwidth(q, worst_at)[first] for q in pairs])
             bw = np.where(np.isfinite(rank), bw, np.inf)
             tie = bw == bw.min(axis=1, keepdims=True)
-            pick = np.argmin(np.where(tie, rank, np.inf), axis=1)
-            has = np.isfinite(rank).any(axis=1)
+            pick = np.argmin(np.where(tie, rank, np.inf), axis=1)[cls]
+            has = np.isfinite(rank).any(axis=1)[cls]
         nn = np.maximum(n, 1)
         out = np.zeros(len(inv))
         for qi, q in enumerate(pairs):
