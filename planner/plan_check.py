@@ -4,7 +4,8 @@
 ``<source>: stages[s].replicas[j]: field '<name>' ...`` for the first replica whose GPU type has no catalog
 entry or whose TP degree the model cannot be split by, and ``<source>: field 'num_layers' ...`` when the plan's
 layer count is not the model's. The simulator keeps its own checks (it is also called without a file); this
-one runs first in the CLIs, so a user sees which file and field to fix.
+one runs first in ``sailor-sim``, so a user sees which file and field to fix. The field path is that of our
+plan format; for a Sailor ``plan_config`` it names the stage and replica of the plan it was converted to.
 """
 from __future__ import annotations
 
