@@ -99,7 +99,7 @@ def render_table(est: Estimate, plan_name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from planner.simulator import simulate        # the cost model (numpy): not needed for --help or bad flags
-    from planner.plan_check import check_plan_inputs
+    from planner.simulator.checks import check_plan_inputs
     plan, info = load_any_plan(args.plan)
     bundle = load_data(data_source(args), plan.precision, model_hint=plan.model)
     ctx = make_context(bundle, args.runtime, "sailor-deepspeed" if info else "megatron-sailor",

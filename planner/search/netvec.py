@@ -147,7 +147,7 @@ class _Chooser:
     def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
         self.cache, self.groups, self.conc = cache, groups, conc
         self._bw: dict[tuple[int, int], np.ndarray] = {}     # every ring of one call selects at the same sizes
-        self._cls: tuple[np.ndarray, np.ndarray] | None = None       # and shares the rows' pattern index
+        self._cls: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None   # and the rows' classes
 
     def _bandwidth(self, q: tuple[int, int], worst_at: np.ndarray) -> np.ndarray:
         if q not in self._bw:
@@ -156,11 +156,12 @@ class _Chooser:
 
     def _classes(self, inv: np.ndarray, worst_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first row, inverse) of the rows' (pattern, size) classes; every ring of one call shares them."""
-        if self._cls is None:
+        rows = (id(inv), id(worst_at))          # the same arrays as the call that computed them, else anew
+        if self._cls is None or self._cls[0] != rows:
             _, wi = np.unique(worst_at, return_inverse=True)
             wi = wi.reshape(-1).astype(np.int64)
-            self._cls = unique_first(inv.astype(np.int64) * (int(wi.max()) + 1 if len(wi) else 1) + wi)
-        return self._cls
+            self._cls = (rows, unique_first(inv.astype(np.int64) * (int(wi.max()) + 1 if len(wi) else 1) + wi))
+        return self._cls[1]
 
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)

@@ -35,7 +35,7 @@ class TiedSync:
 
     def _price(self, first: tuple[Replica, ...], last: tuple[Replica, ...], num_stages: int, mode: str,
                dist_bytes: int | None) -> tuple[float, float]:
-        """:meth:`of` without its memo (callers that memoise on a cheaper key of their own)."""
+        """:meth:`of` without its memo (the tests compare :mod:`planner.search.tiedvec` with it row by row)."""
         t, moved = tied_sync_of_replicas(first, last, self.ctx, mode, dist_bytes) if num_stages > 1 \
             else (0.0, {})
         usd = sum(b * self.ctx.network.egress_usd_per_byte(za, zb) for (za, zb), b in moved.items())

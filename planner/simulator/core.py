@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 from planner.errors import InputError
 from planner.plan import Plan
 from planner.simulator import formulas as F
+from planner.simulator.checks import check_plan_inputs
 from planner.simulator.memory import MemoryBreakdown, replica_memory, usable_bytes
 from planner.simulator.settings import SimContext
 from planner.simulator.stage import ReplicaCosts, all_replica_costs
@@ -125,14 +126,7 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
     """Predict iteration time, per-GPU peak memory and $/iteration of ``plan``."""
     if ctx.settings.constants_error:
         raise InputError(ctx.settings.constants_error)
-    if plan.num_layers != ctx.model.num_layers:
-        raise InputError(f"plan has num_layers {plan.num_layers} but model '{ctx.model.name}' has "
-                         f"{ctx.model.num_layers}")
-    for s, j, rep in plan.replicas():
-        ctx.model.check_tp(rep.tp)
-        if rep.tp > ctx.node_size(rep.gpu_type):
-            raise InputError(f"stages[{s}].replicas[{j}]: TP {rep.tp} exceeds the {ctx.node_size(rep.gpu_type)} "
-                             f"GPUs per node of {rep.gpu_type} (TP stays inside a node)")
+    check_plan_inputs(plan, ctx)
     costs = all_replica_costs(plan, ctx)
     S, D = plan.num_stages, plan.dp_degree
     p2p = [p2p_seconds(plan, ctx, j) for j in range(D)]

@@ -66,9 +66,8 @@ def tied_sync_of_replicas(first: tuple[Replica, ...], last: tuple[Replica, ...],
     tp = min(r.tp for r in reps)
     shard = _vocab_shard_params(ctx.model, tp)
     nbytes = 4.0 * shard                                        # fp32 gradients
-    made: dict[tuple[str, str], Endpoint] = {}        # one endpoint object per (type, zone): equal values
-    ends = [made.get((r.gpu_type, r.zone)) or made.setdefault((r.gpu_type, r.zone), Endpoint(r.gpu_type, r.zone))
-            for r in reps]
+    made = {k: Endpoint(*k) for k in {(r.gpu_type, r.zone) for r in reps}}   # one object per (type, zone)
+    ends = [made[(r.gpu_type, r.zone)] for r in reps]
     rule = mode if mode in ("flat", "hierarchical") else "flat"
     if param_bytes_per_element is None:
         sc = zone_aware_sync(ends, ctx, rule, nbytes, nbytes * tp, tp)
