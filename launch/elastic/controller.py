@@ -19,9 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from planner.errors import InputError
 
 from launch.assign import Assignment, assign
 from launch.elastic import state as state_file
+from launch.elastic.config import ControllerConfig, job_fits, plan_summary, write_control
 from launch.elastic.jobs import JobSpec, LocalBackend, job_commands
 from launch.elastic.joblog import committed_iteration, last_error_line
 from launch.elastic.nodes import Nodes, availability_of, describe_nodes
@@ -41,39 +40,6 @@ from launch.torchrun_cmds import NodeCommand
 
 logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    work_dir: Path
-    train_iters: int
-    train_args: tuple[str, ...]            # passed to the training script (model, data, --save-interval, ...)
-    script: str | None = None              # None: the training module (planner.rank_env.train_entry)
-    max_restarts: int = 3                  # torchrun's, per single-node job
-    max_failures: int = 4                  # the controller gives up at this many failed jobs
-    horizon_s: float = 3600.0
-    initial_cost_s: float = 15.0           # until a reconfiguration has been measured
-    poll_s: float = 0.2
-    hold_on_trace: bool = False            # iteration-unit traces: pause the job at each change point
-    trace_points: tuple[int, ...] = ()     # iteration change points (with hold_on_trace)
-    omp_threads: int = 1
-    job_env: tuple[tuple[str, str], ...] = ()   # extra environment for the jobs
-    torchrun: tuple[str, ...] = (sys.executable, "-m", "torch.distributed.run")
-    stop_timeout_s: float = 120.0          # restarted controller: wait this long for a left-over job's checkpoint
-
-
-def _plan_summary(plan: Any) -> str:
-    stages = " | ".join(f"L{s.num_layers}:TP" + ",".join(str(r.tp) for r in s.replicas) for s in plan.stages)
-    return f"[{stages}] mbs {plan.micro_batch_size} gbs {plan.global_batch_size}"
-
-
-def job_fits(assignment: Assignment | None, nodes: Nodes) -> bool:
-    """Are all nodes the job runs on still present (same host, at least the GPUs it uses)?"""
-    if assignment is None:
-        return False
-    present = {n.name: n for n in nodes}
-    return all(na.node.name in present and present[na.node.name].host == na.node.host
-               and present[na.node.name].gpus_per_node >= na.nproc for na in assignment.nodes)
 
 
 class Controller:
@@ -115,9 +81,7 @@ class Controller:
         return min(later) if later else None
 
     def _write_control(self, job: Job, text: str) -> None:
-        tmp = job.control.with_suffix(".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, job.control)
+        write_control(job.control, text)
 
     # ------------------------------------------------------------------ planning and launching
     def plan_on(self, nodes: Nodes) -> tuple[PlanChoice, Assignment]:
@@ -154,7 +118,7 @@ class Controller:
         job.proc = self.backend.start(commands, assignment, self.work, k, REPO, after=self.job)
         self.jobs.append(job)
         logger.info("job %d: %s, %d rank(s) on %s, plan %s%s, log %s", k, rec.reason, choice.plan.world_size,
-                    ", ".join(f"{na.node.name}:{na.nproc}" for na in assignment.nodes), _plan_summary(choice.plan),
+                    ", ".join(f"{na.node.name}:{na.nproc}" for na in assignment.nodes), plan_summary(choice.plan),
                     " (starting up while the previous job stops)" if wait_for_go else "", self.work / f"job_{k}.log")
         return job
 
@@ -308,7 +272,7 @@ class Controller:
             self._no_plan(job, nodes, done, change, fits, exc)
             return
         d = decide(job.choice, new, fits, self.cfg.horizon_s, self.cost_s)
-        logger.info("plan: %s in %.3f s -> %s (%s)", _plan_summary(new.plan), new.plan_s,
+        logger.info("plan: %s in %.3f s -> %s (%s)", plan_summary(new.plan), new.plan_s,
                     "SWITCH" if d.switch else "stay", d.reason)
         rec = Reconfiguration("availability", change, total(av), new.plan_s, d.reason, job.choice.plan.world_size,
                               new.plan.world_size if d.switch else job.choice.plan.world_size, resume_hint=done)
