@@ -16,8 +16,10 @@ from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
 from planner.search.pools import level_periods
 from planner.search.taskbound import cheap_bounds
-from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp,
-                                   memory_terms_of, split_family, stage_arrays)
+from planner.search.grids import (StageGrid, compute_grid, compute_index, gathered_stage_arrays, grid_index,
+                                  stage_grid)
+from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
+                                   split_family, stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -110,13 +112,18 @@ class Tables:
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
-                # the memory terms are computed once: the distributed optimizer's dist_dmin reads them too
-                terms = memory_terms_of(self.ctx, tt, counts, self.space.precision, self.space.optimizer,
-                                        recompute, self.space.tie_embeddings)
-                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
-                                   self.space.tie_embeddings, terms)
-                if True in self.space.distributed_optimizer and not arr.fits.all():     # dist_dmin needs them
-                    self._arr[("dmin-terms", g, tp, mbs, s_num, recompute)] = terms
+                # parameters, optimizer step and memory gathered from the per-(layers, stage) grid, which the
+                # distributed optimizer's dist_dmin reads too
+                grid, index = self._grid(g, tp, mbs, s_num, recompute)
+                if grid is None:
+                    arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
+                                       self.space.tie_embeddings)
+                else:
+                    ckey = ("cgrid", g, tp, mbs, recompute)      # shared by every depth
+                    if ckey not in self._arr:
+                        self._arr[ckey] = compute_grid(self.ctx, tt, recompute)
+                    arr = gathered_stage_arrays(tt, counts, grid, index, self._arr[ckey],
+                                                self.memo[("grid-index", s_num)][2])
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
@@ -139,6 +146,12 @@ class Tables:
         if key not in self._arr and plain is not None and plain.fits.all():
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
+        if key not in self._arr and counts is None:
+            grid, index = self._grid(g, tp, mbs, s_num, recompute)
+            if grid is not None:        # element-wise in (layers, stage): computed per grid entry, gathered
+                self._arr[key] = np.take(dist_min_dp(self.ctx, self.table(g, tp, mbs), grid.counts,
+                                                     self.space.precision, self.space.optimizer, recompute, shards,
+                                                     self.space.tie_embeddings, grid.terms), index)
         if key not in self._arr:
             if counts is None:
                 counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
@@ -153,6 +166,25 @@ class Tables:
             return self._arr[key]
         self._arr[key + ("max",)] = self._arr[key].max(axis=1)
         return self._arr[key + ("max",)]
+
+    def _grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool
+              ) -> tuple[StageGrid | None, np.ndarray | None]:
+        """(:func:`stage_grid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
+        ((None, None): no splits, or one with an empty stage)."""
+        key = ("grid", g, tp, mbs, s_num, recompute)
+        if key not in self._arr:
+            ikey = ("grid-index", s_num)
+            if ikey not in self.memo:
+                counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+                index = None if counts is None else grid_index(counts)
+                self.memo[ikey] = (index, 0, None) if index is None else \
+                    (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
+            index, cmax, _ = self.memo[ikey]
+            grid = None if index is None else stage_grid(
+                self.ctx, self.table(g, tp, mbs), cmax, s_num, self.space.precision, self.space.optimizer,
+                recompute, self.space.tie_embeddings)
+            self._arr[key] = (grid, index)
+        return self._arr[key]
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans
