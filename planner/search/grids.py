@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.search.tables import StageArrays, TypeTable, memory_terms_of, params_and_update, stage_compute
+from planner.search.tables import StageArrays, TypeTable, _memory_terms, head_params, stage_compute
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -29,18 +29,9 @@ class StageGrid:
     the same expressions give a stage of c layers at position s of any split, bit for bit: the [K, S] values of
     a batch of splits are gathered from here (:func:`grid_index`) instead of computed per (split, stage)."""
 
-    counts: np.ndarray          # [C, S] row c - 1 is c everywhere
     params: np.ndarray
     update_s: np.ndarray
     memory_bytes: np.ndarray
-    terms: tuple                # :func:`memory_terms_of` of ``counts`` (the distributed optimizer's fit reads them)
-
-
-@lru_cache(maxsize=None)
-def _count_grid(cmax: int, s_num: int) -> np.ndarray:
-    out = np.repeat(np.arange(1, cmax + 1, dtype=np.int64)[:, None], s_num, axis=1)
-    out.flags.writeable = False
-    return out
 
 
 def grid_index(counts: np.ndarray) -> np.ndarray | None:
@@ -52,13 +43,65 @@ def grid_index(counts: np.ndarray) -> np.ndarray | None:
     return (counts - 1) * s_num + np.arange(s_num)
 
 
-def stage_grid(ctx: SimContext, tt: TypeTable, cmax: int, s_num: int, precision: str, optimizer: str,
-               recompute: bool = False, tie_embeddings: bool = False) -> StageGrid:
-    """:class:`StageGrid` of stages of 1 .. ``cmax`` layers in a pipeline of ``s_num`` stages on ``tt``."""
-    counts = _count_grid(cmax, s_num)
-    terms = memory_terms_of(ctx, tt, counts, precision, optimizer, recompute, tie_embeddings)
-    params, upd = params_and_update(ctx, tt, counts, tie_embeddings)
-    return StageGrid(counts, params, upd, F.memory_total(terms), terms)
+@lru_cache(maxsize=64)
+def _layout(blocks: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, ...]:
+    """[1, E] layer count, first, last, micro-batches in flight (S - s) and depth of every entry of the
+    depths ``blocks`` ((S, C) each: C x S entries, row-major (c - 1, s)), depth after depth."""
+    cols: list[list[np.ndarray]] = [[], [], [], [], []]
+    for s_num, cmax in blocks:
+        c = np.repeat(np.arange(1, cmax + 1, dtype=np.int64), s_num)
+        s = np.tile(np.arange(s_num), cmax)
+        for out, x in zip(cols, (c, s == 0, s == s_num - 1, s_num - s, np.full(len(c), s_num))):
+            out.append(x)
+    arrs = tuple(np.concatenate(x)[None, :] for x in cols)
+    for x in arrs:
+        x.flags.writeable = False
+    return arrs
+
+
+@dataclass(frozen=True)
+class DepthGrids:
+    """:class:`StageGrid` of every depth of ``blocks`` ((S, C): stages of 1 .. C layers in pipelines of S stages)
+    computed at once on flat [1, E] arrays (depth after depth, each row-major (c - 1, s)): the same element-wise
+    expressions on the same per-entry inputs (layers, first, last, S - s in flight, the head's parameters at
+    depth S), so each entry equals the per-depth computation bit for bit; one numpy call per term for all depths
+    instead of one per depth."""
+
+    blocks: tuple[tuple[int, int], ...]
+    offsets: dict[int, tuple[int, int]]        # S -> (first entry, C)
+    counts: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    params: np.ndarray
+    update_s: np.ndarray
+    memory_bytes: np.ndarray
+    terms: tuple                # :func:`memory_terms_of`'s terms of every entry (the distributed optimizer's fit)
+
+    def grid(self, s_num: int) -> StageGrid | None:
+        if s_num not in self.offsets:
+            return None
+        return StageGrid(*(self.block(x, s_num) for x in (self.params, self.update_s, self.memory_bytes)))
+
+    def block(self, flat: np.ndarray, s_num: int) -> np.ndarray:
+        """[C, S] of depth ``s_num`` of a flat [1, E] array (a view)."""
+        off, cmax = self.offsets[s_num]
+        return flat[0, off:off + cmax * s_num].reshape(cmax, s_num)
+
+
+def depth_grids(ctx: SimContext, tt: TypeTable, blocks: tuple[tuple[int, int], ...], precision: str,
+                optimizer: str, recompute: bool = False, tie_embeddings: bool = False) -> DepthGrids:
+    """:class:`DepthGrids` of ``tt`` for the depths ``blocks`` ((S, largest layer count) each)."""
+    counts, first, last, inflight, depth = _layout(blocks)
+    # the head's parameters at each entry's depth (they differ at S = 1 for a tied plan): integers, exact
+    head = np.where(depth == 1, head_params(tt, 1, tie_embeddings), head_params(tt, 2, tie_embeddings))
+    params = counts * tt.layer_params + first * tt.emb_params + last * head
+    terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute, inflight)
+    upd = F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale
+    offsets, off = {}, 0
+    for s_num, cmax in blocks:
+        offsets[s_num] = (off, cmax)
+        off += s_num * cmax
+    return DepthGrids(blocks, offsets, counts, first, last, params, upd, F.memory_total(terms), terms)
 
 
 _FIRST = np.array([False, True, False, True])[:, None, None]     # position classes: middle, first, last, both

@@ -224,17 +224,22 @@ NEVER = 1 << 40         # a replica count no cluster reaches: the split never fi
 
 
 def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
-                recompute: bool, shards: int = 1, tie_embeddings: bool = False, terms: tuple | None = None
-                ) -> np.ndarray:
+                recompute: bool, shards: int = 1, tie_embeddings: bool = False, terms: tuple | None = None,
+                layout: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """[K, S] the smallest replica count D at which each stage of each split fits on ``tt`` under the
     distributed optimizer (S - s micro-batches in flight; :data:`NEVER` where no D does). Memory is
     non-increasing in D (only the optimizer term o / D changes), so the answer is found from the closed form
     and then checked with the exact expression the fit uses at D and D - 1. ``terms``: :func:`_memory_terms` of
-    these splits (without sharding), when already computed (they do not depend on ``shards``)."""
-    k, s_num = counts.shape
-    first = (np.arange(s_num) == 0)[None, :]
-    last = (np.arange(s_num) == s_num - 1)[None, :]
-    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    these splits (without sharding), when already computed (they do not depend on ``shards``). ``layout``:
+    (first, last, parameters) of each entry of ``counts`` when its columns are not the stages of one depth
+    (:mod:`planner.search.grids`; ``terms`` then given too). Each entry's answer depends on that entry alone."""
+    if layout is not None:
+        first, last, params = layout
+    else:
+        s_num = counts.shape[1]
+        first = (np.arange(s_num) == 0)[None, :]
+        last = (np.arange(s_num) == s_num - 1)[None, :]
+        params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     ratio = opt_ratio(ctx, tt, counts, params, first, last, shards)
     if terms is None:
         terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)

@@ -16,8 +16,8 @@ from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
 from planner.search.pools import level_periods
 from planner.search.taskbound import cheap_bounds
-from planner.search.grids import (StageGrid, compute_grid, compute_index, gathered_stage_arrays, grid_index,
-                                  stage_grid)
+from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
+                                  gathered_stage_arrays, grid_index)
 from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
                                    split_family, stage_arrays)
 from planner.simulator import formulas as F
@@ -147,11 +147,15 @@ class Tables:
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
         if key not in self._arr and counts is None:
-            grid, index = self._grid(g, tp, mbs, s_num, recompute)
-            if grid is not None:        # element-wise in (layers, stage): computed per grid entry, gathered
-                self._arr[key] = np.take(dist_min_dp(self.ctx, self.table(g, tp, mbs), grid.counts,
-                                                     self.space.precision, self.space.optimizer, recompute, shards,
-                                                     self.space.tie_embeddings, grid.terms), index)
+            grids = self._depths(g, tp, mbs, recompute)
+            if s_num in grids.offsets:      # each entry's answer is its own: computed per entry of every depth
+                fkey = ("dmin-flat", g, tp, mbs, recompute, shards)
+                if fkey not in self._arr:
+                    self._arr[fkey] = dist_min_dp(self.ctx, self.table(g, tp, mbs), grids.counts,
+                                                  self.space.precision, self.space.optimizer, recompute, shards,
+                                                  self.space.tie_embeddings, grids.terms,
+                                                  (grids.first, grids.last, grids.params))
+                self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), self._split_index(s_num)[0])
         if key not in self._arr:
             if counts is None:
                 counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
@@ -167,24 +171,36 @@ class Tables:
         self._arr[key + ("max",)] = self._arr[key].max(axis=1)
         return self._arr[key + ("max",)]
 
+    def _split_index(self, s_num: int) -> tuple[np.ndarray | None, int, np.ndarray | None]:
+        """(:func:`grid_index`, the largest layer count, :func:`compute_index`) of the space's splits of
+        ``s_num`` stages ((None, 0, None): no splits, or one with an empty stage)."""
+        ikey = ("grid-index", s_num)
+        if ikey not in self.memo:
+            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            index = None if counts is None else grid_index(counts)
+            self.memo[ikey] = (index, 0, None) if index is None else \
+                (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
+        return self.memo[ikey]
+
+    def _depths(self, g: str, tp: int, mbs: int, recompute: bool) -> DepthGrids:
+        """:func:`depth_grids` of (g, tp, mbs) for every depth the space searches whose splits it can index."""
+        key = ("depths", g, tp, mbs, recompute)
+        if key not in self._arr:
+            if "blocks" not in self.memo:
+                max_s = min(self.ctx.model.num_layers, self.space.max_stages or self.ctx.model.num_layers)
+                self.memo["blocks"] = tuple((s, self._split_index(s)[1]) for s in range(1, max_s + 1)
+                                            if self._split_index(s)[0] is not None)
+            self._arr[key] = depth_grids(self.ctx, self.table(g, tp, mbs), self.memo["blocks"],
+                                         self.space.precision, self.space.optimizer, recompute,
+                                         self.space.tie_embeddings)
+        return self._arr[key]
+
     def _grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool
               ) -> tuple[StageGrid | None, np.ndarray | None]:
-        """(:func:`stage_grid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
-        ((None, None): no splits, or one with an empty stage)."""
-        key = ("grid", g, tp, mbs, s_num, recompute)
-        if key not in self._arr:
-            ikey = ("grid-index", s_num)
-            if ikey not in self.memo:
-                counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
-                index = None if counts is None else grid_index(counts)
-                self.memo[ikey] = (index, 0, None) if index is None else \
-                    (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
-            index, cmax, _ = self.memo[ikey]
-            grid = None if index is None else stage_grid(
-                self.ctx, self.table(g, tp, mbs), cmax, s_num, self.space.precision, self.space.optimizer,
-                recompute, self.space.tie_embeddings)
-            self._arr[key] = (grid, index)
-        return self._arr[key]
+        """(:class:`StageGrid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
+        ((None, None): a depth the grids do not hold)."""
+        grid = self._depths(g, tp, mbs, recompute).grid(s_num)
+        return (None, None) if grid is None else (grid, self._split_index(s_num)[0])
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans

@@ -13,8 +13,9 @@ from planner import api
 from planner.cluster import parse_gpus
 from planner.search import tasks as T
 from planner.search.space import SearchSpace
-from planner.search.grids import compute_grid, compute_index, grid_index, stage_grid
-from planner.search.tables import dist_min_dp, stage_arrays
+from planner.search.grids import compute_grid, compute_index, depth_grids, grid_index
+from planner.search.tables import dist_min_dp, memory_terms_of, params_and_update, stage_arrays
+from planner.simulator import formulas as F
 
 GPUS = "A100-40@us-central1-a=32,V100-16@us-central1-a=64,H100-80@us-west1-b=16"
 FIELDS = ("compute_s", "bwd_s", "params", "update_s", "memory_bytes", "fits", "counts")
@@ -109,5 +110,31 @@ def test_grid_indices_address_each_stage_and_its_layers(ctx) -> None:
         assert set(np.unique(cls[:, -1])) == {3 if s_num == 1 else 2}
     assert grid_index(np.array([[2, 0, 3]])) is None
     tt = T.Tables(ctx, SearchSpace()).table("A100-40", 1, 1)
-    grid = stage_grid(ctx, tt, 5, 4, "fp32", "adamw")
-    assert grid.memory_bytes.shape == (5, 4) and compute_grid(ctx, tt, False)[0].shape == (4, L + 1, L + 1)
+    grids = depth_grids(ctx, tt, ((1, 5), (4, 3)), "fp32", "adamw")
+    assert grids.grid(4).memory_bytes.shape == (3, 4) and grids.grid(2) is None
+    assert compute_grid(ctx, tt, False)[0].shape == (4, L + 1, L + 1)
+
+
+def test_all_depths_at_once_equal_one_depth_at_a_time(ctx) -> None:
+    """Every depth's block of the flat all-depth grids equals the same expressions on that depth's own
+    [C, S] grid (tied embeddings change the head at S = 1), and so does the distributed optimizer's D."""
+    checked = 0
+    for c, space, g, tp, mbs, _, rc, rng in _cases(ctx, 40, 5):
+        tt = T.Tables(c, space).table(g, tp, mbs)
+        depths = sorted({int(x) for x in rng.integers(1, c.model.num_layers + 1, size=4)} | {1})
+        blocks = tuple((s, int(rng.integers(1, c.model.num_layers - s + 2))) for s in depths)
+        grids = depth_grids(c, tt, blocks, space.precision, space.optimizer, rc, space.tie_embeddings)
+        shards = int(rng.choice([1, 2, 4]))
+        flat_d = dist_min_dp(c, tt, grids.counts, space.precision, space.optimizer, rc, shards,
+                             space.tie_embeddings, grids.terms, (grids.first, grids.last, grids.params))
+        for s_num, cmax in blocks:
+            counts = np.repeat(np.arange(1, cmax + 1, dtype=np.int64)[:, None], s_num, axis=1)
+            terms = memory_terms_of(c, tt, counts, space.precision, space.optimizer, rc, space.tie_embeddings)
+            params, upd = params_and_update(c, tt, counts, space.tie_embeddings)
+            got = grids.grid(s_num)
+            for a, b in ((got.params, params), (got.update_s, upd), (got.memory_bytes, F.memory_total(terms))):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+            want_d = dist_min_dp(c, tt, counts, space.precision, space.optimizer, rc, shards, space.tie_embeddings)
+            assert np.array_equal(grids.block(flat_d, s_num), want_d)
+            checked += 1
+    assert checked >= 100
