@@ -99,6 +99,30 @@ def head_params(tt: TypeTable, num_stages: int, tie_embeddings: bool) -> int:
     return tt.head_params_tied_single if tie_embeddings and num_stages == 1 else tt.head_params
 
 
+def params_and_update(ctx: SimContext, tt: TypeTable, counts: np.ndarray, tie_embeddings: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """([K, S] parameters held by one GPU, [K, S] its optimizer step) of splits ``counts``."""
+    s_num = counts.shape[1]
+    first = np.zeros(s_num, dtype=bool)
+    first[0] = True
+    last = np.zeros(s_num, dtype=bool)
+    last[-1] = True
+    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    return params, F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale
+
+
+def stage_compute(ctx: SimContext, tt: TypeTable, starts: np.ndarray, ends: np.ndarray, first: np.ndarray,
+             last: np.ndarray, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(compute seconds, backward seconds) per micro-batch of stages holding layers ``starts`` .. ``ends`` - 1,
+    the first / last stage where ``first`` / ``last`` (all broadcast together)."""
+    fwd = tt.cum_fwd_s[ends] - tt.cum_fwd_s[starts]
+    bwd = F.recompute_bwd_s(fwd, tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts], recompute)
+    fwd = fwd + first * tt.emb_fwd_s + last * tt.head_fwd_s
+    bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
+    scale = ctx.settings.compute_scale
+    return F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s), bwd * scale
+
+
 def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str,
                  optimizer: str, recompute: bool = False, tie_embeddings: bool = False,
                  terms: tuple | None = None) -> StageArrays:
@@ -112,17 +136,11 @@ def stage_arrays(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: 
     first[0] = True
     last = np.zeros(s_num, dtype=bool)
     last[-1] = True
-    fwd = tt.cum_fwd_s[ends] - tt.cum_fwd_s[starts]
-    bwd = F.recompute_bwd_s(fwd, tt.cum_bwd_s[ends] - tt.cum_bwd_s[starts], recompute)
-    fwd = fwd + first * tt.emb_fwd_s + last * tt.head_fwd_s
-    bwd = bwd + first * tt.emb_bwd_s + last * tt.head_bwd_s
-    scale = ctx.settings.compute_scale
-    compute = F.compute_s(fwd * scale, bwd * scale, ctx.settings.per_microbatch_overhead_s)
-    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    compute, bwd_s = stage_compute(ctx, tt, starts, ends, first, last, recompute)
+    params, upd = params_and_update(ctx, tt, counts, tie_embeddings)
     memory = F.memory_total(terms) if terms is not None else \
         _memory(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
-    return StageArrays(compute_s=compute, bwd_s=bwd * scale, params=params,
-                       update_s=F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale,
+    return StageArrays(compute_s=compute, bwd_s=bwd_s, params=params, update_s=upd,
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
 
 
@@ -206,17 +224,22 @@ NEVER = 1 << 40         # a replica count no cluster reaches: the split never fi
 
 
 def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: str, optimizer: str,
-                recompute: bool, shards: int = 1, tie_embeddings: bool = False, terms: tuple | None = None
-                ) -> np.ndarray:
+                recompute: bool, shards: int = 1, tie_embeddings: bool = False, terms: tuple | None = None,
+                layout: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """[K, S] the smallest replica count D at which each stage of each split fits on ``tt`` under the
     distributed optimizer (S - s micro-batches in flight; :data:`NEVER` where no D does). Memory is
     non-increasing in D (only the optimizer term o / D changes), so the answer is found from the closed form
     and then checked with the exact expression the fit uses at D and D - 1. ``terms``: :func:`_memory_terms` of
-    these splits (without sharding), when already computed (they do not depend on ``shards``)."""
-    k, s_num = counts.shape
-    first = (np.arange(s_num) == 0)[None, :]
-    last = (np.arange(s_num) == s_num - 1)[None, :]
-    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    these splits (without sharding), when already computed (they do not depend on ``shards``). ``layout``:
+    (first, last, parameters) of each entry of ``counts`` when its columns are not the stages of one depth
+    (:mod:`planner.search.grids`; ``terms`` then given too). Each entry's answer depends on that entry alone."""
+    if layout is not None:
+        first, last, params = layout
+    else:
+        s_num = counts.shape[1]
+        first = (np.arange(s_num) == 0)[None, :]
+        last = (np.arange(s_num) == s_num - 1)[None, :]
+        params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
     ratio = opt_ratio(ctx, tt, counts, params, first, last, shards)
     if terms is None:
         terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)

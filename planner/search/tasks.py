@@ -16,8 +16,10 @@ from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
 from planner.search.pools import level_periods
 from planner.search.taskbound import cheap_bounds
-from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp,
-                                   memory_terms_of, split_family, stage_arrays)
+from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
+                                  gathered_stage_arrays, grid_index)
+from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
+                                   split_family, stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -110,13 +112,18 @@ class Tables:
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
-                # the memory terms are computed once: the distributed optimizer's dist_dmin reads them too
-                terms = memory_terms_of(self.ctx, tt, counts, self.space.precision, self.space.optimizer,
-                                        recompute, self.space.tie_embeddings)
-                arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
-                                   self.space.tie_embeddings, terms)
-                if True in self.space.distributed_optimizer and not arr.fits.all():     # dist_dmin needs them
-                    self._arr[("dmin-terms", g, tp, mbs, s_num, recompute)] = terms
+                # parameters, optimizer step and memory gathered from the per-(layers, stage) grid, which the
+                # distributed optimizer's dist_dmin reads too
+                grid, index = self._grid(g, tp, mbs, s_num, recompute)
+                if grid is None:
+                    arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
+                                       self.space.tie_embeddings)
+                else:
+                    ckey = ("cgrid", g, tp, mbs, recompute)      # shared by every depth
+                    if ckey not in self._arr:
+                        self._arr[ckey] = compute_grid(self.ctx, tt, recompute)
+                    arr = gathered_stage_arrays(tt, counts, grid, index, self._arr[ckey],
+                                                self.memo[("grid-index", s_num)][2])
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
@@ -139,6 +146,16 @@ class Tables:
         if key not in self._arr and plain is not None and plain.fits.all():
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
+        if key not in self._arr and counts is None:
+            grids = self._depths(g, tp, mbs, recompute)
+            if s_num in grids.offsets:      # each entry's answer is its own: computed per entry of every depth
+                fkey = ("dmin-flat", g, tp, mbs, recompute, shards)
+                if fkey not in self._arr:
+                    self._arr[fkey] = dist_min_dp(self.ctx, self.table(g, tp, mbs), grids.counts,
+                                                  self.space.precision, self.space.optimizer, recompute, shards,
+                                                  self.space.tie_embeddings, grids.terms,
+                                                  (grids.first, grids.last, grids.params))
+                self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), self._split_index(s_num)[0])
         if key not in self._arr:
             if counts is None:
                 counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
@@ -153,6 +170,37 @@ class Tables:
             return self._arr[key]
         self._arr[key + ("max",)] = self._arr[key].max(axis=1)
         return self._arr[key + ("max",)]
+
+    def _split_index(self, s_num: int) -> tuple[np.ndarray | None, int, np.ndarray | None]:
+        """(:func:`grid_index`, the largest layer count, :func:`compute_index`) of the space's splits of
+        ``s_num`` stages ((None, 0, None): no splits, or one with an empty stage)."""
+        ikey = ("grid-index", s_num)
+        if ikey not in self.memo:
+            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            index = None if counts is None else grid_index(counts)
+            self.memo[ikey] = (index, 0, None) if index is None else \
+                (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
+        return self.memo[ikey]
+
+    def _depths(self, g: str, tp: int, mbs: int, recompute: bool) -> DepthGrids:
+        """:func:`depth_grids` of (g, tp, mbs) for every depth the space searches whose splits it can index."""
+        key = ("depths", g, tp, mbs, recompute)
+        if key not in self._arr:
+            if "blocks" not in self.memo:
+                max_s = min(self.ctx.model.num_layers, self.space.max_stages or self.ctx.model.num_layers)
+                self.memo["blocks"] = tuple((s, self._split_index(s)[1]) for s in range(1, max_s + 1)
+                                            if self._split_index(s)[0] is not None)
+            self._arr[key] = depth_grids(self.ctx, self.table(g, tp, mbs), self.memo["blocks"],
+                                         self.space.precision, self.space.optimizer, recompute,
+                                         self.space.tie_embeddings)
+        return self._arr[key]
+
+    def _grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool
+              ) -> tuple[StageGrid | None, np.ndarray | None]:
+        """(:class:`StageGrid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
+        ((None, None): a depth the grids do not hold)."""
+        grid = self._depths(g, tp, mbs, recompute).grid(s_num)
+        return (None, None) if grid is None else (grid, self._split_index(s_num)[0])
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans
