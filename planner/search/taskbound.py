@@ -14,7 +14,7 @@ from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import Group, LinkCache
 from planner.search.space import Objective
-from planner.search.syncbound import sync_lower_bound
+from planner.search.syncbound import sync_lower_bound, tied_lower_bound
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -89,6 +89,8 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    if with_sync and tables.space.tie_embeddings:       # the tied all-reduce follows the stage syncs
+        sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
         sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
     if sync_out is not None and with_sync:
