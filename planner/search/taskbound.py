@@ -63,8 +63,9 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
                recompute: bool = False, dist: bool = False) -> float:
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
     gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
-    sync lower bound per total pipeline count d (index d). ``dist``: the distributed optimizer (optimizer
-    step / d, :func:`sync_lower_bound` halved)."""
+    sync lower bound per total pipeline count d (index d), the tied-embedding all-reduce's bound included when
+    the space ties embeddings. ``dist``: the distributed optimizer (optimizer step / d, the sync bounds
+    halved outside fp32)."""
     fits = tables.task_fits(combo, mbs, s_num, recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
     if not fits.any():
         return np.inf
