@@ -89,7 +89,9 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
-    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
+    overlap = not ctx.settings.dp_sync_waits_for_all
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync and not overlap else 0.0
     if with_sync and tables.space.tie_embeddings:       # the tied all-reduce follows the stage syncs
         sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
