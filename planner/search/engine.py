@@ -22,6 +22,7 @@ from planner.search.pools import pool_p2p_s
 from planner.search.rowfloor import task_floor
 from planner.search.space import Candidate, Objective, SearchResult, SearchSpace, SearchStats
 from planner.search.taskbound import task_bound
+from planner.search.taskfloor import exact_task_floor
 from planner.search.taskrun import run_task
 from planner.search.tasks import Tables, Task, enumerate_tasks, mbs_tp_options
 from planner.search.verify import check_candidates
@@ -171,7 +172,7 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
             continue
         if floor_tasks and is_refined == 1:
-            fb = _task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"))
+            fb = exact_task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"))
             heapq.heappush(heap, (max(fb, bound), 2, i))
             continue
         try:

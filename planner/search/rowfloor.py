@@ -52,7 +52,9 @@ def task_floor(m: np.ndarray, f: np.ndarray, u: np.ndarray, caps: np.ndarray, ty
     type index ``types`` (every type of the task runs >= 1 pipeline), and the task's sync bound per total
     pipeline count ``slb`` (docs/PLANNER.md 2.1, *task floor*): a row with d pipelines has
     ``max(t, fmax) >= tau(d)``, the smallest t at which the d pipelines of largest capacity
-    ``(t - F) / M + 1`` take the N micro-batches."""
+    ``(t - F) / M + 1`` take the N micro-batches. The engine now visits tasks under
+    :func:`planner.search.taskfloor.exact_task_floor`, which is at least as large (exact pipeline times instead
+    of this relaxation); this one stays below the cheap row keys, which the exact one need not."""
     n_types = int(types.max()) + 1
     f_min = max(float(f[types == k].min()) for k in range(n_types))
     u_min = max(float(u[types == k].min()) for k in range(n_types))

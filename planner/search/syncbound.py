@@ -1,8 +1,11 @@
-"""Lower bounds on the gradient sync of any plan of a task, per total pipeline count d.
+"""Lower bounds on the gradient sync of any plan of a task, per total pipeline count d, and on the
+tied-embedding all-reduce that follows it.
 
 Contract: :func:`sync_lower_bound` is <= the gradient sync :func:`planner.simulator.simulate` prices for
 every plan of the task with d pipelines (flat ring in one zone, flat ring across zones, or hierarchical),
-from the fastest candidate links only; the ring tables are memoised in the link cache.
+from the task's candidate links only; :func:`tied_lower_bound` is <= the tied-embedding all-reduce of every
+several-stage plan of the task with d pipelines (docs/PLANNER.md 2.1, *Task bound* and *Tied all-reduce
+bound*). The ring tables are memoised in the link cache.
 """
 from __future__ import annotations
 
@@ -12,21 +15,32 @@ from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
 from planner.search.netvec import Group, LinkCache, bandwidth, link_time
 from planner.simulator import formulas as F
+from planner.simulator.tied import _vocab_shard_params
 
 
 def _suffix_min(x: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(x[::-1])[::-1]
 
 
-def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
-                     cache: LinkCache) -> np.ndarray:
-    """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1).
+def zones_needed(zone_caps: list[int], d: np.ndarray) -> np.ndarray:
+    """[len(d)] the fewest zones whose pipeline capacities (``zone_caps``, per zone the task's pipelines it can
+    host) sum to at least d: every row with d pipelines spans at least that many zones (len + 1: none)."""
+    cum = np.cumsum(sorted(zone_caps, reverse=True))
+    return np.searchsorted(cum, d, side="left") + 1
 
-    One zone: a flat ring over d replicas, at least the fastest candidate link's ring time. Several zones:
-    either a flat ring holding a cross-zone pair (its worst link is at most as fast as the fastest
-    cross-zone link: raw transfer time without latency) or hierarchical: a cross ring over Z' >= 2 zone
-    leaders plus 1.5 rings inside the fullest zone (>= ceil(d / Z') members); ring times enter through their
-    suffix minimum over the member count, so no monotonicity is assumed.
+
+def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
+                     cache: LinkCache, copies: int = 1) -> np.ndarray:
+    """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1 and one copy).
+
+    ``copies``: how many times each replica appears in the ring (the tied all-reduce: 2, the first and the last
+    stage's replica lists, :func:`tied_lower_bound`). With n = copies x d members: one zone (only if one zone
+    can host d pipelines), a flat ring over n members, at least the fastest candidate link's ring time.
+    Several zones (at least :func:`zones_needed`): either a flat ring holding a cross-zone pair, whose worst
+    (least-bandwidth) link is a candidate link no faster than the fastest cross-zone link at that size, so
+    each chunk takes at least the smallest time of such a link; or hierarchical over Z' zones, a cross ring
+    over Z' leaders plus 1.5 rings inside the fullest zone (>= copies x ceil(d / Z') members); ring times
+    enter through their suffix minimum over the member count, so no monotonicity is assumed.
     """
     groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
     conc = min(t for _, t in combo)
@@ -34,23 +48,39 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
     for g, t in combo:
         for z, c in caps_for(cluster, g, t, s_num):
             per_zone[z] = per_zone.get(z, 0) + c
-    n_cap = max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
-    ring_intra, raw, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
+    n_cap = copies * max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
+    ring_intra, chunk, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
     di = d.astype(np.int64)
-    out = np.where(d <= max(per_zone.values()), ring_intra[di - 1], np.inf)   # one zone holds them all
-    if raw is not None:
-        out = np.minimum(out, F.ring_s(d, raw[di - 1]))
+    n = copies * di                                                            # ring members
+    z_lo = zones_needed(list(per_zone.values()), di)
+    out = np.where(z_lo <= 1, ring_intra[n - 1], np.inf)                     # one zone holds them all
+    if chunk is not None:
+        out = np.where(di >= 2, np.minimum(out, F.ring_s(n, chunk[n - 1])), out)
         inner = _suffix_min(F.zone_reduce_broadcast_s(ring_intra))
         for z, cz in zip(range(2, len(c) + 2), c):
-            fullest = np.ceil(d / z).astype(np.int64)
-            out = np.where(d >= z, np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
-    return np.where(d > 1, out, 0.0)
+            fullest = copies * np.ceil(d / z).astype(np.int64)
+            out = np.where((di >= z) & (z_lo <= z), np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
+    return np.where(n > 1, out, 0.0)
+
+
+def tied_lower_bound(ctx, cluster: ClusterSpec, combo, s_num: int, d: np.ndarray, cache: LinkCache) -> np.ndarray:
+    """A lower bound on the tied-embedding all-reduce of any plan of the task with d pipelines and
+    ``s_num`` >= 2 stages (0 for one stage): the simulator sums the word-embedding shard's fp32 gradient of
+    the smallest TP (every type of the task is on every stage of a pool plan, so the task's smallest) over
+    the first and the last stages' replicas, 2 d members, with the stage syncs' rings
+    (:func:`planner.simulator.tied.tied_sync_of_replicas`): :func:`sync_lower_bound` with two copies."""
+    if s_num < 2:
+        return np.zeros(len(d))
+    tp = min(t for _, t in combo)
+    nbytes = 4.0 * _vocab_shard_params(ctx.model, tp)
+    return sync_lower_bound(cluster, combo, s_num, nbytes, d, cache, copies=2)
 
 
 def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
-    """(fastest intra-zone ring time per member count, fastest cross-zone raw chunk time per count, fastest
-    cross ring per zone count 2..Z), memoised: tasks differing only in micro-batch size share them."""
-    key = ("ring-bounds", groups, conc, grad_bytes, n_cap)
+    """(fastest intra-zone ring time per member count, the smallest chunk time of a flat ring holding a
+    cross-zone pair per member count, fastest cross ring per zone count 2..Z), memoised: tasks differing
+    only in micro-batch size share them."""
+    key = ("ring-bounds-2", groups, conc, grad_bytes, n_cap)
     if key in cache.patterns:
         return cache.patterns[key]
     # links with the same parameters have the same times: one of each (the minimum over links is unchanged)
@@ -59,13 +89,21 @@ def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_by
     cross = {_link_params(lk): lk for a in groups for b in groups if a.zone != b.zone
              for lk in [cache.get(a, b, conc)]}
     n = np.arange(1, n_cap + 1, dtype=float)
-    ring_intra = np.min([F.ring_s(n, link_time(lk, grad_bytes / n)) for lk in intra.values()], axis=0)
-    raw = c = None
+    x = grad_bytes / n
+    ring_intra = np.min([F.ring_s(n, link_time(lk, x)) for lk in intra.values()], axis=0)
+    chunk = c = None
     if cross:
-        raw = np.min([(grad_bytes / n) / bandwidth(lk, grad_bytes / n) for lk in cross.values()], axis=0)
+        # the ring's worst link w (least bandwidth at x, the simulator's choice) has bw_w(x) <= bw_c(x) <= the
+        # fastest cross-zone bandwidth: w is one of the candidates no faster than that, each chunk takes >= the
+        # smallest time among them (a cross-zone link always qualifies)
+        every = list({**intra, **cross}.values())
+        bw = np.array([bandwidth(lk, x) for lk in every])                       # [links, n]
+        top = np.max([bandwidth(lk, x) for lk in cross.values()], axis=0)
+        times = np.array([link_time(lk, x) for lk in every])
+        chunk = np.where(bw <= top[None, :], times, np.inf).min(axis=0)
         zs = np.arange(2, len({g.zone for g in groups}) + 1, dtype=float)
         c = np.min([F.ring_s(zs, link_time(lk, grad_bytes / zs)) for lk in cross.values()], axis=0)
-    cache.patterns[key] = (ring_intra, raw, c)
+    cache.patterns[key] = (ring_intra, chunk, c)
     return cache.patterns[key]
 
 

@@ -14,7 +14,7 @@ from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import Group, LinkCache
 from planner.search.space import Objective
-from planner.search.syncbound import sync_lower_bound
+from planner.search.syncbound import sync_lower_bound, tied_lower_bound
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -63,8 +63,9 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
                recompute: bool = False, dist: bool = False) -> float:
     """Lower bound on the objective of every plan of the task (inf: none can be feasible); without the
     gradient-sync term when ``with_sync`` is false (cheaper, weaker). ``sync_out['by_d']`` receives the
-    sync lower bound per total pipeline count d (index d). ``dist``: the distributed optimizer (optimizer
-    step / d, :func:`sync_lower_bound` halved)."""
+    sync lower bound per total pipeline count d (index d), the tied-embedding all-reduce's bound included when
+    the space ties embeddings. ``dist``: the distributed optimizer (optimizer step / d, the sync bounds
+    halved outside fp32)."""
     fits = tables.task_fits(combo, mbs, s_num, recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
     if not fits.any():
         return np.inf
@@ -88,7 +89,11 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
-    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync else 0.0
+    # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
+    overlap = not ctx.settings.dp_sync_waits_for_all
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync and not overlap else 0.0
+    if with_sync and tables.space.tie_embeddings:       # the tied all-reduce follows the stage syncs
+        sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
         sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
     if sync_out is not None and with_sync:

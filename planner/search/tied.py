@@ -5,9 +5,11 @@ implementation of the rule).
 
 The all-reduce depends only on the replicas of the first and last stages (their types, zones, TP degrees and
 order) and on stage 0's mode, not otherwise on the layer split, so it is memoised per (layout, mode). It adds
-a non-negative time and egress cost after the stage syncs; the search's lower bounds leave it out and stay
-lower bounds. Pool rows (many plans at once) are priced by :func:`planner.search.tiedvec.tied_rows`, a numpy
-mirror of the same rule tested equal to it on random rows.
+a non-negative time and egress cost after the stage syncs; the task bounds, the cheap row keys and the row and
+task floors add a lower bound on its time per pipeline count (:func:`planner.search.syncbound.tied_lower_bound`,
+through the task's sync bound per d); the largest-stage sync bound just before the exact pass leaves it out.
+Pool rows (many plans at once) are priced by :func:`planner.search.tiedvec.tied_rows`, a numpy mirror of the
+same rule tested equal to it on random rows.
 """
 from __future__ import annotations
 

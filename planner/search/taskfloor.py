@@ -1,0 +1,105 @@
+"""The *exact task floor*: a lower bound on the iteration time of every plan of a pool task, from per-pool
+pipeline times that hold for every layer split of the task and the pools' pipeline capacities.
+
+Contract: :func:`exact_task_floor` is <= the iteration time (the throughput key) of every plan of the task:
+every split it searches, every row of pipeline counts, every assignment of micro-batches
+(docs/PLANNER.md 2.1, *Exact task floor*; tested against the brute force in
+``tests/planner/test_search_bounds_h13y.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.caps import caps_for
+from planner.search.netvec import Group, LinkCache
+from planner.search.pools import pool_p2p_s
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+SLACK = 1e-11           # relative: the exact makespan counts micro-batches at t (1 + 1e-12)
+
+
+def split_free_times(levels: np.ndarray, fill: np.ndarray, n_mb: int) -> np.ndarray:
+    """[N] ``min_k T_k(m)`` for m = 1..N over splits k (``levels`` [K, S + 1], ``fill`` [K]): each ``T_k(m)`` is
+    :func:`formulas.pipeline_s_of_m`'s expression, so the minimum is <= every split's value bit for bit, and
+    non-decreasing in m (a minimum of non-decreasing sequences)."""
+    m = np.arange(1, n_mb + 1)
+    per = levels[:, np.minimum(m, levels.shape[1]) - 1]                     # [K, N]
+    return F.pipeline_s(m[None, :], per, fill[:, None]).min(axis=0)
+
+
+def slots_reach(times: list[np.ndarray], caps: np.ndarray, t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """[len(d)] ``G_d(t_i)``: the micro-batches the d pipeline slots that take the most within ``t_i`` can run
+    (pool p offers ``caps[p]`` slots of ``#{m : times[p][m] <= t}`` each)."""
+    phi = np.array([np.searchsorted(tp, t, side="right") for tp in times])  # [P, R]
+    order = np.argsort(-phi, axis=0, kind="stable")
+    phi_s = np.take_along_axis(phi, order, axis=0)
+    caps_s = caps[order]
+    before = np.cumsum(caps_s, axis=0) - caps_s
+    take = np.clip(d[None, :] - before, 0, caps_s)
+    return (phi_s * take).sum(axis=0)
+
+
+def makespan_floor(times: list[np.ndarray], caps: np.ndarray, n_mb: int, d: np.ndarray) -> np.ndarray:
+    """[len(d)] tau(d): the smallest value t among the ``times`` with ``G_d(t) >= N`` (inf: none). Any row with
+    d pipelines in these pools (at most ``caps`` per pool) whose pipelines' times are >= ``times`` has a
+    makespan >= tau(d) (1 - SLACK)."""
+    vals = np.unique(np.concatenate(times))
+    lo = np.zeros(len(d), dtype=np.int64)
+    hi = np.full(len(d), len(vals) - 1, dtype=np.int64)
+    top_ok = slots_reach(times, caps, vals[hi], d) >= n_mb
+    while True:
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi) // 2
+        good = slots_reach(times, caps, vals[mid], d) >= n_mb
+        hi = np.where(active & good, mid, hi)
+        lo = np.where(active & ~good, mid + 1, lo)
+    return np.where(top_ok, vals[lo], np.inf)
+
+
+def exact_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkCache, task, gbs: int, space,
+                     sync_lb: np.ndarray | None) -> float:
+    """A lower bound on the iteration time of every plan of ``task`` (a :class:`planner.search.tasks.Task`):
+    the minimum over the total pipeline count d of ``max(tau(d), fmin) + step + sync_lb(d)``, with per pool the
+    split-free times :func:`split_free_times` over the task's fitting splits, ``fmin`` the largest over the
+    task's types of its pools' smallest fill/drain (every type runs >= 1 pipeline), ``step`` the largest over
+    types of the smallest optimizer step (/ d with the distributed optimizer) and ``sync_lb`` the task's bound
+    on the gradient sync and tied all-reduce per d (None: 0)."""
+    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
+                                      task.dmax))[0]
+    n_mb = gbs // task.mbs
+    if len(idx) == 0:
+        return np.inf
+    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
+    times, caps, fmin, umin = [], [], 0.0, 0.0
+    for g, tp in task.tps:
+        arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
+        umin = max(umin, float(arr.update_s[idx].max(axis=1).min()))
+        f_type = np.inf
+        for z, cap in caps_for(cluster, g, tp, task.num_stages):
+            p2p = pool_p2p_s(ctx, cache, Group(z, g, tp), task.num_stages, mb_bytes)
+            if not np.isfinite(p2p):
+                continue
+            key = ("split-free-times", g, tp, task.mbs, task.num_stages, task.recompute, p2p, idx.tobytes(), n_mb)
+            if key not in tables.memo:
+                levels, fill, _ = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
+                                                ctx.settings.p2p_blocking)
+                tables.memo[key] = split_free_times(levels[idx], fill[idx], n_mb)
+            times.append(tables.memo[key])
+            caps.append(cap)
+            f_type = min(f_type, float(tables.memo[key][0]))
+        if not np.isfinite(f_type):
+            return np.inf               # a type with no usable pool: the task has no plan
+        fmin = max(fmin, f_type)
+    caps_a = np.array(caps, dtype=np.int64)
+    d = np.arange(len(task.tps), int(min(caps_a.sum(), n_mb)) + 1)
+    if len(d) == 0:
+        return np.inf
+    span = np.maximum(makespan_floor(times, caps_a, n_mb, d), fmin)
+    it = span + (umin / d if task.dist else umin)
+    if sync_lb is not None:
+        it = it + sync_lb[np.minimum(d, len(sync_lb) - 1)]
+    return float(it.min() * (1 - SLACK))
