@@ -15,18 +15,14 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.budget import Budget, OutOfTime, Progress, TopK
-from planner.search.caps import caps_for
 from planner.search.chains import search_chains
-from planner.search.netvec import Group, LinkCache
-from planner.search.pools import pool_p2p_s
-from planner.search.rowfloor import task_floor
+from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchResult, SearchSpace, SearchStats
 from planner.search.taskbound import task_bound
 from planner.search.taskfloor import exact_task_floor
 from planner.search.taskrun import run_task
 from planner.search.tasks import Tables, Task, enumerate_tasks, mbs_tp_options
 from planner.search.verify import check_candidates
-from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
@@ -143,7 +139,8 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
     (refinements are kept in ``refined`` for a later pass). Returns inf when every task was searched or
     pruned, else (stopped at ``share`` of the time limit) a lower bound on every plan of the unsearched
     tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search).
-    ``floor_tasks``: a refined task is bounded once more by :func:`_task_floor` before it runs."""
+    ``floor_tasks``: a refined task is bounded once more by
+    :func:`planner.search.taskfloor.exact_task_floor` before it runs."""
     heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
     heapq.heapify(heap)
     done = 0
@@ -183,32 +180,3 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
         done += 1
         label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
     return np.inf
-
-
-def _task_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
-                space: SearchSpace, sync_lb: np.ndarray | None) -> float:
-    """:func:`planner.search.rowfloor.task_floor` of a task: per pool the smallest busiest-stage period,
-    fill/drain and optimizer step over the task's fitting splits (what its pool models hold per split)."""
-    idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
-                                      task.dmax))[0]
-    if len(idx) == 0:
-        return np.inf
-    mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
-    m, f, u, caps, types = [], [], [], [], []
-    for t_i, (g, tp) in enumerate(task.tps):
-        upd = float(tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute).update_s[idx].max(axis=1).min())
-        for z, cap in caps_for(cluster, g, tp, task.num_stages):
-            p2p = pool_p2p_s(ctx, cache, Group(z, g, tp), task.num_stages, mb_bytes)
-            if not np.isfinite(p2p):
-                continue
-            _, fill, period = tables.levels(g, tp, task.mbs, task.num_stages, task.recompute, p2p,
-                                            ctx.settings.p2p_blocking)
-            m.append(float(period[idx].min()))
-            f.append(float(fill[idx].min()))
-            u.append(upd)
-            caps.append(cap)
-            types.append(t_i)
-    if sorted(set(types)) != list(range(len(task.tps))):
-        return np.inf
-    return task_floor(np.array(m), np.array(f), np.array(u), np.array(caps, dtype=np.int64),
-                      np.array(types), gbs // task.mbs, sync_lb, task.dist)

@@ -15,7 +15,6 @@ from planner.search.rowblock import RowBlock
 from planner.search.space import Objective
 
 SLACK = 1e-12
-GRID = 3000         # time points of the task floor's search for tau(d)
 
 
 def pool_floors(models: dict[int, dict], cols: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -43,40 +42,3 @@ def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb:
         it = it + slb
     it = it * (1 - SLACK)
     return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
-
-
-def task_floor(m: np.ndarray, f: np.ndarray, u: np.ndarray, caps: np.ndarray, types: np.ndarray, n_mb: int,
-               slb: np.ndarray | None, dist: bool = False) -> float:
-    """A lower bound on the iteration time of every row of a task (throughput key), from the per-pool floors
-    ``m``, ``f``, ``u`` ([P], minimum over the task's splits), the pool capacities ``caps`` and the pool's
-    type index ``types`` (every type of the task runs >= 1 pipeline), and the task's sync bound per total
-    pipeline count ``slb`` (docs/PLANNER.md 2.1, *task floor*): a row with d pipelines has
-    ``max(t, fmax) >= tau(d)``, the smallest t at which the d pipelines of largest capacity
-    ``(t - F) / M + 1`` take the N micro-batches. The engine now visits tasks under
-    :func:`planner.search.taskfloor.exact_task_floor`, which is at least as large (exact pipeline times instead
-    of this relaxation); this one stays below the cheap row keys, which the exact one need not."""
-    n_types = int(types.max()) + 1
-    f_min = max(float(f[types == k].min()) for k in range(n_types))
-    u_min = max(float(u[types == k].min()) for k in range(n_types))
-    total = int(min(caps.sum(), n_mb))
-    if total < n_types:
-        return np.inf
-    d = np.arange(1, total + 1)
-    rep = np.repeat(np.arange(len(caps)), caps)           # one entry per pipeline slot
-
-    def reach(t: float) -> np.ndarray:                     # [total] micro-batches the best d slots take at t
-        phi = np.maximum((t - f[rep]) / m[rep] + 1.0, 0.0)
-        return np.cumsum(np.sort(phi)[::-1])[:total]
-
-    hi = float((n_mb - 1) * m.max() + f.max())             # one slot of the slowest pool takes all N
-    grid = np.concatenate([[0.0], np.geomspace(hi * 1e-4, hi, GRID)])
-    reach_all = np.vstack([reach(t) for t in grid])          # [GRID + 1, total], non-decreasing down
-    short = reach_all < n_mb                                 # grid times at which d slots cannot take N
-    last = np.where(short.any(axis=0), short.shape[0] - 1 - np.argmax(short[::-1], axis=0), -1)
-    lo = np.where(last >= 0, grid[np.maximum(last, 0)], 0.0)
-    tau = lo                        # reach(lo) < N: every row with d pipelines has max(t, fmax) > lo
-    it = np.maximum(tau, f_min) + (u_min / d if dist else u_min)    # dist: the optimizer step / d
-    if slb is not None:
-        it = it + slb[np.minimum(d, len(slb) - 1)]
-    it = it[n_types - 1:]
-    return float(it.min() * (1 - SLACK)) if len(it) else np.inf

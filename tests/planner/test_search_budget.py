@@ -21,7 +21,6 @@ from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.netvec import LinkCache
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import coarse_options, product_chunks, product_rows, zone_splits
-from planner.search.taskbound import task_bound
 from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,8 +81,8 @@ def test_coarse_options_are_declared_rows() -> None:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
-    """The split-free row floor and the task floor (rowfloor.py) never exceed the per-split cheap key of any
-    row of any task."""
+    """The split-free row floor (rowfloor.py) never exceeds the per-split cheap key of any row of any task (the
+    exact task floor is checked against the brute force in test_search_bounds_h13y.py)."""
     rng = random.Random(seed)
     ctx, cat = bf_ctx(small_memory=seed % 2 == 1)
     cluster = parse_gpus(random_gpus(rng, max_pools=5, max_gpus=12), cat)
@@ -100,23 +99,14 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
         models = {int(k): taskrun.pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
         if not models:
             continue
-        sync_out: dict = {}
-        task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, n_mb, Objective(), cache,
-                   sync_out=sync_out, recompute=task.recompute)
-        slb = sync_out.get("by_d")
-        # the task floor (throughput key) is below the cheap key of every row under every split
-        tfloor = engine._task_floor(ctx, cluster, tables, cache, task, gbs, space, slb)
-        floored += bool(np.isfinite(tfloor))
         for D, cols in taskrun.row_grid(cluster, task, n_mb):
             common = taskrun.row_terms([models[next(iter(models))][c] for c in cols], D, None)
             floor = floor_keys(*pool_floors(models, cols), D, n_mb, objective, *common)
-            with_sync = taskrun.row_terms([models[next(iter(models))][c] for c in cols], D, slb)
             for by_col in models.values():
                 keys, _, _ = taskrun.cheap_keys([by_col[c] for c in cols], D, n_mb, objective, *common)
                 assert np.all(floor <= keys)
                 checked += int(np.isfinite(keys).sum())
-                its, _, _ = taskrun.cheap_keys([by_col[c] for c in cols], D, n_mb, Objective(), *with_sync)
-                assert np.all(tfloor <= its)
+                floored += int(np.isfinite(floor).sum())
     assert checked > 0 and floored > 0
 
 
