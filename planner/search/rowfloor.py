@@ -2,7 +2,7 @@
 
 Contract: for rows ``D`` of pipeline counts and per pool the smallest steady period ``M``, fill/drain ``F``
 and optimizer step ``U`` over the task's splits, :func:`floor_keys` is <= the engine's cheap key
-(``engine._cheap_keys``) of the row under every one of those splits, so a row whose floor exceeds the
+(``taskrun.cheap_keys``) of the row under every one of those splits, so a row whose floor exceeds the
 threshold can be dropped before the per-split pass (docs/PLANNER.md 2.1, *split-free row floor*; tested
 against the per-split keys in ``tests/planner/test_search_budget.py``).
 """
