@@ -90,6 +90,7 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     n_seg = seqs.shape[1]
     s1, n_g = rt.comp_max.shape[1], rt.comp_max.shape[2]
     cmax_f, csum_f, upd_f = rt.comp_max.reshape(-1), rt.comp_sum.reshape(-1), rt.upd.reshape(-1)
+    pool_caps = grp.caps[grp.pool]           # [G] the GPUs of each group's pool
     pools, frac = [], []
     for i in range(n_seg):      # one flat index per segment; the first segment starts every sum (0 + x is x)
         lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
@@ -104,8 +105,9 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
             upd = np.maximum(upd, upd_f[flat])       # (distributed optimizer: the step at the largest D)
             usd = usd + units * grp.usd_per_s[g]
             gpus = gpus + units
-        pools.append(grp.pool[g])
-        frac.append(units / grp.caps[grp.pool[g]])
+        pool = grp.pool[g]
+        pools.append(pool)
+        frac.append(units / pool_caps[g])
     # the chain's share of segment i's pool, summed over the segments in that pool (in segment order)
     same = {(i, j): pools[i] == pools[j] for i in range(n_seg) for j in range(i + 1, n_seg)}
     use = None
