@@ -74,8 +74,16 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
             continue
-        seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
-        yield seqs[qq][np.arange(len(kk))[:, None], seg]
+        yield seqs[qq[:, None], _segment_of_stage(b[kk], stages)]
+
+
+def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
+    """[C, S]: the segment of each stage for chains given by their segment bounds ([C, segments + 1]): how many
+    inner bounds are <= the stage (one comparison per inner bound, added up)."""
+    seg = np.zeros((len(bounds), len(stages)), dtype=np.int64)
+    for i in range(1, bounds.shape[1] - 1):
+        seg += bounds[:, i:i + 1] <= stages[None, :]
+    return seg
 
 
 def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,

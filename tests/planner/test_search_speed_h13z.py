@@ -140,3 +140,23 @@ def test_segment_lower_keys_equals_the_old_computation(seed: int) -> None:
     old = _old_segment_lower_keys(tab, rt, grp, bounds, seqs, n_mb, objective)
     assert new.dtype == old.dtype and np.array_equal(new, old)
     assert np.isfinite(old).any() or seed % 4 == 0 or seed % 5 == 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_segment_of_stage_and_chain_rows_equal_the_old_indexing(seed: int) -> None:
+    from planner.search.chains import _segment_of_stage
+    from planner.search.chainseq import chain_sequences
+    rng = np.random.default_rng(9000 + seed)
+    s_num = int(rng.integers(2, 12))
+    n_seg = int(rng.integers(2, min(5, s_num) + 1))
+    c = int(rng.integers(0, 200))
+    cuts = np.sort(np.stack([rng.choice(np.arange(1, s_num), size=n_seg - 1, replace=False) for _ in range(c)]),
+                   axis=1) if c else np.zeros((0, n_seg - 1), dtype=np.int64)
+    b = np.column_stack([np.zeros(c, dtype=np.int64), cuts, np.full(c, s_num)]).astype(np.int64)
+    stages = np.arange(s_num)
+    old_seg = (b[:, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)
+    new_seg = _segment_of_stage(b, stages)
+    assert new_seg.dtype == old_seg.dtype and np.array_equal(new_seg, old_seg)
+    seqs = chain_sequences(int(rng.integers(2, 5)), n_seg)
+    qq = rng.integers(0, len(seqs), size=c)
+    assert np.array_equal(seqs[qq[:, None], new_seg], seqs[qq][np.arange(c)[:, None], old_seg])
