@@ -90,18 +90,12 @@ def pareto_min(crit: np.ndarray) -> np.ndarray:
     return np.sort(order[np.array(kept, dtype=np.int64)])
 
 
-SPARSE_FACTOR = 8       # unique_first: a table of at most 8 entries per key (+ SPARSE_SLACK), else a sort
-SPARSE_SLACK = 1 << 16
-
-
 def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(key, return_index=True, return_inverse=True)[1:]`` for non-negative integer keys; by a
-    first-occurrence table when the largest key is below ``max_size`` and at most a few times the number of keys
-    (no sort), else by ``np.unique`` (sparse keys: filling a table of millions of entries for thousands of keys
-    cost more than the sort). Both give the same arrays."""
+    first-occurrence table when the largest key is below ``max_size`` (no sort), else by ``np.unique``."""
     key = np.asarray(key).reshape(-1)
     size = int(key.max()) + 1 if len(key) else 0
-    if not 0 < size <= min(max_size, SPARSE_FACTOR * len(key) + SPARSE_SLACK) or int(key.min()) < 0:
+    if not 0 < size <= max_size or int(key.min()) < 0:
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.reshape(-1)
     first = np.full(size, len(key), dtype=np.int64)
