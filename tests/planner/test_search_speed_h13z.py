@@ -122,3 +122,23 @@ def test_segment_of_stage_and_chain_rows_equal_the_old_indexing(seed: int) -> No
     seqs = chain_sequences(int(rng.integers(2, 5)), n_seg)
     qq = rng.integers(0, len(seqs), size=c)
     assert np.array_equal(seqs[qq[:, None], new_seg], seqs[qq][np.arange(c)[:, None], old_seg])
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_ordered_product_chunks_equal_the_permuted_chunks(seed: int) -> None:
+    from planner.search.rows import ordered_product_chunks, product_chunks, zone_splits
+    rng = np.random.default_rng(11000 + seed)
+    n_types = int(rng.integers(1, 4))
+    options = [zone_splits(tuple(int(c) for c in rng.integers(0, 12, size=int(rng.integers(1, 4)))),
+                           int(rng.integers(1, 30))) for _ in range(n_types)]
+    if any(len(o) == 0 for o in options):
+        return
+    width = sum(o.shape[1] for o in options)
+    order = [int(i) for i in rng.permutation(width)]
+    max_total = int(rng.integers(0, 40))
+    chunk = int(rng.choice([3, 50, 400_000]))          # small chunks: several per head, and the mixed-radix path
+    old = [c[:, order] for c in product_chunks(options, max_total, chunk)]
+    new = list(ordered_product_chunks(options, max_total, order, chunk))
+    assert len(new) == len(old)
+    for a, b in zip(new, old):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
