@@ -74,8 +74,16 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
             continue
-        seg = (b[kk, 1:-1][:, :, None] <= stages[None, None, :]).sum(axis=1)        # [C, S] segment of stage
-        yield seqs[qq][np.arange(len(kk))[:, None], seg]
+        yield seqs[qq[:, None], _segment_of_stage(b[kk], stages)]
+
+
+def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
+    """[C, S]: the segment of each stage for chains given by their segment bounds ([C, segments + 1]): how many
+    inner bounds are <= the stage (one comparison per inner bound, added up)."""
+    seg = np.zeros((len(bounds), len(stages)), dtype=np.int64)
+    for i in range(1, bounds.shape[1] - 1):
+        seg += bounds[:, i:i + 1] <= stages[None, :]
+    return seg
 
 
 def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,
@@ -90,6 +98,7 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     n_seg = seqs.shape[1]
     s1, n_g = rt.comp_max.shape[1], rt.comp_max.shape[2]
     cmax_f, csum_f, upd_f = rt.comp_max.reshape(-1), rt.comp_sum.reshape(-1), rt.upd.reshape(-1)
+    pool_caps = grp.caps[grp.pool]           # [G] the GPUs of each group's pool
     pools, frac = [], []
     for i in range(n_seg):      # one flat index per segment; the first segment starts every sum (0 + x is x)
         lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
@@ -104,8 +113,9 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
             upd = np.maximum(upd, upd_f[flat])       # (distributed optimizer: the step at the largest D)
             usd = usd + units * grp.usd_per_s[g]
             gpus = gpus + units
-        pools.append(grp.pool[g])
-        frac.append(units / grp.caps[grp.pool[g]])
+        pool = grp.pool[g]
+        pools.append(pool)
+        frac.append(units / pool_caps[g])
     # the chain's share of segment i's pool, summed over the segments in that pool (in segment order)
     same = {(i, j): pools[i] == pools[j] for i in range(n_seg) for j in range(i + 1, n_seg)}
     use = None

@@ -54,17 +54,44 @@ def _valid_start(fit: tuple[float, float, float], hi: float, lo: float | None) -
     return _valid_from(fit, hi, lo)
 
 
+@lru_cache(maxsize=256)
+def _envelope_array(fit: tuple[float, float, float], hi: float, lo: float | None) -> np.ndarray:
+    """:func:`planner.network._envelope` as a read-only array (built once per link, not once per call)."""
+    grid = np.asarray(_envelope(fit, hi, lo))
+    grid.setflags(write=False)
+    return grid
+
+
 def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     """:meth:`Link.checked_time_s` for an array of sizes, with inf where it would refuse the size (no plan
-    that sends such a message is ever chosen; ``simulate`` would reject it)."""
+    that sends such a message is ever chosen; ``simulate`` would reject it).
+
+    The same numbers as ``nbytes / bandwidth(link, nbytes)`` floored by the envelope, with inf where
+    :func:`fit_refused`: the fit's value is computed once for both (the same operations in the same order)."""
     nbytes = np.asarray(nbytes, dtype=float)
-    raw = nbytes / bandwidth(link, nbytes)
-    if link.fit_gb_per_s is not None:
-        grid = np.asarray(_envelope(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s))
-        i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
-        raw = np.maximum(raw, grid[i])
+    hi = link.max_bw_bytes_per_s
+    fit = link.fit_gb_per_s
+    if fit is None:
+        out = np.where(nbytes <= 0, 0.0, link.latency_s + nbytes / np.full(nbytes.shape, hi, dtype=float))
+        v = hi / 1e9
+        if np.isfinite(v) and v > 0:
+            return out
+        return np.where(nbytes > 0, np.inf, out)
+    lo = link.min_bw_bytes_per_s if link.min_bw_bytes_per_s is not None else hi * 0.01
+    a, b, c = fit
+    u = np.log2(np.maximum(nbytes, 1.0) / 1e6)
+    if a < 0:
+        u = np.minimum(u, -b / (2 * a))
+    v = a * u * u + b * u + c
+    raw = nbytes / np.minimum(hi, np.maximum(lo, v * 1e9))
+    grid = _envelope_array(fit, hi, link.min_bw_bytes_per_s)
+    i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
+    raw = np.maximum(raw, grid[i])
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
-    return np.where(fit_refused(link, nbytes), np.inf, out)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(v) & (v > 0))
+    start = _valid_start(fit, hi, link.min_bw_bytes_per_s)
+    return np.where((nbytes > 0) & (bad | (nbytes < 2.0 ** (start / 4))), np.inf, out)
 
 
 def checked_time(link: Link, nbytes: float) -> float:

@@ -122,6 +122,35 @@ def product_chunks(options: list[np.ndarray], max_total: int, chunk: int = 400_0
         yield grid[int_row_sum(grid) <= max_total]
 
 
+def ordered_product_chunks(options: list[np.ndarray], max_total: int, order: list[int], chunk: int = 400_000):
+    """``c[:, order]`` for every chunk ``c`` of :func:`product_chunks` (the same rows, in the same chunks), with
+    the columns written straight into that order: each head row repeated by its count of fitting rest rows
+    (``np.nonzero`` lists the pairs row by row) instead of a gather, a concatenation and a column permutation."""
+    sizes = [len(o) for o in options]
+    if len(options) == 1 or int(np.prod(sizes[1:], dtype=object)) > chunk:
+        for c in product_chunks(options, max_total, chunk):
+            yield c[:, order]
+        return
+    head, rest = options[0], options[1:]
+    rest_rows = np.concatenate(list(product_rows(rest, max_total, chunk)), axis=0)
+    step = max(1, chunk // max(1, len(rest_rows)))
+    rest_sum = int_row_sum(rest_rows)
+    head_sum = int_row_sum(head)
+    width_h = head.shape[1]
+    dtype = np.result_type(head, rest_rows)
+    for lo in range(0, len(head), step):
+        fit = head_sum[lo:lo + step, None] + rest_sum[None, :] <= max_total
+        _, rest_idx = np.nonzero(fit)
+        counts = fit.sum(axis=1)
+        out = np.empty((len(rest_idx), len(order)), dtype=dtype)
+        for j, src in enumerate(order):
+            if src < width_h:
+                out[:, j] = np.repeat(head[lo:lo + step, src], counts)
+            else:
+                out[:, j] = rest_rows[rest_idx, src - width_h]
+        yield out
+
+
 def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
     """The per-zone counts of one GPU type kept by the incumbent search (a subset of ``zone_splits``): every
     zone with room used; at level 1 also the same count in every zone or every zone full."""

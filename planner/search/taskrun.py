@@ -19,7 +19,7 @@ from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
 from planner.search.rowblock import RowBlock
 from planner.search.rowfloor import floor_keys, pool_floors
-from planner.search.rows import coarse_options, pareto_min, product_chunks, zone_splits
+from planner.search.rows import coarse_options, ordered_product_chunks, pareto_min, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
 from planner.search.tasks import Tables, Task
 from planner.simulator import formulas as F
@@ -37,8 +37,8 @@ def row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
     order = sorted(range(len(cols)), key=lambda i: cols[i])
     if any(len(o) == 0 for o in per_type):      # a type with no option under max_total: no rows
         return
-    for chunk in product_chunks(per_type, max_total):
-        yield chunk[:, order], [cols[i] for i in order]
+    for chunk in ordered_product_chunks(per_type, max_total, order):
+        yield chunk, [cols[i] for i in order]
 
 
 def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
