@@ -30,7 +30,7 @@ def zones_needed(zone_caps: list[int], d: np.ndarray) -> np.ndarray:
 
 
 def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
-                     cache: LinkCache, copies: int = 1) -> np.ndarray:
+                     cache: LinkCache, copies: int = 1, grad_hi_bytes: float | None = None) -> np.ndarray:
     """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1 and one copy).
 
     ``copies``: how many times each replica appears in the ring (the tied all-reduce: 2, the first and the last
@@ -41,7 +41,14 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
     each chunk takes at least the smallest time of such a link; or hierarchical over Z' zones, a cross ring
     over Z' leaders plus 1.5 rings inside the fullest zone (>= copies x ceil(d / Z') members); ring times
     enter through their suffix minimum over the member count, so no monotonicity is assumed.
+
+    The bound holds for every gradient size in ``[grad_bytes, grad_hi_bytes]`` (default: ``grad_bytes`` alone):
+    a task's splits have different largest-stage gradients, and which links can be a ring's worst one changes
+    with the size, so the worst-link term admits every link that is no faster than the fastest cross-zone link
+    somewhere in that range (:func:`_bandwidth_range`), each at the smallest size (link times are
+    non-decreasing in the size); the other terms read only non-decreasing link times at the smallest size.
     """
+    grad_hi = grad_bytes if grad_hi_bytes is None else max(grad_bytes, grad_hi_bytes)
     groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
     conc = min(t for _, t in combo)
     per_zone: dict[str, int] = {}
@@ -49,7 +56,7 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
         for z, c in caps_for(cluster, g, t, s_num):
             per_zone[z] = per_zone.get(z, 0) + c
     n_cap = copies * max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
-    ring_intra, chunk, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
+    ring_intra, chunk, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap, grad_hi)
     di = d.astype(np.int64)
     n = copies * di                                                            # ring members
     z_lo = zones_needed(list(per_zone.values()), di)
@@ -76,11 +83,13 @@ def tied_lower_bound(ctx, cluster: ClusterSpec, combo, s_num: int, d: np.ndarray
     return sync_lower_bound(cluster, combo, s_num, nbytes, d, cache, copies=2)
 
 
-def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
+def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int,
+                 grad_hi: float | None = None):
     """(fastest intra-zone ring time per member count, the smallest chunk time of a flat ring holding a
-    cross-zone pair per member count, fastest cross ring per zone count 2..Z), memoised: tasks differing
-    only in micro-batch size share them."""
-    key = ("ring-bounds-2", groups, conc, grad_bytes, n_cap)
+    cross-zone pair per member count for any gradient in [grad_bytes, grad_hi], fastest cross ring per zone
+    count 2..Z), memoised: tasks differing only in micro-batch size share them."""
+    grad_hi = grad_bytes if grad_hi is None else grad_hi
+    key = ("ring-bounds-3", groups, conc, grad_bytes, grad_hi, n_cap)
     if key in cache.patterns:
         return cache.patterns[key]
     # links with the same parameters have the same times: one of each (the minimum over links is unchanged)
@@ -93,18 +102,32 @@ def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_by
     ring_intra = np.min([F.ring_s(n, link_time(lk, x)) for lk in intra.values()], axis=0)
     chunk = c = None
     if cross:
-        # the ring's worst link w (least bandwidth at x, the simulator's choice) has bw_w(x) <= bw_c(x) <= the
-        # fastest cross-zone bandwidth: w is one of the candidates no faster than that, each chunk takes >= the
-        # smallest time among them (a cross-zone link always qualifies)
+        # the ring's worst link w (least bandwidth at the plan's chunk size x' in [x, x_hi], the simulator's
+        # choice) has bw_w(x') <= bw_c(x') <= the fastest cross-zone bandwidth at x': w is one of the links whose
+        # least bandwidth over [x, x_hi] is <= the largest cross-zone bandwidth over it, and its chunk takes
+        # >= its time at x (non-decreasing in the size); a cross-zone link always qualifies
+        x_hi = grad_hi / n
         every = list({**intra, **cross}.values())
-        bw = np.array([bandwidth(lk, x) for lk in every])                       # [links, n]
-        top = np.max([bandwidth(lk, x) for lk in cross.values()], axis=0)
+        bw_lo = np.array([_bandwidth_range(lk, x, x_hi)[0] for lk in every])     # [links, n]
+        top = np.max([_bandwidth_range(lk, x, x_hi)[1] for lk in cross.values()], axis=0)
         times = np.array([link_time(lk, x) for lk in every])
-        chunk = np.where(bw <= top[None, :], times, np.inf).min(axis=0)
+        chunk = np.where(bw_lo <= top[None, :], times, np.inf).min(axis=0)
         zs = np.arange(2, len({g.zone for g in groups}) + 1, dtype=float)
         c = np.min([F.ring_s(zs, link_time(lk, grad_bytes / zs)) for lk in cross.values()], axis=0)
     cache.patterns[key] = (ring_intra, chunk, c)
     return cache.patterns[key]
+
+
+def _bandwidth_range(link, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(least, largest) :func:`bandwidth` of ``link`` over the sizes ``[lo, hi]`` (elementwise), exactly: the
+    bandwidth is a clipped quadratic in u = log2(size / 1e6), held at the vertex beyond it when concave, so its
+    extremes over an interval lie at the two ends or at the vertex (clipping is monotone)."""
+    pts = [bandwidth(link, lo), bandwidth(link, hi)]
+    if link.fit_gb_per_s is not None and link.fit_gb_per_s[0] != 0:
+        a, b, _ = link.fit_gb_per_s
+        vertex = 1e6 * 2.0 ** (-b / (2 * a))
+        pts.append(bandwidth(link, np.clip(vertex, lo, hi)))
+    return np.minimum.reduce(pts), np.maximum.reduce(pts)
 
 
 def _link_params(link) -> tuple:

@@ -76,7 +76,8 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     if len(d) == 0:
         return np.inf
     if with_sync:
-        grad = F.grad_bytes(float(np.max([st.params_max[fits] for st in stats], axis=0).min()))
+        per_split = np.max([st.params_max[fits] for st in stats], axis=0)     # each split's largest stage
+        grad, grad_hi = F.grad_bytes(float(per_split.min())), F.grad_bytes(float(per_split.max()))
         m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
         t_types, f_types = [], []
         for g, t in combo:
@@ -91,7 +92,8 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = span * (1 - 1e-12)
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
     overlap = not ctx.settings.dp_sync_waits_for_all
-    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) if with_sync and not overlap else 0.0
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache, grad_hi_bytes=grad_hi) \
+        if with_sync and not overlap else 0.0
     if with_sync and tables.space.tie_embeddings:       # the tied all-reduce follows the stage syncs
         sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
