@@ -131,8 +131,8 @@ def compute_index(counts: np.ndarray, num_layers: int) -> np.ndarray:
 def gathered_stage_arrays(tt: TypeTable, counts: np.ndarray, grid: StageGrid, index: np.ndarray,
                           cgrid: tuple[np.ndarray, np.ndarray], cindex: np.ndarray) -> StageArrays:
     """:func:`stage_arrays` of splits ``counts`` read from the grids of the same arguments: ``grid``
-    (:meth:`DepthGrids.grid` of :func:`depth_grids`) at ``index`` (:func:`grid_index`) and ``cgrid`` (:func:`compute_grid`) at ``cindex``
-    (:func:`compute_index`); the same values, bit for bit."""
+    (:meth:`DepthGrids.grid` of :func:`depth_grids`) at ``index`` (:func:`grid_index`) and ``cgrid``
+    (:func:`compute_grid`) at ``cindex`` (:func:`compute_index`); the same values, bit for bit."""
     memory = np.take(grid.memory_bytes, index)
     return StageArrays(compute_s=np.take(cgrid[0], cindex), bwd_s=np.take(cgrid[1], cindex),
                        params=np.take(grid.params, index), update_s=np.take(grid.update_s, index),
