@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.search.tables import StageArrays, TypeTable, _memory_terms, head_params, stage_compute
+from planner.search.tables import StageArrays, TypeTable, _memory_terms, head_params, stage_compute, stage_params
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -94,7 +94,7 @@ def depth_grids(ctx: SimContext, tt: TypeTable, blocks: tuple[tuple[int, int], .
     counts, first, last, inflight, depth = _layout(blocks)
     # the head's parameters at each entry's depth (they differ at S = 1 for a tied plan): integers, exact
     head = np.where(depth == 1, head_params(tt, 1, tie_embeddings), head_params(tt, 2, tie_embeddings))
-    params = counts * tt.layer_params + first * tt.emb_params + last * head
+    params = stage_params(tt, counts, first, last, head)
     terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute, inflight)
     upd = F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale
     offsets, off = {}, 0

@@ -99,6 +99,12 @@ def head_params(tt: TypeTable, num_stages: int, tie_embeddings: bool) -> int:
     return tt.head_params_tied_single if tie_embeddings and num_stages == 1 else tt.head_params
 
 
+def stage_params(tt: TypeTable, counts: np.ndarray, first: np.ndarray, last: np.ndarray, head) -> np.ndarray:
+    """Parameters one GPU of ``tt`` holds for a stage of ``counts`` layers (``first``: with the embedding,
+    ``last``: with the head of ``head`` parameters, :func:`head_params`); the one expression of it in the search."""
+    return counts * tt.layer_params + first * tt.emb_params + last * head
+
+
 def params_and_update(ctx: SimContext, tt: TypeTable, counts: np.ndarray, tie_embeddings: bool
                    ) -> tuple[np.ndarray, np.ndarray]:
     """([K, S] parameters held by one GPU, [K, S] its optimizer step) of splits ``counts``."""
@@ -107,7 +113,7 @@ def params_and_update(ctx: SimContext, tt: TypeTable, counts: np.ndarray, tie_em
     first[0] = True
     last = np.zeros(s_num, dtype=bool)
     last[-1] = True
-    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    params = stage_params(tt, counts, first, last, head_params(tt, s_num, tie_embeddings))
     return params, F.update_s(tt.update_s_per_param, params, 1, False) * ctx.settings.update_scale
 
 
@@ -201,7 +207,7 @@ def stage_peak_bytes(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precisi
     s_num = c.shape[1]
     first = np.arange(s_num) == 0
     last = np.arange(s_num) == s_num - 1
-    params = c * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    params = stage_params(tt, c, first, last, head_params(tt, s_num, tie_embeddings))
     inflight = np.minimum(np.arange(s_num, 0, -1), microbatches)
     ratio = None
     if dp is not None:
@@ -216,7 +222,7 @@ def memory_terms_of(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precisio
     s_num = counts.shape[1]
     first = (np.arange(s_num) == 0)[None, :]
     last = (np.arange(s_num) == s_num - 1)[None, :]
-    params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+    params = stage_params(tt, counts, first, last, head_params(tt, s_num, tie_embeddings))
     return _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
 
 
@@ -239,7 +245,7 @@ def dist_min_dp(ctx: SimContext, tt: TypeTable, counts: np.ndarray, precision: s
         s_num = counts.shape[1]
         first = (np.arange(s_num) == 0)[None, :]
         last = (np.arange(s_num) == s_num - 1)[None, :]
-        params = counts * tt.layer_params + first * tt.emb_params + last * head_params(tt, s_num, tie_embeddings)
+        params = stage_params(tt, counts, first, last, head_params(tt, s_num, tie_embeddings))
     ratio = opt_ratio(ctx, tt, counts, params, first, last, shards)
     if terms is None:
         terms = _memory_terms(ctx, tt, counts, params, first, last, precision, optimizer, recompute)
