@@ -19,7 +19,7 @@ from planner.search.chains import search_chains
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchResult, SearchSpace, SearchStats
 from planner.search.taskbound import task_bound
-from planner.search.taskfloor import exact_task_floor
+from planner.search.costfloor import objective_task_floor
 from planner.search.taskrun import run_task
 from planner.search.tasks import Tables, Task, enumerate_tasks, mbs_tp_options
 from planner.search.verify import check_candidates
@@ -80,8 +80,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
                 chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
                                             best.late(), stats, stop=chain_stop)
         remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
-                                          budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS
-                                          and objective.kind == "throughput"))
+                                          budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS))
     if chains_done is None:
         chain_share = 1.0
         chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats,
@@ -140,7 +139,8 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
     pruned, else (stopped at ``share`` of the time limit) a lower bound on every plan of the unsearched
     tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search).
     ``floor_tasks``: a refined task is bounded once more by
-    :func:`planner.search.taskfloor.exact_task_floor` before it runs."""
+    :func:`planner.search.costfloor.objective_task_floor` (the exact task floor under the throughput
+    objective) before it runs."""
     heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
     heapq.heapify(heap)
     done = 0
@@ -169,7 +169,8 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
             continue
         if floor_tasks and is_refined == 1:
-            fb = exact_task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"))
+            fb = objective_task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"),
+                                      objective)
             heapq.heappush(heap, (max(fb, bound), 2, i))
             continue
         try:

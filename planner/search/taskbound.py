@@ -52,8 +52,11 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
         rate = (d[None, :] * s_num) * usd[:, None]
         gpus = (d[None, :] * s_num) * np.array([min(t for _, t in c) for c in combos])[:, None]
-        ok = objective.allows(it, rate * it, gpus) & (d[None, :] <= np.minimum(cap, n_mb)[:, None])
-        keys = np.where(ok, objective.key(it, rate * it), np.inf)
+        pipe_usd = np.array([[s_num * t * ctx.catalog.get(g).usd_per_s for g, t in c] for c in combos])
+        work = _work_usd(n_mb, (pipe_usd * m_min).min(axis=1))
+        dollars = np.maximum(rate * it, work[:, None])
+        ok = objective.allows(it, dollars, gpus) & (d[None, :] <= np.minimum(cap, n_mb)[:, None])
+        keys = np.where(ok, objective.key(it, dollars), np.inf)
     keys = np.where(fits.any(axis=1)[:, None], keys, np.inf)
     return keys.min(axis=1)
 
@@ -105,9 +108,19 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     it = span + sync + (upd / d if dist else upd)
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
-    ok = objective.allows(it, rate * it, gpus)
-    keys = np.where(ok, objective.key(it, rate * it), np.inf)
+    pipe_usd = np.array([s_num * t * ctx.catalog.get(g).usd_per_s for g, t in combo])
+    work = _work_usd(n_mb, (pipe_usd * np.array([st.comp_max[fits].min() for st in stats])).min())
+    dollars = np.maximum(rate * it, work)
+    ok = objective.allows(it, dollars, gpus)
+    keys = np.where(ok, objective.key(it, dollars), np.inf)
     return float(keys.min())
+
+
+def _work_usd(n_mb: int, usd_per_mb):
+    """The *work bound* on a plan's GPU dollars: every micro-batch holds a pipeline for at least its busiest
+    stage's compute, at that pipeline's $/s (``usd_per_mb``: the least such product over the task's types;
+    docs/PLANNER.md 2.1, *Cost work bound*)."""
+    return n_mb * usd_per_mb * (1 - 1e-11)
 
 
 def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, fits: np.ndarray, g: str,

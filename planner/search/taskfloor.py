@@ -8,6 +8,8 @@ every split it searches, every row of pipeline counts, every assignment of micro
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from planner.cluster import ClusterSpec
@@ -60,22 +62,30 @@ def makespan_floor(times: list[np.ndarray], caps: np.ndarray, n_mb: int, d: np.n
     return np.where(top_ok, vals[lo], np.inf)
 
 
-def exact_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkCache, task, gbs: int, space,
-                     sync_lb: np.ndarray | None) -> float:
-    """A lower bound on the iteration time of every plan of ``task`` (a :class:`planner.search.tasks.Task`):
-    the minimum over the total pipeline count d of ``max(tau(d), fmin) + step + sync_lb(d)``, with per pool the
-    split-free times :func:`split_free_times` over the task's fitting splits, ``fmin`` the largest over the
-    task's types of its pools' smallest fill/drain (every type runs >= 1 pipeline), ``step`` the largest over
-    types of the smallest optimizer step (/ d with the distributed optimizer) and ``sync_lb`` the task's bound
-    on the gradient sync and tied all-reduce per d (None: 0)."""
+@dataclass(frozen=True)
+class FloorParts:
+    """The pieces of the exact task floor, per total pipeline count ``d`` and per usable pool."""
+
+    d: np.ndarray                   # [R] total pipeline counts
+    iteration_s: np.ndarray         # [R] max(tau(d), fmin) + step + sync bound (before the 1 - SLACK)
+    extra_s: np.ndarray             # [R] step + sync bound: the iteration time after the makespan
+    times: list[np.ndarray]         # per pool: split-free pipeline times T'_p(m), m = 1..N
+    caps: np.ndarray                # [P] per pool: its pipeline capacity
+    type_of: np.ndarray             # [P] per pool: the index of its type in ``task.tps``
+
+
+def task_floor_parts(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkCache, task, gbs: int, space,
+                     sync_lb: np.ndarray | None) -> FloorParts | None:
+    """The exact task floor before its minimum over d (None: the task has no plan), see
+    :func:`exact_task_floor`."""
     idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute, task.dist,
                                       task.dmax))[0]
     n_mb = gbs // task.mbs
     if len(idx) == 0:
-        return np.inf
+        return None
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
-    times, caps, fmin, umin = [], [], 0.0, 0.0
-    for g, tp in task.tps:
+    times, caps, type_of, fmin, umin = [], [], [], 0.0, 0.0
+    for j, (g, tp) in enumerate(task.tps):
         arr = tables.arrays(g, tp, task.mbs, task.num_stages, task.recompute)
         umin = max(umin, float(arr.update_s[idx].max(axis=1).min()))
         f_type = np.inf
@@ -90,16 +100,33 @@ def exact_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkC
                 tables.memo[key] = split_free_times(levels[idx], fill[idx], n_mb)
             times.append(tables.memo[key])
             caps.append(cap)
+            type_of.append(j)
             f_type = min(f_type, float(tables.memo[key][0]))
         if not np.isfinite(f_type):
-            return np.inf               # a type with no usable pool: the task has no plan
+            return None                 # a type with no usable pool: the task has no plan
         fmin = max(fmin, f_type)
     caps_a = np.array(caps, dtype=np.int64)
     d = np.arange(len(task.tps), int(min(caps_a.sum(), n_mb)) + 1)
     if len(d) == 0:
-        return np.inf
+        return None
     span = np.maximum(makespan_floor(times, caps_a, n_mb, d), fmin)
-    it = span + (umin / d if task.dist else umin)
-    if sync_lb is not None:
-        it = it + sync_lb[np.minimum(d, len(sync_lb) - 1)]
-    return float(it.min() * (1 - SLACK))
+    upd = umin / d if task.dist else np.full(len(d), umin)
+    it, extra = span + upd, upd
+    if sync_lb is not None:     # added in this order: the throughput floor is the same bit for bit as before
+        slb = sync_lb[np.minimum(d, len(sync_lb) - 1)]
+        it, extra = it + slb, extra + slb
+    return FloorParts(d, it, extra, times, caps_a, np.array(type_of, dtype=np.int64))
+
+
+def exact_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkCache, task, gbs: int, space,
+                     sync_lb: np.ndarray | None) -> float:
+    """A lower bound on the iteration time of every plan of ``task`` (a :class:`planner.search.tasks.Task`):
+    the minimum over the total pipeline count d of ``max(tau(d), fmin) + step + sync_lb(d)``, with per pool the
+    split-free times :func:`split_free_times` over the task's fitting splits, ``fmin`` the largest over the
+    task's types of its pools' smallest fill/drain (every type runs >= 1 pipeline), ``step`` the largest over
+    types of the smallest optimizer step (/ d with the distributed optimizer) and ``sync_lb`` the task's bound
+    on the gradient sync and tied all-reduce per d (None: 0)."""
+    parts = task_floor_parts(ctx, cluster, tables, cache, task, gbs, space, sync_lb)
+    if parts is None:
+        return np.inf
+    return float(parts.iteration_s.min() * (1 - SLACK))
