@@ -47,17 +47,21 @@ def zone_splits(caps: tuple[int, ...], max_total: int) -> np.ndarray:
     return np.concatenate(out, axis=0) if out else np.zeros((0, z), dtype=np.int64)
 
 
+def _head_and_rest(options: list[np.ndarray], max_total: int, chunk: int):
+    """(head options, every fitting row of the other types' product, head rows per chunk, their row totals)."""
+    head = options[0]
+    rest_rows = np.concatenate(list(product_rows(options[1:], max_total, chunk)), axis=0)
+    step = max(1, chunk // max(1, len(rest_rows)))
+    return head, rest_rows, step, int_row_sum(head), int_row_sum(rest_rows)
+
+
 def product_rows(options: list[np.ndarray], max_total: int, chunk: int = 400_000):
     """Yield chunks of the cartesian product of per-type options (columns concatenated), total <= max_total."""
     if len(options) == 1:
         rows = options[0]
         yield rows[int_row_sum(rows) <= max_total]
         return
-    head, rest = options[0], options[1:]
-    rest_rows = np.concatenate(list(product_rows(rest, max_total, chunk)), axis=0)
-    step = max(1, chunk // max(1, len(rest_rows)))
-    rest_sum = int_row_sum(rest_rows)
-    head_sum = int_row_sum(head)
+    head, rest_rows, step, head_sum, rest_sum = _head_and_rest(options, max_total, chunk)
     for lo in range(0, len(head), step):
         # the rows of repeat(head) | tile(rest) whose total fits, in that order, without building the others
         hi_idx, rest_idx = np.nonzero(head_sum[lo:lo + step, None] + rest_sum[None, :] <= max_total)
@@ -131,11 +135,7 @@ def ordered_product_chunks(options: list[np.ndarray], max_total: int, order: lis
         for c in product_chunks(options, max_total, chunk):
             yield c[:, order]
         return
-    head, rest = options[0], options[1:]
-    rest_rows = np.concatenate(list(product_rows(rest, max_total, chunk)), axis=0)
-    step = max(1, chunk // max(1, len(rest_rows)))
-    rest_sum = int_row_sum(rest_rows)
-    head_sum = int_row_sum(head)
+    head, rest_rows, step, head_sum, rest_sum = _head_and_rest(options, max_total, chunk)
     width_h = head.shape[1]
     dtype = np.result_type(head, rest_rows)
     for lo in range(0, len(head), step):

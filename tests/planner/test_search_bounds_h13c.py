@@ -19,17 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.cluster import parse_gpus
-from planner.search import Objective, SearchSpace
+from planner.search import Objective
 from planner.search.caps import task_dmax
 from planner.search.costfloor import cheapest_sums, objective_task_floor
-from planner.search.netvec import LinkCache
 from planner.search.taskbound import task_bound
-from planner.search.tasks import Tables, Task
+from planner.search.tasks import Task
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_search_bounds_h13y import _ctx, _gpus, _task_plans  # noqa: E402
+from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 
 REL = 1e-9
 INFLATE = 1.05
@@ -65,14 +63,7 @@ def _objectives(plans) -> list[Objective]:
 
 
 def _check(ctx, gpus: str, seed: int) -> tuple[int, int]:
-    cluster = parse_gpus(gpus, ctx.catalog)
-    gbs, precision = 8, "fp32" if seed % 3 else "bf16"
-    dist_opts = (False, True)
-    space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False,),
-                        distributed_optimizer=dist_opts, precision=precision, tie_embeddings=True)
-    tables, cache = Tables(ctx, space), LinkCache(ctx)
-    by_task = _task_plans(ctx, cluster, gbs, 3, dist_opts, precision)
-    assert by_task, cluster
+    cluster, gbs, space, tables, cache, by_task = task_setup(ctx, gpus, seed)
     every = [p for plans in by_task.values() for p in plans]
     objectives = _objectives(every)
     floor_ratios, work_ratios, checked = [], [], 0

@@ -110,15 +110,22 @@ def test_task_bounds_on_several_zones(gpus, settings) -> None:
     assert tasks > 10 and plans > 100
 
 
-def _check(ctx, gpus: str, seed: int) -> tuple[int, int]:
+def task_setup(ctx, gpus: str, seed: int):
+    """(cluster, gbs, space, tables, link cache, the brute force's plans by task) of one random case: up to 3
+    stages, micro-batch 1 or 2, TP 1 or 2, the distributed optimizer off and on, fp32 or bf16 by seed."""
     cluster = parse_gpus(gpus, ctx.catalog)
     gbs, precision = 8, "fp32" if seed % 3 else "bf16"
     dist_opts = (False, True)
     space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False,),
                         distributed_optimizer=dist_opts, precision=precision, tie_embeddings=True)
-    tables, cache = Tables(ctx, space), LinkCache(ctx)
     by_task = _task_plans(ctx, cluster, gbs, 3, dist_opts, precision)
     assert by_task, cluster
+    return cluster, gbs, space, Tables(ctx, space), LinkCache(ctx), by_task
+
+
+def _check(ctx, gpus: str, seed: int) -> tuple[int, int]:
+    cluster, gbs, space, tables, cache, by_task = task_setup(ctx, gpus, seed)
+    precision = space.precision
     ratios, floor_ratios, tied_ratios = [], [], []
     for (s_num, mbs, combo, dist), plans in by_task.items():
         n_mb = gbs // mbs
