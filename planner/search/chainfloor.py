@@ -63,6 +63,10 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
     upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
     it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
+    if objective.key(1.0, 1.0) == objective.key(1.0, 2.0):      # the key ignores dollars: (a) only for finiteness
+        with np.errstate(invalid="ignore"):
+            out[2:] = np.where(np.isfinite(base[2:]), objective.key(it, base[2:]) * SAFETY, np.inf)
+        return out
     levels = np.unique(comp[np.isfinite(comp) & (comp >= m_low)])                   # [K]
     per_t = (n_mb - 1) * levels + np.maximum(levels, c_low) + u_low                   # [K]
     allowed = comp[None] <= levels[:, None, None]                                      # [K, G, S]
