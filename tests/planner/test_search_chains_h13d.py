@@ -46,8 +46,9 @@ def _case(seed: int):
 
 
 def _units(ctx, cluster, gbs, objective, space):
-    """Per (S, mbs, recompute, dist, segments): (the floor, the smallest segment bound of a fitting pair, the
-    smallest exact chain key over every D), each pair and chain enumerated as chains_for_cuts would."""
+    """Per (S, mbs, recompute, dist, segments): (the largest floor over four thresholds, the smallest segment
+    bound of a fitting pair, the smallest exact chain key over every D), each pair and chain enumerated as
+    chains_for_cuts would."""
     tables, cache = Tables(ctx, space), LinkCache(ctx)
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
@@ -83,6 +84,9 @@ def _units(ctx, cluster, gbs, objective, space):
                         sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
                         for *_, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, objective, False):
                             exact = min(exact, float(keys.min(initial=np.inf)))
+                    # the threshold only picks the levels given the programme: every choice must stay below
+                    for thr in (0.0, exact, 1.001 * exact):
+                        floors[n_seg] = max(floors[n_seg], unit_floors(tab, grp, n_mb, objective, n_max, thr)[n_seg])
                     out.append((float(floors[n_seg]), float(slk.min(initial=np.inf)), exact))
     return out
 
