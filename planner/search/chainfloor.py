@@ -2,8 +2,9 @@
 segment count, without enumerating its cuts (docs/PLANNER.md 2.1, *chain unit floor*).
 
 Contract: :func:`unit_floors` returns, per segment count n, a value <= the key (``iterate_d``'s, at every D)
-of every chain plan of n segments of the unit; ``search_chains`` skips n when it exceeds the threshold. Cost: a dynamic programme over (stage, group, segments), O(S G^2 n), once plus once per largest-compute level
-whose cheap bound reaches the threshold (at most ``MAX_LEVELS``).
+of every chain plan of n segments of the unit; ``search_chains`` skips n when it exceeds the threshold.
+Cost: a dynamic programme over (stage, group, segments), O(S G^2 n), once, plus once per largest-compute
+level whose cheap bound reaches the threshold (at most ``MAX_LEVELS``; none when the key ignores dollars).
 """
 from __future__ import annotations
 
