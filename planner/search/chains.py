@@ -22,6 +22,7 @@ from itertools import combinations, product
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.chaintab import ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_tab
@@ -233,7 +234,8 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                   options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
                   best, stats: SearchStats, stop=lambda: False) -> bool:
     """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
-    False when ``stop()`` ended the search before every chain was bounded or scored."""
+    False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
+    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1)."""
     if space.chain_segments < 2 or space.single_zone:
         return True
     L = ctx.model.num_layers
@@ -255,9 +257,13 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                     return False
                 tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
                 rt = range_tab(tab)
-                for n_seg in range(2, min(space.chain_segments, s_num) + 1):
+                n_max = min(space.chain_segments, s_num)
+                floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
+                for n_seg in range(2, n_max + 1):
                     if stop():
                         return False
+                    if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
+                        continue
                     for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                               n_mb, objective, best.threshold, stop=stop):
                         _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],

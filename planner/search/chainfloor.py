@@ -1,0 +1,86 @@
+"""A lower bound on every chain of one (depth, micro-batch size, recomputation, distributed optimizer) unit and
+segment count, without enumerating its cuts (docs/PLANNER.md 2.1, *chain unit floor*).
+
+Contract: :func:`unit_floors` returns, per segment count n, a value <= the key (``iterate_d``'s, at every D)
+of every chain plan of n segments of the unit; ``search_chains`` skips n when it exceeds the threshold.
+Cost: a dynamic programme over (stage, group, segments), O(S G^2 n), once, plus once per largest-compute
+level whose cheap bound reaches the threshold (at most ``MAX_LEVELS``; none when the key ignores dollars).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.chaintab import ChainGroups, StageTab
+from planner.search.space import Objective
+
+SAFETY = 1 - 1e-9       # absorbs the rounding of sums taken in another order than the scores'
+MAX_LEVELS = 16         # largest-compute levels given the dynamic programme (the others: their cheap bound)
+
+
+def _min_paths(w: np.ndarray, e: np.ndarray, max_seg: int) -> np.ndarray:
+    """[K, max_seg + 1]: per weight table w [K, G, S] the smallest sum of w along a group sequence plus e[h, g]
+    per change h -> g (h != g), per exact number of segments (runs)."""
+    k_num, n_g, s_num = w.shape
+    f = np.full((k_num, max_seg + 1, n_g), np.inf)                   # f[., k, g]: stages 0..s, k runs, s on g
+    f[:, 1] = w[:, :, 0]
+    for s in range(1, s_num):
+        new = np.full_like(f, np.inf)
+        for k in range(1, min(max_seg, s + 1) + 1):
+            move = (f[:, k - 1, :, None] + e[None]).min(axis=1) if k >= 2 else np.inf
+            new[:, k] = w[:, :, s] + np.minimum(f[:, k], move)
+        f = new
+    return f.min(axis=2)
+
+
+def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
+                threshold: float = np.inf) -> np.ndarray:
+    """[max_seg + 1]: entry n (n >= 2) bounds the key of every chain plan of exactly n segments (every D)
+    from below (inf: no chain fits). ``threshold`` only chooses which levels get the dynamic programme.
+
+    Let C be the summed smallest fitting compute, U the largest over stages of the smallest fitting step,
+    R = sum_s tp_s usd_s a chain's rate and T its largest stage compute. Its period P >= T and fill >=
+    max(T, C), so its GPU dollars D R ((ceil(N / D) - 1) P + fill + step) >= R ((N - 1) T + max(T, C) + U)
+    (fill >= P makes the bracket non-decreasing in D); its egress is N x the sum over its group changes.
+    (a) T >= M, the largest over stages of the smallest fitting compute, and T >= comp_s: the dollars are
+    >= sum_s tp_s usd_s ((N - 1) max(comp_s, M) + C + U). (b) Per level T among the fitting compute values:
+    every stage runs on a group with comp <= T, weight tp usd ((N - 1) T + max(T, C) + U); a chain belongs
+    to the level of its T, so the smallest over levels bounds it; a level's cheap bound drops the egress and
+    takes each stage's cheapest allowed group. Each minimised over the chains of n segments by a dynamic
+    programme; the floor is the larger of (a) and (b). Its iteration >= max(N M g / n_all, C) + the largest
+    over stages of the smallest step floor (g: its GPUs >= the summed smallest fitting TP; n_all: every GPU)."""
+    fits = tab.fits                                                  # [G, S]
+    n_g, s_num = fits.shape
+    out = np.full(max_seg + 1, np.inf)
+    if n_g < 2 or not fits.any(axis=0).all():
+        return out
+    comp = np.where(fits, tab.comp, np.inf)
+    comp_min = comp.min(axis=0)                                      # [S]
+    m_low, c_low = comp_min.max(), comp_min.sum()
+    u_low = np.where(fits, tab.upd, np.inf).min(axis=0).max()
+    rate = (grp.tp * grp.usd_per_s)[:, None]                         # [G, 1]
+    e = np.where(np.eye(n_g, dtype=bool), np.inf, tab.egress)       # [G (from), G (to)]: a change of group
+    per_s = (n_mb - 1) * np.maximum(tab.comp, m_low) + c_low + u_low
+    base = n_mb * _min_paths(np.where(fits, rate * per_s / n_mb, np.inf)[None], e, max_seg)[0]
+    tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
+    upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
+    it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
+    if objective.key(1.0, 1.0) == objective.key(1.0, 2.0):      # the key ignores dollars: (a) only for finiteness
+        with np.errstate(invalid="ignore"):
+            out[2:] = np.where(np.isfinite(base[2:]), objective.key(it, base[2:]) * SAFETY, np.inf)
+        return out
+    levels = np.unique(comp[np.isfinite(comp) & (comp >= m_low)])                   # [K]
+    per_t = (n_mb - 1) * levels + np.maximum(levels, c_low) + u_low                   # [K]
+    allowed = comp[None] <= levels[:, None, None]                                      # [K, G, S]
+    cheap = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1) * per_t     # [K]
+    with np.errstate(invalid="ignore"):
+        near = np.nonzero(np.isfinite(cheap) & (objective.key(it, cheap) * SAFETY <= threshold))[0]
+    near = near[np.argsort(cheap[near], kind="stable")[:MAX_LEVELS]]
+    by_level = np.repeat(cheap[:, None], max_seg + 1, axis=1)                          # [K, max_seg + 1]
+    if len(near):
+        w = np.where(allowed[near], rate[None] * (per_t[near] / n_mb)[:, None, None], np.inf)
+        by_level[near] = n_mb * _min_paths(w, e, max_seg)
+    cost = np.maximum(base, by_level.min(axis=0, initial=np.inf))
+    with np.errstate(invalid="ignore"):
+        key = np.where(np.isfinite(cost), objective.key(it, cost) * SAFETY, np.inf)
+    out[2:] = key[2:]
+    return out
