@@ -32,9 +32,10 @@ from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 REL = 1e-9
 INFLATE = 1.05
 
-# 12 random cases, 2 in the fast suite, the others under -m slow
-CASES = [pytest.param(seed, settings, small, marks=() if (seed, k) in ((0, 0), (3, 1)) else pytest.mark.slow)
-         for seed in range(4) for k, (settings, small) in enumerate(((OURS, False), (OURS, True),
+# 9 random cases, 2 in the fast suite, the others under -m slow (4 seeds until the CI run of 2026-12-02 took
+# 29 min 20 s of its 30 min)
+CASES = [pytest.param(seed, settings, small, marks=() if (seed, k) in ((0, 0), (2, 1)) else pytest.mark.slow)
+         for seed in range(3) for k, (settings, small) in enumerate(((OURS, False), (OURS, True),
                                                                      (SAILOR_DEEPSPEED, False)))]
 
 
