@@ -230,14 +230,10 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: StageTab, n_mb: int, s_num:
         yield d, sel, it, cost, gpus, np.where(ok, objective.key(it, cost), np.inf)
 
 
-def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
-                  options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
-                  best, stats: SearchStats, stop=lambda: False) -> bool:
-    """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
-    False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
-    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1)."""
-    if space.chain_segments < 2 or space.single_zone:
-        return True
+def chain_units(ctx: SimContext, cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]], gbs: int,
+                space: SearchSpace):
+    """The chain search's units in its order: (S, Sailor's layer counts [1, S], micro-batch size, micro-batches,
+    the groups, the largest replica count, recomputation, distributed optimizer), for every unit with groups."""
     L = ctx.model.num_layers
     max_s = min(L, space.max_stages or L)
     mbs_all = sorted({m for o in options.values() for m, _ in o})
@@ -253,25 +249,37 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 continue
             d_cap = min(n_mb, int(grp.caps.max()))
             for rc, dist in product(space.recompute, chain_dist_options(space, ctx.settings.sharded_collective_scale)):
+                yield s_num, counts, mbs, n_mb, grp, d_cap, rc, dist
+
+
+def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+                  options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
+                  best, stats: SearchStats, stop=lambda: False) -> bool:
+    """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
+    False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
+    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1)."""
+    if space.chain_segments < 2 or space.single_zone:
+        return True
+    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chain_units(ctx, cluster, options, gbs, space):
+        if stop():
+            return False
+        tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
+        rt = range_tab(tab)
+        n_max = min(space.chain_segments, s_num)
+        floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
+        for n_seg in range(2, n_max + 1):
+            if stop():
+                return False
+            if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
+                continue
+            for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
+                                      n_mb, objective, best.threshold, stop=stop):
+                _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
+                           mbs, rc, cache, dist)
                 if stop():
                     return False
-                tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
-                rt = range_tab(tab)
-                n_max = min(space.chain_segments, s_num)
-                floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
-                for n_seg in range(2, n_max + 1):
-                    if stop():
-                        return False
-                    if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
-                        continue
-                    for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
-                                              n_mb, objective, best.threshold, stop=stop):
-                        _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
-                                   mbs, rc, cache, dist)
-                        if stop():
-                            return False
-                    if stop():
-                        return False
+            if stop():
+                return False
     return True
 
 

@@ -5,7 +5,7 @@ inflated floor breaks that; and the search returns the same candidates with and 
 from __future__ import annotations
 
 import random
-from itertools import combinations, product
+from itertools import combinations
 
 import numpy as np
 import pytest
@@ -19,8 +19,7 @@ from planner.search import Objective, SearchSpace, plan_search
 from planner.search import chains
 from planner.search.chainfloor import unit_floors
 from planner.search.chainseq import chain_sequences
-from planner.search.chaintab import chain_groups, range_tab, stage_tab
-from planner.search.distopt import chain_dist_options
+from planner.search.chaintab import range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, mbs_tp_options
 from planner.simulator.settings import OURS, SimContext
@@ -53,41 +52,29 @@ def _units(ctx, cluster, gbs, objective, space):
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
     out = []
-    L = ctx.model.num_layers
-    for s_num in range(2, min(L, space.max_stages) + 1):
-        q, r = divmod(L, s_num)
-        counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
-        for mbs in sorted({m for o in options.values() for m, _ in o}):
-            if gbs % mbs:
-                continue
-            n_mb = gbs // mbs
-            grp = chain_groups(cluster, options, mbs, ctx)
-            if not grp.names:
-                continue
-            d_cap = min(n_mb, int(grp.caps.max()))
-            for rc, dist in product(space.recompute, chain_dist_options(space, ctx.settings.sharded_collective_scale)):
-                tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
-                rt = range_tab(tab)
-                n_max = min(space.chain_segments, s_num)
-                floors = unit_floors(tab, grp, n_mb, objective, n_max)
-                for n_seg in range(2, n_max + 1):
-                    seqs = chain_sequences(len(grp.names), n_seg)
-                    cuts = list(combinations(range(1, s_num), n_seg - 1))
-                    b = np.array([[0, *c, s_num] for c in cuts for _ in seqs], dtype=np.int64).reshape(-1, n_seg + 1)
-                    sq = np.tile(seqs, (len(cuts), 1))
-                    fit = np.logical_and.reduce([rt.fits[b[:, i], b[:, i + 1], sq[:, i]] for i in range(n_seg)])
-                    b, sq = b[fit], sq[fit]
-                    slk = chains.segment_lower_keys(tab, rt, grp, b, sq, n_mb, objective)
-                    exact = np.inf
-                    if len(b):
-                        gs = sq[np.arange(len(b))[:, None], chains._segment_of_stage(b, np.arange(s_num))]
-                        sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
-                        for *_, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, objective, False):
-                            exact = min(exact, float(keys.min(initial=np.inf)))
-                    # the threshold only picks the levels given the programme: every choice must stay below
-                    for thr in (0.0, exact, 1.001 * exact):
-                        floors[n_seg] = max(floors[n_seg], unit_floors(tab, grp, n_mb, objective, n_max, thr)[n_seg])
-                    out.append((float(floors[n_seg]), float(slk.min(initial=np.inf)), exact))
+    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, space):
+        tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
+        rt = range_tab(tab)
+        n_max = min(space.chain_segments, s_num)
+        floors = unit_floors(tab, grp, n_mb, objective, n_max)
+        for n_seg in range(2, n_max + 1):
+            seqs = chain_sequences(len(grp.names), n_seg)
+            cuts = list(combinations(range(1, s_num), n_seg - 1))
+            b = np.array([[0, *c, s_num] for c in cuts for _ in seqs], dtype=np.int64).reshape(-1, n_seg + 1)
+            sq = np.tile(seqs, (len(cuts), 1))
+            fit = np.logical_and.reduce([rt.fits[b[:, i], b[:, i + 1], sq[:, i]] for i in range(n_seg)])
+            b, sq = b[fit], sq[fit]
+            slk = chains.segment_lower_keys(tab, rt, grp, b, sq, n_mb, objective)
+            exact = np.inf
+            if len(b):
+                gs = sq[np.arange(len(b))[:, None], chains._segment_of_stage(b, np.arange(s_num))]
+                sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
+                for *_, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, objective, False):
+                    exact = min(exact, float(keys.min(initial=np.inf)))
+            # the threshold only picks the levels given the programme: every choice must stay below
+            for thr in (0.0, exact, 1.001 * exact):
+                floors[n_seg] = max(floors[n_seg], unit_floors(tab, grp, n_mb, objective, n_max, thr)[n_seg])
+            out.append((float(floors[n_seg]), float(slk.min(initial=np.inf)), exact))
     return out
 
 
