@@ -35,9 +35,7 @@ def cost_floor_by_d(parts: FloorParts, rate_per_type: np.ndarray, n_mb: int) -> 
     ``max(R(d) L(d), N w + R(d) E(d))``, R(d) the cheapest $/s of d pipelines (:func:`cheapest_sums`), L(d) the
     iteration floor, E(d) its step + sync part, w the least dollars per micro-batch ``r_p T'_p(m) / m`` of
     a pool."""
-    n_types = len(rate_per_type)
-    cap_type = np.bincount(parts.type_of, weights=parts.caps, minlength=n_types).astype(np.int64)
-    r = cheapest_sums(rate_per_type, cap_type, parts.d)
+    r = cheapest_sums(rate_per_type, parts.caps_per_type(len(rate_per_type)), parts.d)
     m = np.arange(1, n_mb + 1)
     w = min(float(rate_per_type[j] * (t / m).min()) for t, j in zip(parts.times, parts.type_of))
     return np.maximum(r * parts.iteration_s, n_mb * w + r * parts.extra_s)
@@ -59,7 +57,6 @@ def objective_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: L
     gpus_pp = np.array([task.num_stages * tp for _, tp in task.tps], dtype=float)
     it = parts.iteration_s * (1 - SLACK)
     usd = cost_floor_by_d(parts, rate, n_mb) * (1 - SLACK)
-    cap_type = np.bincount(parts.type_of, weights=parts.caps, minlength=len(rate)).astype(np.int64)
-    gpus = cheapest_sums(gpus_pp, cap_type, parts.d)
+    gpus = cheapest_sums(gpus_pp, parts.caps_per_type(len(rate)), parts.d)
     keys = np.where(objective.allows(it, usd, gpus), objective.key(it, usd), np.inf)
     return float(keys.min())

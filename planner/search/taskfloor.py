@@ -73,6 +73,10 @@ class FloorParts:
     caps: np.ndarray                # [P] per pool: its pipeline capacity
     type_of: np.ndarray             # [P] per pool: the index of its type in ``task.tps``
 
+    def caps_per_type(self, n_types: int) -> np.ndarray:
+        """[n_types] the pipeline capacity of each type of the task (its pools' capacities summed)."""
+        return np.bincount(self.type_of, weights=self.caps, minlength=n_types).astype(np.int64)
+
 
 def task_floor_parts(ctx: SimContext, cluster: ClusterSpec, tables, cache: LinkCache, task, gbs: int, space,
                      sync_lb: np.ndarray | None) -> FloorParts | None:
