@@ -42,6 +42,12 @@ A, V, GH = "A100-40", "V100-16", "GH-96"
 Z = ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b"]
 
 
+GOALS_NOTE = ("goal s: issue 13's time goals: <= 1 s per setup, <= 2 s for the 512-GPU ones (128 A100 + 384 V100, "
+              "2 types x 2 zones x 128), 10 s for 3 types x 256, 60 s for 4 types x 4 zones x 256; the 5 zones x 128 "
+              "setup (640 GPUs) is held to the 1 s of the issue's table; setups the issue does not name: 1 s below "
+              "512 GPUs, 2 s from 512 up")
+
+
 @dataclass(frozen=True)
 class Setup:
     name: str
@@ -50,7 +56,7 @@ class Setup:
     sailor_its: float | None
     sailor_usd: float | None
     sailor_search_s: str
-    budget_s: float | None           # our wall-time goal
+    budget_s: float | None           # the wall-time goal (see GOALS_NOTE)
     hetero: bool = False             # the >= 10 % quality goal applies
     extra: tuple[str, ...] = ()
     objective: str = "throughput"
@@ -70,22 +76,22 @@ def setups() -> list[Setup]:
     for (a, v), its, usd, s in [((32, 96), .1700, .629, "1.4"), ((80, 240), .3609, .754, "3.9"),
                                 ((128, 384), .5229, .833, "7.6")]:
         out.append(Setup(f"Fig8b {a}+{v}", "OPT-350", _g((A, Z[0], a), (V, Z[0], v)), its, usd, s,
-                         2.0 if a == 128 else None, hetero=True, stated=(7, 32) if a == 128 else None))
+                         2.0 if a == 128 else 1.0, hetero=True, stated=(7, 32) if a == 128 else None))
     for n, its, usd, s in [(32, .4149, .441, "0.20"), (80, .7278, .668, "0.35"), (128, 1.0198, .764, "0.60")]:
         out.append(Setup(f"Fig10 5x{n} A100", "OPT-350", _g(*[(A, z, n) for z in Z]), its, usd, s, 1.0))
     two = _g((A, Z[0], 128), (A, Z[1], 128), (V, Z[0], 128), (V, Z[1], 128))
-    out.append(Setup("Fig11 min$ >=0.2it/s", "OPT-350", two, .2350, .2779, "0.65", None,
+    out.append(Setup("Fig11 min$ >=0.2it/s", "OPT-350", two, .2350, .2779, "0.65", 2.0,
                      extra=("--min-throughput", "0.2"), objective="cost"))
-    out.append(Setup("Fig12 max it/s <=$1.2", "OPT-350", two, .6629, .4582, "14.0", None,
+    out.append(Setup("Fig12 max it/s <=$1.2", "OPT-350", two, .6629, .4582, "14.0", 2.0,
                      extra=("--max-cost-per-iter", "1.2")))
     for (a, v), its, usd, s in [((32, 96), .0263, 4.07, "1.5"), ((80, 240), .0583, 4.64, "9.1"),
                                 ((128, 384), .0892, 4.85, "19.4")]:
         out.append(Setup(f"GPT-Neo {a}+{v}", "GPT-Neo-2.7", _g((A, Z[0], a), (V, Z[0], v)), its, usd, s,
-                         5.0 if a == 128 else None, hetero=True))
-    out.append(Setup("256 A100", "OPT-350", _g((A, Z[0], 256)), .665, None, "0.12", None))
-    out.append(Setup("256 A100+256 V100", "OPT-350", _g((A, Z[0], 256), (V, Z[0], 256)), .669, None, "3.3", None))
+                         2.0 if a == 128 else 1.0, hetero=True))
+    out.append(Setup("256 A100", "OPT-350", _g((A, Z[0], 256)), .665, None, "0.12", 1.0))
+    out.append(Setup("256 A100+256 V100", "OPT-350", _g((A, Z[0], 256), (V, Z[0], 256)), .669, None, "3.3", 2.0))
     out.append(Setup("256 A100+V100+GH-96", "OPT-350", _g((A, Z[0], 256), (V, Z[0], 256), (GH, Z[0], 256)),
-                     None, None, ">600", 30.0))
+                     None, None, ">600", 10.0))
     out.append(Setup("5 zones x 256 A100", "OPT-350", _g(*[(A, z, 256) for z in Z]), 1.36, 1.02, "0.66", 2.0))
     out.append(Setup("4 types x 4 zones x 256", "gpt-neo-2.7b",
                      _g(*[(g, z, 256) for g in (A, V, GH, "H100-80") for z in Z[:4]]), None, None, "-", 60.0,
@@ -261,6 +267,7 @@ def main() -> int:
     print("(c) search: 'exact' = finished (the best plan of the declared space); 'stopped gap G' = stopped at "
           "sailor-plan's default --time-limit-s with the best plan so far, no plan of the space better than 1/G of "
           "its objective key; a comparator shown as timeout>N s did not finish within the process limit (no ratio)")
+    print(GOALS_NOTE)
     print(f"load average (1 min) at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
           f"(c) wall = fastest of {max(1, args.repeat)} runs, cpu = user + sys of that run")
     print(f"summary: {len(chosen) - len(fails)}/{len(chosen)} setups meet the c/b' quality and (c) time goals"

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from planner_vs_sailor import setups  # noqa: E402
+from planner_vs_sailor import GOALS_NOTE, setups  # noqa: E402
 
 
 def _command(st, sailor: str) -> list[str]:
@@ -91,8 +91,8 @@ def _run(args: argparse.Namespace, cache_root: Path | None) -> int:
             run_once(tree, _command(chosen[0], sailor), caches[tag])
     load0 = os.getloadavg()[0]
     print(f"{'setup':26} " + "  ".join(f"{tag + ' cpu s median (min)':>26}" for tag, _ in trees)
-          + ("  same plan" if args.before else ""))
-    differ, ratios = [], []
+          + f"  {'goal s':>6}  {'met':>3}" + ("  same plan" if args.before else ""))
+    differ, ratios, missed = [], [], []
     for st in chosen:
         cpu = {tag: [] for tag, _ in trees}
         reps = {}
@@ -106,12 +106,19 @@ def _run(args: argparse.Namespace, cache_root: Path | None) -> int:
             differ.append(st.name)
         if args.before:
             ratios.append(statistics.median(cpu["now"]) / statistics.median(cpu["before"]))
+        now = statistics.median(cpu["now"])
+        met = st.budget_s is None or now <= st.budget_s
+        if not met:
+            missed.append(st.name)
         print(f"{st.name:26} " + "  ".join(f"{statistics.median(v):>17.2f} ({min(v):.2f})" for v in cpu.values())
-              + same, flush=True)
+              + f"  {'-' if st.budget_s is None else f'{st.budget_s:.0f}':>6}  {'yes' if met else 'NO':>3}" + same,
+              flush=True)
     print(f"load average (1 min) {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} cores; "
           f"{args.runs} runs per setup and tree; "
           + ("bytecode cache per tree, warmed" if cache_root is not None else "the caller's environment (bytecode)"))
-    summary = f"summary: {len(chosen)} setups"
+    print(GOALS_NOTE + " (met: the median CPU s of 'now', which counts the same process as the wall time the goal "
+          "names on a quiet machine)")
+    summary = f"summary: {len(chosen)} setups; {len(chosen) - len(missed)} meet the time goal by median CPU s"
     if args.before:
         summary += (f"; now / before median CPU {min(ratios):.2f}-{max(ratios):.2f}; "
                     + ("the same plans on every setup" if not differ else f"plans DIFFER on {', '.join(differ)}"))
