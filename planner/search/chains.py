@@ -22,6 +22,7 @@ from itertools import combinations, product
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.chainbound import pair_prefilter
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
@@ -71,7 +72,10 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         if len(kk) == 0:
             continue
         thr = threshold()
-        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective, thr)
+        rows = pair_prefilter(rt, grp, b, seqs, kk, qq, n_mb, objective, thr)     # the same kept pairs, faster
+        if rows is not None:
+            kk, qq = kk[rows], qq[rows]
+        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
         keep = np.isfinite(lb) & (lb <= thr)
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
@@ -89,54 +93,35 @@ def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
 
 
 def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,
-                       n_mb: int, objective: Objective, threshold: float | None = None) -> np.ndarray:
+                       n_mb: int, objective: Objective) -> np.ndarray:
     """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
     bound on the objective over every D (inf where no D can be feasible), from segment sums only
     (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of period P the makespan is at least
     ceil(N / D) P >= N P / D (the fill/drain is at least the period) and at least the fill; P is at least every
     stage's compute; D is at most n_pool / (the chain's GPUs in that pool) for every pool it uses. So
     iteration >= max(N P u, sum of compute) + optimizer step with u = max over pools of the chain's GPUs
-    there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one pipeline); egress is exact.
-
-    ``threshold`` (throughput objective only): chains whose iteration bound certainly exceeds it come back inf
-    without the rest of their bound (the caller keeps keys <= threshold only). Each segment's pool share is
-    one of the non-negative terms summed into u, so u >= the largest segment share f in floating point too
-    (rounding is monotone), and so is ``(max(N P u, sum) + step) (1 - 1e-12)`` >= the same with f for u: a
-    chain whose value with f exceeds the threshold has a key above it (``test_search_chainbound.py``)."""
+    there over the pool's GPUs, and GPU dollars >= N P (dollars per second of one pipeline); egress is exact."""
     n_seg = seqs.shape[1]
     s1, n_g = rt.comp_max.shape[1], rt.comp_max.shape[2]
     cmax_f, csum_f, upd_f = rt.comp_max.reshape(-1), rt.comp_sum.reshape(-1), rt.upd.reshape(-1)
     pool_caps = grp.caps[grp.pool]           # [G] the GPUs of each group's pool
-    length = (np.arange(s1)[None, :] - np.arange(s1)[:, None]).clip(0)[:, :, None]          # hi - lo
-    frac_f = ((grp.tp[None, None, :] * length) / pool_caps[None, None, :]).reshape(-1)    # units / pool GPUs
-    n_all = len(seqs)
-    flats = [(bounds[:, i] * s1 + bounds[:, i + 1]) * n_g + seqs[:, i] for i in range(n_seg)]
-    # the first segment starts every sum (0 + x is x); (distributed optimizer: the step at the largest D)
-    comp_max, comp_sum, upd = cmax_f[flats[0]], csum_f[flats[0]], upd_f[flats[0]]
-    for flat in flats[1:]:
-        comp_max = np.maximum(comp_max, cmax_f[flat])
-        comp_sum = comp_sum + csum_f[flat]
-        upd = np.maximum(upd, upd_f[flat])
-    frac = [frac_f[flat] for flat in flats]
-    rows = None
-    if threshold is not None and objective.kind == "throughput":
-        f_max = np.maximum.reduce(frac) if n_seg > 1 else frac[0]
-        rows = np.flatnonzero(~((np.maximum(n_mb * comp_max * f_max, comp_sum) + upd) * (1 - 1e-12) > threshold))
-        if len(rows) == n_all:
-            rows = None
-        else:
-            bounds, seqs, comp_max, comp_sum, upd = bounds[rows], seqs[rows], comp_max[rows], comp_sum[rows], upd[rows]
-            frac = [f[rows] for f in frac]
-    pools = []
-    for i in range(n_seg):
+    pools, frac = [], []
+    for i in range(n_seg):      # one flat index per segment; the first segment starts every sum (0 + x is x)
         lo, hi, g = bounds[:, i], bounds[:, i + 1], seqs[:, i]
+        flat = (lo * s1 + hi) * n_g + g
         units = grp.tp[g] * (hi - lo)
         if i == 0:
+            comp_max, comp_sum, upd = cmax_f[flat], csum_f[flat], upd_f[flat]
             usd, gpus = units * grp.usd_per_s[g], units.astype(float)
         else:
+            comp_max = np.maximum(comp_max, cmax_f[flat])
+            comp_sum = comp_sum + csum_f[flat]
+            upd = np.maximum(upd, upd_f[flat])       # (distributed optimizer: the step at the largest D)
             usd = usd + units * grp.usd_per_s[g]
             gpus = gpus + units
-        pools.append(grp.pool[g])
+        pool = grp.pool[g]
+        pools.append(pool)
+        frac.append(units / pool_caps[g])
     # the chain's share of segment i's pool, summed over the segments in that pool (in segment order)
     same = {(i, j): pools[i] == pools[j] for i in range(n_seg) for j in range(i + 1, n_seg)}
     use = None
@@ -150,12 +135,7 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
     ok = objective.allows(it, cost, gpus) & (use <= 1.0)
-    keys = np.where(ok, objective.key(it, cost), np.inf)
-    if rows is None:
-        return keys
-    out = np.full(n_all, np.inf)
-    out[rows] = keys
-    return out
+    return np.where(ok, objective.key(it, cost), np.inf)
 
 
 @dataclass
