@@ -4,6 +4,7 @@ the bounds are :mod:`planner.search.taskbound`'s), and the per-task caches of st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from itertools import combinations, product
 
 import numpy as np
@@ -272,8 +273,8 @@ class Tables:
         the splits whose :meth:`dist_range` meets 1..dmax (each row is checked against it later); ``relaxed``:
         a superset of them, cheaper (one fine shard per rank, which holds the least optimizer memory, and no
         recomputation dominance), for the cheap task bounds."""
-        if dist and relaxed:
-            return np.max([self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo], axis=0) <= dmax
+        if dist and relaxed:        # (the maximum of two arrays at a time: the same maximum, no stacking)
+            return reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax
         if dist:
             lo, hi = self.dist_range(combo, mbs, s_num, recompute)
             return lo <= np.minimum(dmax, hi)
