@@ -147,6 +147,12 @@ class Tables:
         if key not in self._arr and plain is not None and plain.fits.all():
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
+        if key not in self._arr and counts is not None:    # one of the space's splits, already computed: its row
+            row = self._split_row(counts)
+            known = self._arr.get(("dmin", g, tp, mbs, counts.shape[1], recompute, shards)) if row is not None \
+                else None
+            if known is not None:
+                self._arr[key] = known[row:row + 1]
         if key not in self._arr and counts is None:
             grids = self._depths(g, tp, mbs, recompute)
             if s_num in grids.offsets:      # each entry's answer is its own: computed per entry of every depth
