@@ -15,7 +15,7 @@ from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
-from planner.search.pools import level_periods
+from planner.search.pools import period_levels
 from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
                                   gathered_stage_arrays, grid_index)
@@ -266,8 +266,9 @@ class Tables:
         key = ("levels", g, tp, mbs, s_num, recompute, p2p_s, blocking)
         if key not in self._arr:
             comp = self.arrays(g, tp, mbs, s_num, recompute).compute_s
-            self._arr[key] = (level_periods(comp, p2p_s, blocking), F.fill_drain_s(comp, p2p_s),
-                              F.busy_s(comp, p2p_s, blocking).max(axis=-1))
+            busiest = F.busy_s(comp, p2p_s, blocking).max(axis=-1)     # pools.level_periods' busiest stage
+            self._arr[key] = (period_levels(busiest, F.round_trip_bounds(comp, p2p_s)), F.fill_drain_s(comp, p2p_s),
+                              busiest)
         return self._arr[key]
 
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool, dist: bool = False,
