@@ -22,11 +22,13 @@ from itertools import combinations, product
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.chainbound import pair_prefilter
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.chaintab import ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
+from planner.search.pools import period_levels
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
 from planner.search.tied import TiedSync
@@ -70,8 +72,12 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         kk, qq = _alive_pairs([alive[b[:, i], b[:, i + 1]] for i in range(n_seg)], len(grp.names))
         if len(kk) == 0:
             continue
+        thr = threshold()
+        rows = pair_prefilter(rt, grp, b, seqs, kk, qq, n_mb, objective, thr)     # the same kept pairs, faster
+        if rows is not None:
+            kk, qq = kk[rows], qq[rows]
         lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
-        keep = np.isfinite(lb) & (lb <= threshold())
+        keep = np.isfinite(lb) & (lb <= thr)
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
             continue
@@ -154,11 +160,12 @@ def score_chains(ctx: SimContext, tab: StageTab, grp: ChainGroups, gs: np.ndarra
     comp = tab.comp[gs, st]
     p2p = tab.p2p[gs[:, :-1], gs[:, 1:]]
     busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
-    levels = F.period_levels(busy.max(axis=1), F.round_trip_bounds(comp, p2p))
+    levels = period_levels(busy.max(axis=1), F.round_trip_bounds(comp, p2p))
     fill = F.fill_drain_s(comp, p2p)
     units = np.zeros((c_num, len(grp.caps)), dtype=np.int64)
-    for s in range(s_num):
-        np.add.at(units, (np.arange(c_num), grp.pool[gs[:, s]]), grp.tp[gs[:, s]])
+    rows = np.arange(c_num)
+    for s in range(s_num):      # one entry per row per stage: a buffered += adds each once, as np.add.at does
+        units[rows, grp.pool[gs[:, s]]] += grp.tp[gs[:, s]]
     with np.errstate(divide="ignore"):
         room = np.where(units > 0, grp.caps[None, :] // np.maximum(units, 1), np.iinfo(np.int64).max)
     d_max = np.minimum(room.min(axis=1), n_mb)

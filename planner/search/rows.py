@@ -96,10 +96,12 @@ def pareto_min(crit: np.ndarray) -> np.ndarray:
 
 def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(key, return_index=True, return_inverse=True)[1:]`` for non-negative integer keys; by a
-    first-occurrence table when the largest key is below ``max_size`` (no sort), else by ``np.unique``."""
+    first-occurrence table when the largest key is below ``max_size`` and below 8 entries per key plus 4096
+    (no sort), else by ``np.unique`` (a few keys spread over a large range: a table of the whole range would
+    cost more than sorting them)."""
     key = np.asarray(key).reshape(-1)
     size = int(key.max()) + 1 if len(key) else 0
-    if not 0 < size <= max_size or int(key.min()) < 0:
+    if not 0 < size <= min(max_size, 8 * len(key) + 4096) or int(key.min()) < 0:
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.reshape(-1)
     first = np.full(size, len(key), dtype=np.int64)

@@ -40,7 +40,8 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
     upd = masked_min("upd_max").max(axis=1)
     m_min, f_min = masked_min("comp_max"), masked_min("comp_sum")
     cap = np.array([sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num)) for combo in combos])
-    d = np.arange(n_types, n_mb + 1, dtype=float)
+    # columns d > every combo's capacity are inf in every row (``ok`` below): the minima never read them
+    d = np.arange(n_types, min(int(cap.max()), n_mb) + 1, dtype=float)
     if len(d) == 0:
         return np.full(len(combos), np.inf)
     with np.errstate(invalid="ignore"):

@@ -4,6 +4,7 @@ the bounds are :mod:`planner.search.taskbound`'s), and the per-task caches of st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from itertools import combinations, product
 
 import numpy as np
@@ -14,7 +15,7 @@ from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
-from planner.search.pools import level_periods
+from planner.search.pools import period_levels
 from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
                                   gathered_stage_arrays, grid_index)
@@ -146,6 +147,12 @@ class Tables:
         if key not in self._arr and plain is not None and plain.fits.all():
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
+        if key not in self._arr and counts is not None:    # one of the space's splits, already computed: its row
+            row = self._split_row(counts)
+            known = self._arr.get(("dmin", g, tp, mbs, counts.shape[1], recompute, shards)) if row is not None \
+                else None
+            if known is not None:
+                self._arr[key] = known[row:row + 1]
         if key not in self._arr and counts is None:
             grids = self._depths(g, tp, mbs, recompute)
             if s_num in grids.offsets:      # each entry's answer is its own: computed per entry of every depth
@@ -259,8 +266,9 @@ class Tables:
         key = ("levels", g, tp, mbs, s_num, recompute, p2p_s, blocking)
         if key not in self._arr:
             comp = self.arrays(g, tp, mbs, s_num, recompute).compute_s
-            self._arr[key] = (level_periods(comp, p2p_s, blocking), F.fill_drain_s(comp, p2p_s),
-                              F.busy_s(comp, p2p_s, blocking).max(axis=-1))
+            busiest = F.busy_s(comp, p2p_s, blocking).max(axis=-1)     # pools.level_periods' busiest stage
+            self._arr[key] = (period_levels(busiest, F.round_trip_bounds(comp, p2p_s)), F.fill_drain_s(comp, p2p_s),
+                              busiest)
         return self._arr[key]
 
     def task_fits(self, combo, mbs: int, s_num: int, recompute: bool, dist: bool = False,
@@ -272,8 +280,8 @@ class Tables:
         the splits whose :meth:`dist_range` meets 1..dmax (each row is checked against it later); ``relaxed``:
         a superset of them, cheaper (one fine shard per rank, which holds the least optimizer memory, and no
         recomputation dominance), for the cheap task bounds."""
-        if dist and relaxed:
-            return np.max([self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo], axis=0) <= dmax
+        if dist and relaxed:        # (the maximum of two arrays at a time: the same maximum, no stacking)
+            return reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax
         if dist:
             lo, hi = self.dist_range(combo, mbs, s_num, recompute)
             return lo <= np.minimum(dmax, hi)
