@@ -131,7 +131,8 @@ def test_search_matches_brute_force_random_small_cases(seed):
 
 
 def test_chain_bounds_keep_the_optimum(sailor_opt, monkeypatch):
-    """The segment and cut bounds (docs/PLANNER.md 2.1, chain bound) return the same optimum as no bound."""
+    """The segment and cut bounds (docs/PLANNER.md 2.1, chain bound) and the pre-filter in front of the segment
+    bound (2.3) return the same optimum as no bound."""
     import planner.search.chains as chains
     ctx = sailor_opt
     cluster = parse_gpus(f"{A}@{ZA}=16,{V}@{ZA}=24,{A}@{ZB}=8", ctx.catalog)
@@ -141,6 +142,7 @@ def test_chain_bounds_keep_the_optimum(sailor_opt, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(chains, "segment_table", lambda rt, *a: np.where(rt.fits, -np.inf, np.inf))
             m.setattr(chains, "segment_lower_keys", lambda tab, rt, grp, b, seqs, *a: np.full(len(seqs), -np.inf))
+            m.setattr(chains, "pair_prefilter", lambda *a: None)      # the segment bound's pre-filter too
             m.setattr(chains, "chain_lower_keys", lambda sc, *a: np.full(len(sc.gs), -np.inf))
             full = plan_search(ctx, cluster, 256, objective, space).best
         assert fast.key == pytest.approx(full.key, rel=1e-12)
