@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from planner.errors import InputError, OneLineParser, run_cli
 from planner.options import add_data_args, add_request_args, time_limit_s
@@ -230,7 +230,8 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
         announce(line, args.json)
 
 
-def main_args(argv: list[str] | None = None) -> int:
+def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lambda: None) -> int:
+    """``sailor-plan``; ``resume_gc``: called once the inputs are loaded, before the search (:mod:`planner.gcpause`)."""
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
@@ -255,6 +256,7 @@ def main_args(argv: list[str] | None = None) -> int:
                                    distributed_optimizer=not args.no_distributed_optimizer),
                     tie_embeddings=ctx.model.tied_embeddings)     # as api.plan plans it
     clusters = _clusters(args, bundle.catalog)
+    resume_gc()
     if args.trace:
         return _trace(args, ctx, clusters, gbs)
     rep = plan_one(args, ctx, clusters[0], gbs)
@@ -273,7 +275,9 @@ def main_args(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(main_args, argv)
+    from planner.gcpause import paused
+    with paused() as resume:       # no collections while modules and inputs load (planner/gcpause.py)
+        return run_cli(lambda a: main_args(a, resume), argv)
 
 
 if __name__ == "__main__":
