@@ -187,8 +187,7 @@ def _trace(args, ctx, clusters, gbs) -> int:
             continue
         steps.append({"step": i, "cluster": cl.describe(), **report_json(rep)})
     if args.json:
-        json.dump({"steps": steps}, sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps({"steps": steps}) + "\n")   # dumps: the C encoder (json.dump streams in Python)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -265,8 +264,7 @@ def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lam
     if args.output:
         rep["plan"].save(args.output)
     if args.json:
-        json.dump(report_json(rep, objective), sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(report_json(rep, objective)) + "\n")   # same bytes as json.dump, in C
     else:
         render(rep, clusters[0], objective)
     if args.output:

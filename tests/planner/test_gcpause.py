@@ -49,3 +49,15 @@ def test_sailor_plan_gives_the_same_answer_and_restores_the_collector(capsys):
     plain_out = json.loads(capsys.readouterr().out)
     paused_out.pop("search_time_s"), plain_out.pop("search_time_s")
     assert paused_out == plain_out
+
+
+def test_sailor_plan_json_line_is_what_json_dump_wrote(capsys):
+    """stdout is written with json.dumps (the C encoder) instead of json.dump (Python, chunk by chunk): the
+    same bytes, here on a report with alternatives."""
+    import io
+    from planner.cli_plan import main
+    assert main(["--model", "tiny", "--gpus", "A100-40@z=4,V100-16@z=4", "--json", "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    buf = io.StringIO()
+    json.dump(json.loads(text), buf)
+    assert text == buf.getvalue() + "\n" and "alternatives" in text
