@@ -244,7 +244,6 @@ def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lam
             check_output_path(path, flag)
     from planner import api
     from planner.baselines.spaces import baseline_space
-    from planner.cli_sim import announce
     from planner.options import data_source
     from planner.options import objective as options_objective
     bundle = api.load_data(data_source(args), args.precision)
@@ -268,6 +267,7 @@ def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lam
     else:
         render(rep, clusters[0], objective)
     if args.output:
+        from planner.cli_sim import announce
         announce(f"plan written to {args.output}", args.json)
     return 0
 
