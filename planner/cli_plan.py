@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from planner.errors import InputError, OneLineParser, run_cli
 from planner.options import add_data_args, add_request_args, time_limit_s
@@ -187,8 +187,7 @@ def _trace(args, ctx, clusters, gbs) -> int:
             continue
         steps.append({"step": i, "cluster": cl.describe(), **report_json(rep)})
     if args.json:
-        json.dump({"steps": steps}, sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps({"steps": steps}) + "\n")   # dumps: the C encoder (json.dump streams in Python)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -230,7 +229,8 @@ def _frontier(args, ctx, cluster: ClusterSpec, gbs: int, objective: Objective, s
         announce(line, args.json)
 
 
-def main_args(argv: list[str] | None = None) -> int:
+def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lambda: None) -> int:
+    """``sailor-plan``; ``resume_gc``: called once the inputs are loaded, before the search (:mod:`planner.gcpause`)."""
     args = build_parser().parse_args(argv)
     if args.top < 1:
         raise InputError(f"--top must be >= 1, got {args.top}")
@@ -244,7 +244,6 @@ def main_args(argv: list[str] | None = None) -> int:
             check_output_path(path, flag)
     from planner import api
     from planner.baselines.spaces import baseline_space
-    from planner.cli_sim import announce
     from planner.options import data_source
     from planner.options import objective as options_objective
     bundle = api.load_data(data_source(args), args.precision)
@@ -255,6 +254,7 @@ def main_args(argv: list[str] | None = None) -> int:
                                    distributed_optimizer=not args.no_distributed_optimizer),
                     tie_embeddings=ctx.model.tied_embeddings)     # as api.plan plans it
     clusters = _clusters(args, bundle.catalog)
+    resume_gc()
     if args.trace:
         return _trace(args, ctx, clusters, gbs)
     rep = plan_one(args, ctx, clusters[0], gbs)
@@ -263,17 +263,19 @@ def main_args(argv: list[str] | None = None) -> int:
     if args.output:
         rep["plan"].save(args.output)
     if args.json:
-        json.dump(report_json(rep, objective), sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(report_json(rep, objective)) + "\n")   # same bytes as json.dump, in C
     else:
         render(rep, clusters[0], objective)
     if args.output:
+        from planner.cli_sim import announce
         announce(f"plan written to {args.output}", args.json)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(main_args, argv)
+    from planner.gcpause import paused
+    with paused() as resume:       # no collections while modules and inputs load (planner/gcpause.py)
+        return run_cli(lambda a: main_args(a, resume), argv)
 
 
 if __name__ == "__main__":

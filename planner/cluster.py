@@ -22,7 +22,7 @@ from planner.errors import InputError, quote
 from planner.hardware import GPUCatalog
 from planner.plan import region_of
 from planner.textio import read_text
-from planner.schema.base import MAX_GPUS
+from planner.schema.parse import MAX_GPUS
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def cluster_from_dict(data: Any, catalog: GPUCatalog) -> ClusterSpec:
 
 
 def load_cluster(path: str | Path, catalog: GPUCatalog) -> ClusterSpec:
-    from planner.schema.base import parse_by_suffix
+    from planner.schema.parse import parse_by_suffix
     data = parse_by_suffix(read_text(path), str(path))
     try:
         return cluster_from_dict(data, catalog)

@@ -31,7 +31,7 @@ SAILOR_MODELS = {"OPT-350": "opt_350", "GPT-Neo-2.7": "gpt_neo27", "OPT-30": Non
 
 
 def _json(path: Path) -> Any:
-    from planner.schema.base import parse_json
+    from planner.schema.parse import parse_json
     return parse_json(read_text(path), str(path))
 
 

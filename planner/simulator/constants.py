@@ -40,30 +40,35 @@ def constants_path() -> Path:
 
 
 def load_runtime_constants(path: str | Path | None = None) -> RuntimeConstants:
-    from planner.schema.base import parse_json, validate
-    from planner.schema.files import RuntimeConstantsFile
+    from planner.schema.parse import parse_json
+    from planner.schema.quick import plainly_valid_runtime_constants
     p = Path(path) if path is not None else constants_path()
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read the runtime constants ({exc.strerror or exc})", source=str(p)) from None
-    doc = validate(RuntimeConstantsFile, parse_json(text, str(p)), source=str(p))
+    data = parse_json(text, str(p))
+    if not plainly_valid_runtime_constants(data):     # pydantic decides (and words the error), as for every file
+        from planner.schema.base import validate
+        from planner.schema.files import RuntimeConstantsFile
+        data = validate(RuntimeConstantsFile, data, source=str(p)).model_dump()
     table: tuple[tuple[float, float], ...] = ()
     cores = 0
-    if doc.core_share is not None:
-        raw = sorted((float(r), float(x)) for r, x in doc.core_share.ranks_per_core_slowdown)
+    share = data.get("core_share")
+    if share is not None:
+        raw = sorted((float(r), float(x)) for r, x in share["ranks_per_core_slowdown"])
         # more ranks on the same cores never compute faster: a measured dip (noise) is held at the level before
         table = tuple((r, max(x for _, x in raw[:i + 1])) for i, (r, _) in enumerate(raw))
-        cores = doc.core_share.cores
+        cores = share["cores"]
         if len({r for r, _ in table}) != len(table):
             raise InputError("core_share.ranks_per_core_slowdown lists one ranks-per-core value twice, got "
                              f"{[r for r, _ in table]}", source=str(p))
-    return RuntimeConstants(source=str(p), machine=doc.machine,
-                            per_microbatch_overhead_s=float(doc.per_microbatch_overhead_s),
-                            memory_overhead_bytes=float(doc.memory_overhead_bytes),
-                            activation_reserve_factor=float(doc.activation_reserve_factor),
+    return RuntimeConstants(source=str(p), machine=data["machine"],
+                            per_microbatch_overhead_s=float(data["per_microbatch_overhead_s"]),
+                            memory_overhead_bytes=float(data["memory_overhead_bytes"]),
+                            activation_reserve_factor=float(data["activation_reserve_factor"]),
                             core_share_table=table, cores=cores,
-                            sharded_collective_scale=float(doc.sharded_collective_scale or 1.0))
+                            sharded_collective_scale=float(data.get("sharded_collective_scale") or 1.0))
 
 
 def _slowdown(table: tuple[tuple[float, float], ...], per_core: float) -> float:

@@ -99,10 +99,11 @@ def calibration() -> dict[str, Any]:
 # ranks, barrier before the reduction, 5e8-element gradient buckets). Its four constants come from the
 # calibration file, which names the real runs they were fitted on; docs/SIMULATOR.md gives the procedure and
 # its leave-one-out errors.
+_CALIBRATION = calibration()        # read once: the preset's four constants come from one reading of the file
 SAILOR_DEEPSPEED = RuntimeSettings(name="sailor-deepspeed", p2p_blocking=True, dp_sync_waits_for_all=True,
                                    p2p_all_tp_ranks=False,   # DeepSpeed's pipe engine partitions activations
                                    grad_sync="flat", grad_bucket_elems=500_000_000, activation_model="korthikanti",
-                                   **{k: float(calibration()[k]) for k in _CALIBRATED_KEYS})
+                                   **{k: float(_CALIBRATION[k]) for k in _CALIBRATED_KEYS})
 # megatron-sailor: the plan's p2p_pattern; its one pattern ("tp0-to-all", megatron_sailor/runtime/p2p.py) sends
 # the whole activation from TP rank 0 of the sender to each TP rank of the receiver: k = the receiver's TP
 # messages leave one rank. Dropout: the runtime's defaults (Megatron's --hidden-dropout / --attention-dropout
