@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.network import Endpoint, Link, _envelope, _valid_from
+from planner.network import Endpoint, Link, _envelope, _turns, _valid_from
 from planner.search.rows import int_row_sum, unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
@@ -50,11 +50,20 @@ def _envelope_array(fit: tuple[float, float, float], hi: float, lo: float | None
     return grid
 
 
+@lru_cache(maxsize=256)
+def _turns_arrays(fit: tuple[float, float, float], hi: float, lo: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`planner.network._turns` as read-only arrays."""
+    sizes, peaks = (np.asarray(x, dtype=float) for x in _turns(fit, hi, lo))
+    sizes.setflags(write=False)
+    peaks.setflags(write=False)
+    return sizes, peaks
+
+
 def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     """:meth:`Link.checked_time_s` for an array of sizes, with inf where it would refuse the size (no plan
     that sends such a message is ever chosen; ``simulate`` would reject it).
 
-    The same numbers as ``nbytes / bandwidth(link, nbytes)`` floored by the envelope, with inf where
+    The same numbers as ``nbytes / bandwidth`` floored by the envelope (grid and turns), with inf where
     :func:`fit_refused`: the fit's value is computed once for both (the same operations in the same order)."""
     nbytes = np.asarray(nbytes, dtype=float)
     hi = link.max_bw_bytes_per_s
@@ -75,6 +84,10 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     grid = _envelope_array(fit, hi, link.min_bw_bytes_per_s)
     i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
     raw = np.maximum(raw, grid[i])
+    sizes, peaks = _turns_arrays(fit, hi, link.min_bw_bytes_per_s)
+    if len(sizes):
+        j = np.searchsorted(sizes, nbytes, side="right") - 1
+        raw = np.where(j >= 0, np.maximum(raw, peaks[np.maximum(j, 0)]), raw)
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(v) & (v > 0))

@@ -29,6 +29,12 @@ def _old_link_time(link, nbytes: np.ndarray) -> np.ndarray:
         grid = np.asarray(_envelope(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s))
         i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
         raw = np.maximum(raw, grid[i])
+        # the envelope between grid points (added later, planner.network._turns), composed the same way
+        from planner.network import _turns
+        sizes, peaks = (np.asarray(x) for x in _turns(link.fit_gb_per_s, link.max_bw_bytes_per_s,
+                                                      link.min_bw_bytes_per_s))
+        j = np.searchsorted(sizes, nbytes, side="right") - 1
+        raw = np.where(j >= 0, np.maximum(raw, peaks[np.maximum(j, 0)] if len(peaks) else 0.0), raw)
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
     return np.where(fit_refused(link, nbytes), np.inf, out)
 
