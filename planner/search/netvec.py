@@ -306,6 +306,8 @@ def _sync_conc(ctx: SimContext, ch: _Rings, pats: list[_Pattern], inv: np.ndarra
     hier = inner + cross
     use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
     use_flat = use_flat | ~multi
-    t = np.where(use_flat, flat, hier)
+    # the simulator prices the flat ring first and, across zones unless ``flat``, the hierarchical rings too:
+    # a size refused on any of them raises there, so such a row is inf whichever mode is the faster
+    t = np.where(np.isinf(flat) | (multi & np.isinf(hier)), np.inf, np.where(use_flat, flat, hier))
     per_edge = np.where(use_flat, per_edge_flat, F.ring_edge_bytes(nz, full))
     return (np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0), ~use_flat & (d > 1))

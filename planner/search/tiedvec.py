@@ -121,7 +121,8 @@ def _tied_conc(ctx: SimContext, ch: _Rings, pats: list[_TiedPattern], inv: np.nd
                 t_in = ch.ring(ranks, inv, members, grad, param, (2, 1))
             inner = np.maximum(inner, t_in)
         cross = ch.ring([p.leaders for p in pats], inv, nz, grad, param)
-        t = np.where(hier, inner + cross, flat)
+        # the simulator prices the flat ring first: a size refused there raises even when hierarchical
+        t = np.where(np.isinf(flat), np.inf, np.where(hier, inner + cross, flat))
     per_edge = np.where(hier, F.ring_edge_bytes(nz, moved), F.ring_edge_bytes(n, moved))
     usd = np.zeros(len(D))
     for k in range(max(p.n_zones for p in pats)):       # the simulator's sum, edge by edge in its order
