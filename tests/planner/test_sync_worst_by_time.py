@@ -92,7 +92,7 @@ def test_the_old_rules_counterexample_now_gives_the_optimum() -> None:
     space = SearchSpace(max_stages=2, mbs_options=(1,), tp_options=(1,), recompute=(False,),
                         distributed_optimizer=(False,), precision="fp32")
     objective = Objective("throughput")
-    for gbs in (21, 36):
+    for gbs in (21,):          # gbs 36 too (0.0622 against 0.0608 s before), but its brute force is slow
         res = plan_search(ctx, cluster, gbs, objective, space)
         got = simulate(build_plan(res.best, ctx.model.num_layers, gbs, None), ctx).iteration_time_s
         best, plan, n = brute_force_best(ctx, cluster, gbs, objective, 2, (1,), (1,), (False,), dist_opts=(False,),
@@ -105,6 +105,28 @@ def test_the_old_rules_counterexample_now_gives_the_optimum() -> None:
     large = zone_aware_sync([a, a, b], ctx, "flat", 63e6, 189e6, 1).time_s
     assert small <= large
     assert small >= 4 * 0.005       # 2 (n - 1) = 4 steps, each at least the cross-zone link's latency
+
+
+_rng = np.random.default_rng(41)
+RANDOM_FALLING = [(float(_rng.uniform(10, 30)), float(_rng.uniform(4.2, 5.0)), float(_rng.uniform(4, 8)),
+                   float(_rng.choice([2e-3, 5e-3, 1e-2])), 4, int(_rng.choice([2, 3])),
+                   int(_rng.choice([18, 21]))) for _ in range(5)]
+
+
+@pytest.mark.parametrize("c0,vertex_u,floor,lat,na,nb,gbs", RANDOM_FALLING)
+def test_search_equals_brute_force_on_falling_fits(c0, vertex_u, floor, lat, na, nb, gbs) -> None:
+    """The split dominance against the brute force on random networks of the counterexample's kind (an
+    intra-zone fit falling with the size beside a high-latency cross-zone link), 2 zones, up to 2 stages."""
+    ctx = falling_fit_ctx(c0, vertex_u, floor, lat)
+    cluster = parse_gpus(f"A100-40@us-a={na},A100-40@us-b={nb}", ctx.catalog)
+    space = SearchSpace(max_stages=2, mbs_options=(1,), tp_options=(1,), recompute=(False,),
+                        distributed_optimizer=(False,), precision="fp32")
+    objective = Objective("throughput")
+    res = plan_search(ctx, cluster, gbs, objective, space)
+    got = simulate(build_plan(res.best, ctx.model.num_layers, gbs, None), ctx).iteration_time_s
+    best, plan, _ = brute_force_best(ctx, cluster, gbs, objective, 2, (1,), (1,), (False,), dist_opts=(False,),
+                                     precision="fp32")
+    assert got == pytest.approx(best, rel=1e-9), (got, best, plan)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -159,9 +181,9 @@ def test_link_time_is_non_decreasing_between_grid_points() -> None:
     """``Link.checked_time_s`` never falls as the size grows, on a fine size grid (not only on the envelope's
     quarter-octave points), for random fits of both curvatures (up to rounding of the peak points)."""
     rng = np.random.default_rng(5)
-    xs = np.exp(np.linspace(np.log(1e3), np.log(1e11), 3001))
+    xs = np.exp(np.linspace(np.log(1e3), np.log(1e11), 2001))
     dropped_before = 0
-    for _ in range(150):
+    for _ in range(60):
         link = Link(float(10 ** rng.uniform(9, 11)), float(rng.choice([0.0, 1e-5])),
                     (float(rng.normal(0, 3)), float(rng.normal(0, 5)), float(rng.uniform(0.5, 20))))
         t = []
