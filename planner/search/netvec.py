@@ -170,7 +170,7 @@ def _pattern(ctx: SimContext, groups: list[Group], key: np.ndarray) -> _Pattern:
 
 
 class _Rings:
-    """Ring times per row over the links of a pattern's ring pairs (one chooser per concurrency)."""
+    """Ring times per row over the links of a pattern's ring pairs (one per concurrency)."""
 
     def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
         self.cache, self.groups, self.conc = cache, groups, conc
@@ -184,8 +184,8 @@ class _Rings:
         pattern (``ranks[inv[row]]``) of the ring time on that pair's link, an all-reduce of ``nbytes`` over
         ``n`` members, or with ``param`` (the distributed optimizer) ``halves`` = (gradient, parameter) ring
         phases (:func:`F.ring_halves_s`). Each link's ring time is the simulator's expression on the same
-        numbers and a maximum is exact, so the result is the simulator's bit for bit (inf where it would
-        refuse a size on any of the ring's links)."""
+        numbers and a maximum is exact, so the result is the simulator's (as exactly as :func:`link_time` is
+        :meth:`Link.checked_time_s`; inf where it would refuse a size on any of the ring's links)."""
         pairs = sorted({q for r in ranks for q in r})
         out = np.zeros(len(inv))
         if not pairs:
