@@ -260,7 +260,7 @@ def _turns(fit: tuple[float, float, float], hi: float, lo: float | None) -> tupl
     smooth except where q meets the clip bounds (``lo``, ``hi``) or, concave, its vertex (beyond which bw is
     held). Where bw is clipped or held, raw grows like x (no interior extremum); where bw = q, an interior
     extremum has q'(u) = ln2 q(u), i.e. ``ln2 a u^2 + (ln2 b - 2a) u + ln2 c - b = 0``. The supremum of raw over
-    an interval is attained at its ends, at such roots or at the kinks, so these points (at most six) with the
+    an interval is attained at its ends, at such roots or at the kinks, so these points (at most seven) with the
     grid points and ``x`` itself give it exactly (up to the rounding of the roots)."""
     a, b, c = fit
     link = Link(hi, 0.0, fit, lo)
