@@ -21,6 +21,7 @@ With fitted (zone, type, node size) entries loaded, a pair the file lacks is an 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
@@ -88,7 +89,9 @@ class Link:
         return nbytes / self.bandwidth_bytes_per_s(nbytes)
 
     def time_s(self, nbytes: float) -> float:
-        """``latency + bytes / bandwidth``, made non-decreasing in ``nbytes`` (running max over sizes).
+        """``latency + bytes / bandwidth``, made non-decreasing in ``nbytes`` from the fit's valid start on:
+        the largest raw transfer time over the sizes from that start to ``nbytes`` (:func:`_envelope` on the
+        size grid, :func:`_turns` between grid points).
 
         Total at every size (the search's vectorised mirror relies on that); :meth:`checked_time_s` is the
         one the simulator uses at the sizes a plan sends."""
@@ -99,7 +102,9 @@ class Link:
             return self.latency_s + raw
         grid = _envelope(self.fit_gb_per_s, self.max_bw_bytes_per_s, self.min_bw_bytes_per_s)
         i = min(len(grid) - 1, max(0, int(math.floor(math.log2(max(nbytes, 1.0)) * 4))))
-        return self.latency_s + max(raw, grid[i])
+        sizes, peaks = _turns(self.fit_gb_per_s, self.max_bw_bytes_per_s, self.min_bw_bytes_per_s)
+        j = bisect_right(sizes, nbytes) - 1
+        return self.latency_s + (max(raw, grid[i], peaks[j]) if j >= 0 else max(raw, grid[i]))
 
     def checked_time_s(self, nbytes: float) -> float:
         """:meth:`time_s`, refusing a fit that is not positive and finite at ``nbytes``."""
@@ -242,3 +247,45 @@ def _envelope(fit: tuple[float, float, float], hi: float, lo: float | None) -> t
         best = max(best, raw)
         out.append(best)
     return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _turns(fit: tuple[float, float, float], hi: float, lo: float | None) -> tuple[tuple[float, ...],
+                                                                                tuple[float, ...]]:
+    """(sizes, running max of the raw transfer time at them): the points from the fit's valid start on where
+    the raw time ``x / bw(x)`` can have a local maximum between two grid points, so that :meth:`Link.time_s`
+    is the largest raw time over *every* size from the start to ``x``, not only over grid points.
+
+    With u = log2(x / 1e6) and the fit q(u) in GB/s, ``ln raw = u ln 2 - ln bw(u) + const`` is continuous and
+    smooth except where q meets the clip bounds (``lo``, ``hi``) or, concave, its vertex (beyond which bw is
+    held). Where bw is clipped or held, raw grows like x (no interior extremum); where bw = q, an interior
+    extremum has q'(u) = ln2 q(u), i.e. ``ln2 a u^2 + (ln2 b - 2a) u + ln2 c - b = 0``. The supremum of raw over
+    an interval is attained at its ends, at such roots or at the kinks, so these points (at most seven) with the
+    grid points and ``x`` itself give it exactly (up to the rounding of the roots)."""
+    a, b, c = fit
+    link = Link(hi, 0.0, fit, lo)
+    lo_bw = (lo if lo is not None else hi * 0.01) / 1e9
+    us: list[float] = []
+    for qa, qb, qc in ((math.log(2) * a, math.log(2) * b - 2 * a, math.log(2) * c - b),
+                       (a, b, c - lo_bw), (a, b, c - hi / 1e9)):
+        us += _roots(qa, qb, qc)
+    if a < 0:
+        us.append(-b / (2 * a))
+    start = 2.0 ** (_valid_from(fit, hi, lo) / 4)
+    sizes = sorted({x for u in us if -40.0 < u < 40.0 for x in [1e6 * 2.0 ** u] if x >= start})
+    peaks, best = [], 0.0
+    for x in sizes:
+        best = max(best, link._raw_transfer_s(x))
+        peaks.append(best)
+    return tuple(sizes), tuple(peaks)
+
+
+def _roots(a: float, b: float, c: float) -> list[float]:
+    """Real roots of ``a u^2 + b u + c`` (a linear or constant one when a = 0)."""
+    if a == 0:
+        return [-c / b] if b != 0 else []
+    disc = b * b - 4 * a * c
+    if disc < 0:
+        return []
+    r = math.sqrt(disc)
+    return [(-b - r) / (2 * a), (-b + r) / (2 * a)]

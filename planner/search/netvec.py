@@ -12,23 +12,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.network import Endpoint, Link, _envelope, _valid_from
+from planner.network import Endpoint, Link, _envelope, _turns, _valid_from
 from planner.search.rows import int_row_sum, unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
-
-
-def bandwidth(link: Link, nbytes: np.ndarray) -> np.ndarray:
-    hi = link.max_bw_bytes_per_s
-    lo = link.min_bw_bytes_per_s if link.min_bw_bytes_per_s is not None else hi * 0.01
-    if link.fit_gb_per_s is None:
-        return np.full(np.shape(nbytes), hi, dtype=float)
-    a, b, c = link.fit_gb_per_s
-    u = np.log2(np.maximum(nbytes, 1.0) / 1e6)
-    if a < 0:
-        u = np.minimum(u, -b / (2 * a))
-    return np.minimum(hi, np.maximum(lo, (a * u * u + b * u + c) * 1e9))
 
 
 def fit_refused(link: Link, nbytes: np.ndarray) -> np.ndarray:
@@ -62,11 +50,20 @@ def _envelope_array(fit: tuple[float, float, float], hi: float, lo: float | None
     return grid
 
 
+@lru_cache(maxsize=256)
+def _turns_arrays(fit: tuple[float, float, float], hi: float, lo: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`planner.network._turns` as read-only arrays."""
+    sizes, peaks = (np.asarray(x, dtype=float) for x in _turns(fit, hi, lo))
+    sizes.setflags(write=False)
+    peaks.setflags(write=False)
+    return sizes, peaks
+
+
 def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     """:meth:`Link.checked_time_s` for an array of sizes, with inf where it would refuse the size (no plan
     that sends such a message is ever chosen; ``simulate`` would reject it).
 
-    The same numbers as ``nbytes / bandwidth(link, nbytes)`` floored by the envelope, with inf where
+    The same numbers as ``nbytes / bandwidth`` floored by the envelope (grid and turns), with inf where
     :func:`fit_refused`: the fit's value is computed once for both (the same operations in the same order)."""
     nbytes = np.asarray(nbytes, dtype=float)
     hi = link.max_bw_bytes_per_s
@@ -87,6 +84,10 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     grid = _envelope_array(fit, hi, link.min_bw_bytes_per_s)
     i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
     raw = np.maximum(raw, grid[i])
+    sizes, peaks = _turns_arrays(fit, hi, link.min_bw_bytes_per_s)
+    if len(sizes):
+        j = np.searchsorted(sizes, nbytes, side="right") - 1
+        raw = np.where(j >= 0, np.maximum(raw, peaks[np.maximum(j, 0)]), raw)
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(v) & (v > 0))
@@ -134,7 +135,7 @@ class LinkCache:
 class _Pattern:
     """Ring structure of one presence pattern (which columns hold 0, 1 or >= 2 replicas)."""
 
-    flat: dict[tuple[int, int], int]            # pair -> rank (order of first appearance in the ring)
+    flat: dict[tuple[int, int], int]            # the ring's pairs (-> order of first appearance)
     zones: list[tuple[list[int], dict[tuple[int, int], int]]]   # per zone: columns, member pairs
     leaders: dict[tuple[int, int], int]
     n_zones: int
@@ -168,60 +169,39 @@ def _pattern(ctx: SimContext, groups: list[Group], key: np.ndarray) -> _Pattern:
                     len(edges))
 
 
-class _Chooser:
-    """Per row: the first (in ring order) of the pattern's pairs with the smallest bandwidth at a size."""
+class _Rings:
+    """Ring times per row over the links of a pattern's ring pairs (one per concurrency)."""
 
     def __init__(self, cache: LinkCache, groups: list[Group], conc: int) -> None:
         self.cache, self.groups, self.conc = cache, groups, conc
-        self._bw: dict[tuple[int, int], np.ndarray] = {}     # every ring of one call selects at the same sizes
-        self._cls: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None   # and the rows' classes
-
-    def _bandwidth(self, q: tuple[int, int], worst_at: np.ndarray) -> np.ndarray:
-        if q not in self._bw:
-            self._bw[q] = bandwidth(self.link(q), worst_at)
-        return self._bw[q]
-
-    def _classes(self, inv: np.ndarray, worst_at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(first row, inverse) of the rows' (pattern, size) classes; every ring of one call shares them."""
-        rows = (id(inv), id(worst_at))          # the same arrays as the call that computed them, else anew
-        if self._cls is None or self._cls[0] != rows:
-            _, wi = np.unique(worst_at, return_inverse=True)
-            wi = wi.reshape(-1).astype(np.int64)
-            self._cls = (rows, unique_first(inv.astype(np.int64) * (int(wi.max()) + 1 if len(wi) else 1) + wi))
-        return self._cls[1]
 
     def link(self, q: tuple[int, int]) -> Link:
         return self.cache.get(self.groups[q[0]], self.groups[q[1]], self.conc)
 
-    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: np.ndarray, worst_at: np.ndarray,
+    def ring(self, ranks: list[dict], inv: np.ndarray, n: np.ndarray, nbytes: np.ndarray,
              param: np.ndarray | None = None, halves: tuple[int, int] = (1, 1)) -> np.ndarray:
-        """Ring time per row over the chosen pair's link: an all-reduce of ``nbytes``, or with ``param`` (the
-        distributed optimizer) ``halves`` = (gradient, parameter) ring phases (:func:`F.ring_halves_s`)."""
+        """Ring time per row (``zone_aware_sync``'s rule): the largest over the pairs present in the row's
+        pattern (``ranks[inv[row]]``) of the ring time on that pair's link, an all-reduce of ``nbytes`` over
+        ``n`` members, or with ``param`` (the distributed optimizer) ``halves`` = (gradient, parameter) ring
+        phases (:func:`F.ring_halves_s`). Each link's ring time is the simulator's expression on the same
+        numbers and a maximum is exact, so the result is the simulator's (as exactly as :func:`link_time` is
+        :meth:`Link.checked_time_s`; inf where it would refuse a size on any of the ring's links)."""
         pairs = sorted({q for r in ranks for q in r})
-        if not pairs:
-            return np.zeros(len(inv))
-        pos = {q: i for i, q in enumerate(pairs)}
-        if all(len(r) <= 1 for r in ranks):      # one candidate pair per pattern: nothing to choose
-            only = np.array([pos[next(iter(r))] if r else -1 for r in ranks])[inv]
-            has, pick = only >= 0, only
-        else:       # the choice reads only the row's pattern and size: made once per (pattern, size) class
-            first, cls = self._classes(inv, worst_at)
-            rank = np.array([[r.get(q, np.inf) for q in pairs] for r in ranks])[inv[first]]     # [U, Q]
-            bw = np.column_stack([self._bandwidth(q, worst_at)[first] for q in pairs])
-            bw = np.where(np.isfinite(rank), bw, np.inf)
-            tie = bw == bw.min(axis=1, keepdims=True)
-            pick = np.argmin(np.where(tie, rank, np.inf), axis=1)[cls]
-            has = np.isfinite(rank).any(axis=1)[cls]
-        nn = np.maximum(n, 1)
         out = np.zeros(len(inv))
-        for qi, q in enumerate(pairs):
-            sel = pick == qi
-            if np.any(sel):
-                tg = link_time(self.link(q), nbytes[sel] / nn[sel])
-                out[sel] = F.ring_s(nn[sel], tg) if param is None else \
-                    F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]),
-                                    self.cache.ctx.settings.sharded_collective_scale)
-        return np.where(has & (n > 1), out, 0.0)
+        if not pairs:
+            return out
+        live = n > 1
+        nn = np.maximum(n, 1)
+        for q in pairs:
+            sel = np.array([q in r for r in ranks])[inv] & live
+            if not np.any(sel):
+                continue
+            tg = link_time(self.link(q), nbytes[sel] / nn[sel])
+            t = F.ring_s(nn[sel], tg) if param is None else \
+                F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]),
+                                self.cache.ctx.settings.sharded_collective_scale)
+            out[sel] = np.maximum(out[sel], t)
+        return out
 
 
 def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
@@ -290,18 +270,17 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nda
         sub_keys = sorted(set(inv[rows].tolist()))
         remap = np.full(len(keys), -1)
         remap[sub_keys] = np.arange(len(sub_keys))
-        t, u, h = _sync_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
+        t, u, h = _sync_conc(ctx, _Rings(cache, groups, int(c)), [pats[k] for k in sub_keys], remap[inv[rows]],
                           D[rows], d[rows], grad_bytes[rows], full_bytes[rows],
                           None if param_bytes is None else param_bytes[rows])
         time_s[rows], usd[rows], hier[rows] = t, u, h
     return time_s, usd, hier
 
 
-def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
+def _sync_conc(ctx: SimContext, ch: _Rings, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
                grad: np.ndarray, full: np.ndarray, param: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    worst_at = grad / np.maximum(d, 1)
-    flat = ch.ring([p.flat for p in pats], inv, d, grad, worst_at, param)
+    flat = ch.ring([p.flat for p in pats], inv, d, grad, param)
     nz = np.array([p.n_zones for p in pats])[inv]
     price = np.array([p.egress_usd_per_byte for p in pats])[inv]
     per_edge_flat = F.ring_edge_bytes(d, full)
@@ -319,14 +298,16 @@ def _sync_conc(ctx: SimContext, ch: _Chooser, pats: list[_Pattern], inv: np.ndar
                 w[k, p.zones[zi][0]] = 1.0
         members = (D * w[inv]).sum(axis=1)
         if param is None:
-            t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad, worst_at))
+            t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad))
         else:       # reduce-scatter + gather of gradients, broadcast of the updated parameters
-            t_in = ch.ring(ranks, inv, members, grad, worst_at, param, (2, 1))
+            t_in = ch.ring(ranks, inv, members, grad, param, (2, 1))
         inner = np.maximum(inner, t_in)
-    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at, param)
+    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, param)
     hier = inner + cross
     use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
     use_flat = use_flat | ~multi
-    t = np.where(use_flat, flat, hier)
+    # the simulator prices the flat ring first and, across zones unless ``flat``, the hierarchical rings too:
+    # a size refused on any of them raises there, so such a row is inf whichever mode is the faster
+    t = np.where(np.isinf(flat) | (multi & np.isinf(hier)), np.inf, np.where(use_flat, flat, hier))
     per_edge = np.where(use_flat, per_edge_flat, F.ring_edge_bytes(nz, full))
     return (np.where(d > 1, t, 0.0), np.where(multi & (d > 1), per_edge * price, 0.0), ~use_flat & (d > 1))

@@ -7,8 +7,9 @@ column order. The simulator sums the shared weight's gradient over that list twi
 its ring is the list followed by itself: ``2 d`` members, each zone's members doubled, the same zone leaders.
 Which endpoint pairs that ring holds depends only on which columns are present and which hold two or more
 replicas (as in :mod:`planner.search.netvec`), except that a column alone in its ring (or in its zone's ring)
-always meets itself (its copy in the second half follows it). Every present pair is a candidate of the same
-first-slowest-link choice, priced at the same sizes, so per row the time and egress equal the simulator's.
+always meets itself (its copy in the second half follows it). Each ring's time is the largest of its present
+pairs' ring times at the same sizes (the simulator's slowest-link-by-time rule), so per row the time and egress
+equal the simulator's.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.search.netvec import Group, LinkCache, _Chooser, _ring
+from planner.search.netvec import Group, LinkCache, _Rings, _ring
 from planner.search.rows import int_row_sum, unique_first
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -83,13 +84,13 @@ def tied_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
         sub = sorted(set(inv[rows].tolist()))
         remap = np.full(len(pats), -1)
         remap[sub] = np.arange(len(sub))
-        t[rows], usd[rows] = _tied_conc(ctx, _Chooser(cache, groups, int(c)), [pats[k] for k in sub],
+        t[rows], usd[rows] = _tied_conc(ctx, _Rings(cache, groups, int(c)), [pats[k] for k in sub],
                                         remap[inv[rows]], D[rows], np.asarray(hier0, dtype=bool)[rows], int(c),
                                         dist_bytes)
     return t, usd
 
 
-def _tied_conc(ctx: SimContext, ch: _Chooser, pats: list[_TiedPattern], inv: np.ndarray, D: np.ndarray,
+def _tied_conc(ctx: SimContext, ch: _Rings, pats: list[_TiedPattern], inv: np.ndarray, D: np.ndarray,
                hier0: np.ndarray, tp: int, dist_bytes: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Rows whose smallest TP is ``tp`` (planner.simulator.tied's byte counts, zone_aware_sync's rings)."""
     shard = _vocab_shard_params(ctx.model, tp)
@@ -101,8 +102,7 @@ def _tied_conc(ctx: SimContext, ch: _Chooser, pats: list[_TiedPattern], inv: np.
     else:
         pb = float(shard * dist_bytes)
         param, moved = np.full(len(D), pb), (nbytes + pb) * tp / 2
-    worst_at = grad / n
-    flat = ch.ring([p.flat for p in pats], inv, n, grad, worst_at, param)
+    flat = ch.ring([p.flat for p in pats], inv, n, grad, param)
     nz = np.array([p.n_zones for p in pats])[inv]
     hier = hier0 & (nz > 1)
     t = flat.copy()
@@ -116,12 +116,13 @@ def _tied_conc(ctx: SimContext, ch: _Chooser, pats: list[_TiedPattern], inv: np.
                     w[k, p.zones[zi][0]] = 1.0
             members = 2 * (D * w[inv]).sum(axis=1)
             if param is None:
-                t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad, worst_at))
+                t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad))
             else:
-                t_in = ch.ring(ranks, inv, members, grad, worst_at, param, (2, 1))
+                t_in = ch.ring(ranks, inv, members, grad, param, (2, 1))
             inner = np.maximum(inner, t_in)
-        cross = ch.ring([p.leaders for p in pats], inv, nz, grad, worst_at, param)
-        t = np.where(hier, inner + cross, flat)
+        cross = ch.ring([p.leaders for p in pats], inv, nz, grad, param)
+        # the simulator prices the flat ring first: a size refused there raises even when hierarchical
+        t = np.where(np.isinf(flat), np.inf, np.where(hier, inner + cross, flat))
     per_edge = np.where(hier, F.ring_edge_bytes(nz, moved), F.ring_edge_bytes(n, moved))
     usd = np.zeros(len(D))
     for k in range(max(p.n_zones for p in pats)):       # the simulator's sum, edge by edge in its order

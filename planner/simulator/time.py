@@ -133,18 +133,21 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
     ``hierarchical``: reduce + broadcast inside each zone, a ring over the zone leaders; ``auto``: the faster).
     ``grad_bytes``: per GPU; ``moved_bytes``: what one ring carries across zones (all shards); ``conc``:
     concurrent streams per link (the smallest TP); ``param_bytes``: the distributed optimizer's parameter
-    half (None: a plain all-reduce). One zone: the flat ring."""
+    half (None: a plain all-reduce). One zone: the flat ring.
+
+    A ring waits for its slowest link *by time*: every step moves one chunk over every link of the ring at
+    once and ends when the slowest of those transfers does, so a ring's time is the largest over its distinct
+    links of the ring time on that link (latency included; the distributed optimizer's halves: the whole
+    ring-phase time per link, so the maximum is taken of one non-decreasing function of both sizes per link).
+    Each link's time is non-decreasing in the message size (``Link.time_s``), a maximum of non-decreasing
+    functions is non-decreasing, and so is ``auto``'s minimum of flat and hierarchical: the modelled sync
+    never falls as the gradient grows, which the search's split dominance relies on (docs/PLANNER.md 2.1).
+    (An earlier rule timed the ring on its least-bandwidth link at the chunk size, ignoring latency; with
+    fitted bandwidths that cross, a larger gradient could switch it to a faster link and the sync dropped.)"""
     d = len(ends)
     zones: dict[str, list[Endpoint]] = {}
     for e in ends:
         zones.setdefault(e.zone, []).append(e)
-
-    def worst(pairs: list[tuple[Endpoint, Endpoint]]) -> Link:
-        # a link is a function of its endpoint pair: each distinct pair once, in first-occurrence order, so
-        # min() keeps the same first slowest link (and a missing pair raises for the same first pair)
-        links = [ctx.network.link(a, b, concurrent=conc) for a, b in _distinct_pairs(pairs)]
-        return min(links, key=lambda l: l.bandwidth_bytes_per_s(grad_bytes / d))
-
     dist = param_bytes is not None
 
     def ring(n: int, link: Link, grad_halves: int = 1, param_halves: int = 1) -> float:
@@ -153,8 +156,16 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
         return _halves_s(n, grad_bytes, param_bytes, link, grad_halves, param_halves,
                          ctx.settings.sharded_collective_scale)
 
-    ring_pairs = [(ends[i], ends[(i + 1) % d]) for i in range(d)]
-    flat_t = ring(d, worst(ring_pairs))
+    def slowest(members: list[Endpoint], grad_halves: int = 1, param_halves: int = 1) -> float:
+        # a link is a function of its endpoint pair: each distinct pair once, in first-occurrence order (so a
+        # missing pair, or a fit refused at the chunk size, raises for the same first pair); max() of times
+        # does not depend on which of equal links comes first
+        n = len(members)
+        pairs = [(members[i], members[(i + 1) % n]) for i in range(n)]
+        links = [ctx.network.link(a, b, concurrent=conc) for a, b in _distinct_pairs(pairs)]
+        return max(ring(n, link, grad_halves, param_halves) for link in links)
+
+    flat_t = slowest(ends)
     zone_list = sorted(zones)
     flat_bytes = _ring_cross_bytes(zone_list, d, moved_bytes)
     if len(zones) == 1 or rule == "flat":
@@ -163,14 +174,12 @@ def zone_aware_sync(ends: list[Endpoint], ctx: SimContext, rule: str, grad_bytes
     for z in zone_list:
         members = zones[z]
         if len(members) > 1:
-            link = worst([(members[i], members[(i + 1) % len(members)]) for i in range(len(members))])
             # reduce to the leader (reduce-scatter + gather) and broadcast back: ~ 3 ring halves
             # (distributed optimizer: the broadcast carries the updated parameters)
-            t = F.zone_reduce_broadcast_s(ring(len(members), link)) if not dist else \
-                ring(len(members), link, grad_halves=2, param_halves=1)
+            t = F.zone_reduce_broadcast_s(slowest(members)) if not dist else \
+                slowest(members, grad_halves=2, param_halves=1)
             inner = max(inner, t)
-    leaders = [zones[z][0] for z in zone_list]
-    cross = ring(len(leaders), worst([(leaders[i], leaders[(i + 1) % len(leaders)]) for i in range(len(leaders))]))
+    cross = slowest([zones[z][0] for z in zone_list])
     hier_t = inner + cross
     hier_bytes = _ring_cross_bytes(zone_list, len(zone_list), moved_bytes)
     if rule == "auto" and flat_t < hier_t:

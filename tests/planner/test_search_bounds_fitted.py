@@ -1,14 +1,14 @@
 """The task bound over a task's whole range of largest-stage gradients, on networks of fitted pair links.
 
 A task's splits have different largest-stage gradients; the task bound prices the gradient sync once for the
-task (``sync_lower_bound(..., grad_bytes=smallest, grad_hi_bytes=largest)``). Which links can be a ring's
-worst (least-bandwidth) link changes with the message size when a fitted bandwidth curve crosses another, so
-the bound must hold over the whole range, not only at the smallest size (docs/PLANNER.md 2.1, *Task bound*).
-Here an intra-zone link's fitted bandwidth falls with the size (a convex fit) and the cross-zone link is
-constant with a large latency: the plans are brute-forced (tests/planner/test_planner_bruteforce.py's
-independent enumeration), scored by ``simulate``, and every task's bound must be <= its best plan. The first
-case is a cluster where a bound computed at the smallest gradient alone exceeded the best plan of the
-2-stage task (0.0507 > 0.0466 s)."""
+task, at the smallest (``sync_lower_bound(..., grad_bytes=smallest)``). Under the earlier least-bandwidth ring
+rule, which links could be a ring's link changed with the message size when a fitted bandwidth curve crossed
+another, so the bound had to hold over the whole range; under the slowest-link-by-time rule every term is a
+link time at the smallest size (docs/PLANNER.md 2.1, *Task bound*). Here an intra-zone link's fitted bandwidth
+falls with the size (a convex fit) and the cross-zone link is constant with a large latency: the plans are
+brute-forced (tests/planner/test_planner_bruteforce.py's independent enumeration), scored by ``simulate``, and
+every task's bound must be <= its best plan. The first case is a cluster where a bound computed at the
+smallest gradient alone (under the old rule) exceeded the best plan of the 2-stage task (0.0507 > 0.0466 s)."""
 from __future__ import annotations
 
 import random

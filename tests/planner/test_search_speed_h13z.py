@@ -5,16 +5,36 @@ import numpy as np
 import pytest
 
 
+def bandwidth(link, nbytes: np.ndarray) -> np.ndarray:
+    """The vectorised ``Link.bandwidth_bytes_per_s`` as netvec had it (removed there with the least-bandwidth
+    ring pick it served; kept here as the reference it was)."""
+    hi = link.max_bw_bytes_per_s
+    lo = link.min_bw_bytes_per_s if link.min_bw_bytes_per_s is not None else hi * 0.01
+    if link.fit_gb_per_s is None:
+        return np.full(np.shape(nbytes), hi, dtype=float)
+    a, b, c = link.fit_gb_per_s
+    u = np.log2(np.maximum(nbytes, 1.0) / 1e6)
+    if a < 0:
+        u = np.minimum(u, -b / (2 * a))
+    return np.minimum(hi, np.maximum(lo, (a * u * u + b * u + c) * 1e9))
+
+
 def _old_link_time(link, nbytes: np.ndarray) -> np.ndarray:
     """link_time as it was: bandwidth, the envelope floor and fit_refused, each computing the fit itself."""
     from planner.network import _envelope
-    from planner.search.netvec import bandwidth, fit_refused
+    from planner.search.netvec import fit_refused
     nbytes = np.asarray(nbytes, dtype=float)
     raw = nbytes / bandwidth(link, nbytes)
     if link.fit_gb_per_s is not None:
         grid = np.asarray(_envelope(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s))
         i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
         raw = np.maximum(raw, grid[i])
+        # the envelope between grid points (added later, planner.network._turns), composed the same way
+        from planner.network import _turns
+        sizes, peaks = (np.asarray(x) for x in _turns(link.fit_gb_per_s, link.max_bw_bytes_per_s,
+                                                      link.min_bw_bytes_per_s))
+        j = np.searchsorted(sizes, nbytes, side="right") - 1
+        raw = np.where(j >= 0, np.maximum(raw, peaks[np.maximum(j, 0)] if len(peaks) else 0.0), raw)
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
     return np.where(fit_refused(link, nbytes), np.inf, out)
 
