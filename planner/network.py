@@ -62,6 +62,13 @@ class Link:
             u = min(u, -b / (2 * a))
         return a * u * u + b * u + c
 
+    def valid_from_bytes(self) -> float:
+        """The smallest message size the fit is valid for (:meth:`check_size` refuses smaller ones); 0 without a
+        fit."""
+        if self.fit_gb_per_s is None:
+            return 0.0
+        return 2.0 ** (_valid_from(self.fit_gb_per_s, self.max_bw_bytes_per_s, self.min_bw_bytes_per_s) / 4)
+
     def check_size(self, nbytes: float) -> None:
         """Refuse a fit that is not a positive finite bandwidth at a size the model uses, or a size below the
         fit's valid range (where its time would fall as the message grows)."""
@@ -70,12 +77,10 @@ class Link:
         if not (math.isfinite(v) and v > 0):
             raise InputError(f"network fit {name}: bandwidth {v!r} GB/s at a {nbytes:.0f}-byte message (must be "
                              f"> 0); the fit is not valid at the sizes this plan sends")
-        if self.fit_gb_per_s is not None:
-            start = _valid_from(self.fit_gb_per_s, self.max_bw_bytes_per_s, self.min_bw_bytes_per_s)
-            if nbytes < 2.0 ** (start / 4):
-                raise InputError(f"network fit {name}: a {nbytes:.0f}-byte message is below the fit's valid range "
-                                 f"(>= {2.0 ** (start / 4):.0f} bytes; smaller sizes would transfer faster "
-                                 f"than larger ones)")
+        start = self.valid_from_bytes()
+        if nbytes < start:
+            raise InputError(f"network fit {name}: a {nbytes:.0f}-byte message is below the fit's valid range "
+                             f"(>= {start:.0f} bytes; smaller sizes would transfer faster than larger ones)")
 
     def bandwidth_bytes_per_s(self, nbytes: float) -> float:
         """The fitted bandwidth at this size, capped at the peak (a 1%-of-peak floor guards tiny sizes)."""

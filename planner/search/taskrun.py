@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.errors import InputError
 from planner.search.budget import OutOfTime, TopK
 from planner.search.caps import caps_for
 from planner.search.distopt import dist_dominated
@@ -59,10 +60,40 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
     params = np.max([a.params[idx] for a in arrs], axis=0)
     full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
     crit += [params.max(axis=1)[:, None], full.sum(axis=1)[:, None]]
+    if len(idx) and _refusal_possible(ctx, cluster, cache, tables, task, float(params.min()), space):
+        # a sync chunk below a fit's valid start is refused, so a split with smaller stages can be refused on
+        # a row where a larger one is accepted: a dominating split must have a smallest stage at least as large
+        # (every stage of a pool plan syncs over the same ring, docs/PLANNER.md 2.1, split dominance)
+        crit.append(-params.min(axis=1)[:, None])
     if task.dist:       # the rows a split serves: D from lo (fits) to hi; a dominating split serves as many
         lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
         crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
     return np.concatenate(crit, axis=1)
+
+
+def _refusal_possible(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
+                      least_params: float, space: SearchSpace) -> bool:
+    """Whether a row of the task could send a sync chunk below a link fit's valid start: the smallest stage's
+    gradient (or, under the distributed optimizer, parameter) bytes over the most replicas a ring can hold,
+    against the largest valid start of every link between the task's pools at every concurrency a ring can
+    use (its smallest TP). A link the network lacks answers True (the search refuses such rows elsewhere)."""
+    groups = [Group(z, g, tp) for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)]
+    key = ("valid-from", tuple(groups))
+    start = tables.memo.get(key)
+    if start is None:
+        try:
+            start = max((cache.get(a, b, conc).valid_from_bytes() for a in groups for b in groups
+                         for conc in {tp for _, tp in task.tps}), default=0.0)
+        except InputError:
+            start = np.inf
+        tables.memo[key] = start
+    if start <= 0:
+        return False
+    rings = sum(c for g, tp in task.tps for _, c in caps_for(cluster, g, tp, task.num_stages))
+    least = F.grad_bytes(least_params)
+    if task.dist:
+        least = min(least, least_params * F.bytes_per_element(space.precision))
+    return least / max(1, rings) < start
 
 
 def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
