@@ -28,7 +28,6 @@ from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.chaintab import ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
-from planner.search.pools import period_levels
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
 from planner.search.tied import TiedSync
@@ -160,7 +159,7 @@ def score_chains(ctx: SimContext, tab: StageTab, grp: ChainGroups, gs: np.ndarra
     comp = tab.comp[gs, st]
     p2p = tab.p2p[gs[:, :-1], gs[:, 1:]]
     busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
-    levels = period_levels(busy.max(axis=1), F.round_trip_bounds(comp, p2p))
+    levels = F.period_levels(busy.max(axis=1), F.round_trip_bounds(comp, p2p))
     fill = F.fill_drain_s(comp, p2p)
     units = np.zeros((c_num, len(grp.caps)), dtype=np.int64)
     rows = np.arange(c_num)

@@ -42,22 +42,7 @@ def level_periods(comp: np.ndarray, p2p_s: float, blocking: bool) -> np.ndarray:
     """Steady period per micro-batch-count level of splits ``comp`` ([K, S] compute seconds) with one
     transfer time on every boundary: [K, S + 1] (:func:`formulas.period_levels`)."""
     busy = F.busy_s(comp, p2p_s, blocking)
-    return period_levels(busy.max(axis=-1), F.round_trip_bounds(comp, p2p_s))
-
-
-def period_levels(busy_max: np.ndarray, trips: np.ndarray) -> np.ndarray:
-    """:func:`formulas.period_levels` ([..., S + 1]) with its loop over the levels as one array operation:
-    level m (index m - 1 >= 2) is max(busiest stage, the suffix maximum of the round trips from k = S - m + 1),
-    i.e. the suffix maxima read backwards; the same maxima of the same values (``test_search_levels.py``)."""
-    busy_max = np.asarray(busy_max, dtype=float)
-    trips = np.asarray(trips, dtype=float)
-    s_num = trips.shape[-1] + 1
-    out = np.repeat(busy_max[..., None], s_num + 1, axis=-1)
-    if s_num < 2:
-        return out
-    sufmax = np.maximum.accumulate(trips[..., ::-1], axis=-1)        # suffix maxima, from k = S - 2 down to 0
-    out[..., 2:] = np.maximum(busy_max[..., None], sufmax)
-    return out
+    return F.period_levels(busy.max(axis=-1), F.round_trip_bounds(comp, p2p_s))
 
 
 def pool_p2p_s(ctx: SimContext, cache: LinkCache, group: Group, s_num: int, mbs_bytes: float) -> float:

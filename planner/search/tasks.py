@@ -15,7 +15,6 @@ from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
-from planner.search.pools import period_levels
 from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
                                   gathered_stage_arrays, grid_index)
@@ -267,7 +266,7 @@ class Tables:
         if key not in self._arr:
             comp = self.arrays(g, tp, mbs, s_num, recompute).compute_s
             busiest = F.busy_s(comp, p2p_s, blocking).max(axis=-1)     # pools.level_periods' busiest stage
-            self._arr[key] = (period_levels(busiest, F.round_trip_bounds(comp, p2p_s)), F.fill_drain_s(comp, p2p_s),
+            self._arr[key] = (F.period_levels(busiest, F.round_trip_bounds(comp, p2p_s)), F.fill_drain_s(comp, p2p_s),
                               busiest)
         return self._arr[key]
 

@@ -118,7 +118,9 @@ def round_trip_bounds(compute, p2p_s):
 def period_levels(busy_max, trips):
     """Steady period per micro-batch-count level ([..., S+1]: m = 1..S, then m > S).
 
-    period(m) = max(busiest stage, max of the round-trip bounds of the stages k with m > S - k).
+    period(m) = max(busiest stage, max of the round-trip bounds of the stages k with m > S - k): levels 1 and
+    2 are the busiest stage; level m >= 3 (index m - 1) adds the suffix maximum of the round trips from
+    k = S - m + 1, i.e. the suffix maxima read backwards (one array operation for every level).
     """
     busy_max = np.asarray(busy_max, dtype=float)
     trips = np.asarray(trips, dtype=float)
@@ -126,6 +128,9 @@ def period_levels(busy_max, trips):
     out = np.repeat(busy_max[..., None], s_num + 1, axis=-1)
     if s_num < 2:
         return out
+    sufmax = np.maximum.accumulate(trips[..., ::-1], axis=-1)        # suffix maxima, from k = S - 2 down to 0
+    out[..., 2:] = np.maximum(busy_max[..., None], sufmax)
+    return out
     sufmax = np.maximum.accumulate(trips[..., ::-1], axis=-1)[..., ::-1]     # max over k' >= k
     for m in range(2, s_num + 2):
         k0 = max(0, s_num - m + 1)

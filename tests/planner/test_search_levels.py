@@ -1,12 +1,28 @@
-"""pools.period_levels (the levels as one array operation) equals formulas.period_levels bit for bit, and the
-chain search's pool units (a buffered += per stage) equal np.add.at's."""
+"""formulas.period_levels (the levels as one array operation, since session 9) equals the loop over the levels it
+replaced (frozen below) bit for bit, and the chain search's pool units (a buffered += per stage) equal
+np.add.at's."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from planner.search.pools import period_levels
 from planner.simulator import formulas as F
+
+
+def _levels_by_loop(busy_max, trips):
+    """The loop version of formulas.period_levels before session 9 (the reference)."""
+    busy_max = np.asarray(busy_max, dtype=float)
+    trips = np.asarray(trips, dtype=float)
+    s_num = trips.shape[-1] + 1
+    out = np.repeat(busy_max[..., None], s_num + 1, axis=-1)
+    if s_num < 2:
+        return out
+    sufmax = np.maximum.accumulate(trips[..., ::-1], axis=-1)[..., ::-1]     # max over k' >= k
+    for m in range(2, s_num + 2):
+        k0 = max(0, s_num - m + 1)
+        if k0 <= s_num - 2:
+            out[..., m - 1] = np.maximum(busy_max, sufmax[..., k0])
+    return out
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -20,7 +36,7 @@ def test_period_levels_equal_the_formula(seed: int) -> None:
     p2p = float(rng.choice([0.0, 1e-4, 0.05, np.inf if seed % 10 == 3 else 0.01]))
     busy = F.busy_s(comp, p2p, bool(seed % 2))
     trips = F.round_trip_bounds(comp, p2p)
-    new, old = period_levels(busy.max(axis=-1), trips), F.period_levels(busy.max(axis=-1), trips)
+    new, old = F.period_levels(busy.max(axis=-1), trips), _levels_by_loop(busy.max(axis=-1), trips)
     assert new.shape == old.shape == lead + (s_num + 1,) and new.dtype == old.dtype
     assert np.array_equal(new, old, equal_nan=True)
     if s_num >= 3 and p2p == 0.0:

@@ -21,7 +21,6 @@ import pytest
 from planner.cluster import parse_gpus
 from planner.errors import InputError
 from planner.hardware import GPUCatalog
-from planner.model import ModelSpec
 from planner.network import Link, NetworkModel
 from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, build_plan, plan_search
@@ -31,11 +30,7 @@ from planner.simulator.settings import OURS, SimContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_planner_bruteforce as bf  # noqa: E402
-
-MODEL = ModelSpec("rfs", num_layers=4, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
-                  vocab_size=8192, max_position_embeddings=4096, tied_embeddings=False)
-GPU = "A100-40"
-ZONES = ("us-a", "us-b")
+from test_search_bounds_fitted import GPU, UNTIED as MODEL, ZONES  # noqa: E402
 
 
 def _ctx(a: float, vertex_u: float, root_u: float, lat: float) -> SimContext:
