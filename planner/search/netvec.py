@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _turns, _valid_from
-from planner.search.rows import int_row_sum, unique_first
+from planner.search.rows import int_row_sum, sorted_unique, unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -279,7 +279,7 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nda
     time_s = np.zeros(len(d))
     usd = np.zeros(len(d))
     hier = np.zeros(len(d), dtype=bool)
-    for c in np.unique(conc):
+    for c in sorted_unique(conc):
         rows = np.nonzero(conc[inv] == c)[0]
         sub_keys = sorted(set(inv[rows].tolist()))
         remap = np.full(len(keys), -1)
