@@ -210,10 +210,14 @@ class _Rings:
             sel = np.array([q in r for r in ranks])[inv] & live
             if not np.any(sel):
                 continue
-            tg = link_time(self.link(q), nbytes[sel] / nn[sel])
-            t = F.ring_s(nn[sel], tg) if param is None else \
-                F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]),
-                                self.cache.ctx.settings.sharded_collective_scale)
+            n_sel = nn[sel]
+            if param is None:
+                t = F.ring_s(n_sel, link_time(self.link(q), nbytes[sel] / n_sel))
+            else:   # both chunks in one link_time call (elementwise: the same times as two calls)
+                k = int(np.count_nonzero(sel))
+                tgp = link_time(self.link(q), np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
+                t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
+                                    self.cache.ctx.settings.sharded_collective_scale)
             out[sel] = np.maximum(out[sel], t)
         return out
 
