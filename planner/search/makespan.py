@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.search.rows import int_row_sum
+from planner.search.rows import int_row_sum, sorted_unique
 
 REL_EPS = 1e-12
 
@@ -44,7 +44,7 @@ def relaxed_lower_bound(D: np.ndarray, M: np.ndarray, F: np.ndarray, n: int) -> 
 
 def min_makespan(D: np.ndarray, T: list[np.ndarray], n: int) -> np.ndarray:
     """Exact smallest makespan per row (inf where the rows' pipelines cannot take n micro-batches)."""
-    bps = np.unique(np.concatenate(T))
+    bps = sorted_unique(np.concatenate(T))
     r = D.shape[0]
     lo = np.zeros(r, dtype=np.int64)
     hi = np.full(r, len(bps) - 1, dtype=np.int64)

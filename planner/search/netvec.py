@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _turns, _valid_from
-from planner.search.rows import int_row_sum, unique_first
+from planner.search.rows import int_row_sum, sorted_unique, unique_first
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -59,12 +59,25 @@ def _turns_arrays(fit: tuple[float, float, float], hi: float, lo: float | None) 
     return sizes, peaks
 
 
+@lru_cache(maxsize=256)
+def _fit_tables(fit: tuple[float, float, float], hi: float, lo: float | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(envelope grid, turn sizes, [-inf, turn peaks...], the valid start in bytes) of a fit: one cache look-up
+    per :func:`link_time` call instead of three. The -inf in front stands for "below the first turn": the max
+    with it leaves the time as it is (``np.maximum(t, -inf)`` is ``t``, nan included)."""
+    sizes, peaks = _turns_arrays(fit, hi, lo)
+    ext = np.concatenate([[-np.inf], peaks])
+    ext.setflags(write=False)
+    return _envelope_array(fit, hi, lo), sizes, ext, 2.0 ** (_valid_start(fit, hi, lo) / 4)
+
+
 def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     """:meth:`Link.checked_time_s` for an array of sizes, with inf where it would refuse the size (no plan
     that sends such a message is ever chosen; ``simulate`` would reject it).
 
     The same numbers as ``nbytes / bandwidth`` floored by the envelope (grid and turns), with inf where
-    :func:`fit_refused`: the fit's value is computed once for both (the same operations in the same order)."""
+    :func:`fit_refused`: the fit's value is computed once for both (the same operations in the same order).
+    Table look-ups by ``take`` (several times faster than fancy indexing on these sizes; the same values)."""
     nbytes = np.asarray(nbytes, dtype=float)
     hi = link.max_bw_bytes_per_s
     fit = link.fit_gb_per_s
@@ -74,25 +87,26 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
         if np.isfinite(v) and v > 0:
             return out
         return np.where(nbytes > 0, np.inf, out)
-    lo = link.min_bw_bytes_per_s if link.min_bw_bytes_per_s is not None else hi * 0.01
+    lo_given = link.min_bw_bytes_per_s
+    lo = lo_given if lo_given is not None else hi * 0.01
+    grid, sizes, ext, start_bytes = _fit_tables(fit, hi, lo_given)
     a, b, c = fit
-    u = np.log2(np.maximum(nbytes, 1.0) / 1e6)
+    m = np.maximum(nbytes, 1.0)
+    u = np.log2(m / 1e6)
     if a < 0:
         u = np.minimum(u, -b / (2 * a))
     v = a * u * u + b * u + c
     raw = nbytes / np.minimum(hi, np.maximum(lo, v * 1e9))
-    grid = _envelope_array(fit, hi, link.min_bw_bytes_per_s)
-    i = np.clip(np.floor(np.log2(np.maximum(nbytes, 1.0)) * 4).astype(np.int64), 0, len(grid) - 1)
-    raw = np.maximum(raw, grid[i])
-    sizes, peaks = _turns_arrays(fit, hi, link.min_bw_bytes_per_s)
-    if len(sizes):
-        j = np.searchsorted(sizes, nbytes, side="right") - 1
-        raw = np.where(j >= 0, np.maximum(raw, peaks[np.maximum(j, 0)]), raw)
+    i = np.floor(np.log2(m) * 4).astype(np.int64)
+    np.maximum(i, 0, out=i)
+    np.minimum(i, len(grid) - 1, out=i)
+    raw = np.maximum(raw, grid.take(i))
+    if len(sizes):      # the running max of the raw time at the last turn at or below each size
+        raw = np.maximum(raw, ext.take(np.searchsorted(sizes, nbytes, side="right")))
     out = np.where(nbytes <= 0, 0.0, link.latency_s + raw)
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(v) & (v > 0))
-    start = _valid_start(fit, hi, link.min_bw_bytes_per_s)
-    return np.where((nbytes > 0) & (bad | (nbytes < 2.0 ** (start / 4))), np.inf, out)
+    return np.where((nbytes > 0) & (bad | (nbytes < start_bytes)), np.inf, out)
 
 
 def checked_time(link: Link, nbytes: float) -> float:
@@ -196,10 +210,14 @@ class _Rings:
             sel = np.array([q in r for r in ranks])[inv] & live
             if not np.any(sel):
                 continue
-            tg = link_time(self.link(q), nbytes[sel] / nn[sel])
-            t = F.ring_s(nn[sel], tg) if param is None else \
-                F.ring_halves_s(nn[sel], halves[0], tg, halves[1], link_time(self.link(q), param[sel] / nn[sel]),
-                                self.cache.ctx.settings.sharded_collective_scale)
+            n_sel = nn[sel]
+            if param is None:
+                t = F.ring_s(n_sel, link_time(self.link(q), nbytes[sel] / n_sel))
+            else:   # both chunks in one link_time call (elementwise: the same times as two calls)
+                k = int(np.count_nonzero(sel))
+                tgp = link_time(self.link(q), np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
+                t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
+                                    self.cache.ctx.settings.sharded_collective_scale)
             out[sel] = np.maximum(out[sel], t)
         return out
 
@@ -265,7 +283,7 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nda
     time_s = np.zeros(len(d))
     usd = np.zeros(len(d))
     hier = np.zeros(len(d), dtype=bool)
-    for c in np.unique(conc):
+    for c in sorted_unique(conc):
         rows = np.nonzero(conc[inv] == c)[0]
         sub_keys = sorted(set(inv[rows].tolist()))
         remap = np.full(len(keys), -1)

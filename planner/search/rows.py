@@ -163,3 +163,24 @@ def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
         full = opts.sum(axis=1) == opts.sum(axis=1).max()
         keep &= (opts.max(axis=1) == opts.min(axis=1)) | full
     return opts[keep]
+
+
+def sorted_unique(x: np.ndarray) -> np.ndarray:
+    """``np.unique(x)`` (the sorted distinct values of the flattened array, one nan) by numpy's own sort path,
+    step for step (the same values and bits, -0.0 included), without ``np.unique``'s ``np.ma.is_masked`` check,
+    which imports numpy.ma (~13 ms) on a process's first call."""
+    aux = np.sort(np.asarray(x).reshape(-1))
+    mask = np.empty(aux.shape, dtype=bool)
+    mask[:1] = True
+    if aux.shape[0] > 0 and aux.dtype.kind in "cfmM" and np.isnan(aux[-1]):
+        if aux.dtype.kind == "c":
+            first_nan = int(np.searchsorted(np.isnan(aux), True, side="left"))
+        else:
+            first_nan = int(np.searchsorted(aux, aux[-1], side="left"))
+        if first_nan > 0:
+            mask[1:first_nan] = aux[1:first_nan] != aux[:first_nan - 1]
+        mask[first_nan] = True
+        mask[first_nan + 1:] = False
+    else:
+        mask[1:] = aux[1:] != aux[:-1]
+    return aux[mask]

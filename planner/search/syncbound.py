@@ -88,26 +88,67 @@ def tied_lower_bound(ctx, cluster: ClusterSpec, combo, s_num: int, d: np.ndarray
 def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
     """(fastest intra-zone ring time per member count, fastest ring time over a cross-zone link per member
     count, fastest cross ring per zone count 2..Z), memoised: tasks differing only in micro-batch size share
-    them."""
+    them.
+
+    Computed from the links' floor times, once per link and size (:func:`_floor_tables`): a ring time
+    ``2 (n - 1) t`` is a product by a non-negative factor fixed per n, and rounding is monotone, so the
+    minimum over links of the products is the product of the minimum time, bit for bit, except at n = 1
+    where ``0 * inf`` is nan: that column is taken over the links as before."""
     key = ("ring-bounds-4", groups, conc, grad_bytes, n_cap)
     if key in cache.patterns:
         return cache.patterns[key]
-    # links with the same parameters have the same times: one of each (the minimum over links is unchanged)
-    intra = {_link_params(lk): lk for a in groups for b in groups if a.zone == b.zone
-             for lk in [cache.get(a, b, conc)]}
-    cross = {_link_params(lk): lk for a in groups for b in groups if a.zone != b.zone
-             for lk in [cache.get(a, b, conc)]}
+    t_intra, t_cross = _floor_tables(cache, groups, conc, grad_bytes, n_cap)
     n = np.arange(1, n_cap + 1, dtype=float)
-    x = grad_bytes / n
-    ring_intra = np.min([F.ring_s(n, floor_time(lk, x)) for lk in intra.values()], axis=0)
+    ring_intra = _min_ring(n, t_intra)
     ring_cross = c = None
-    if cross:
+    if t_cross is not None:
         # a flat ring holding a cross-zone pair takes at least the ring time on that pair's link
-        ring_cross = np.min([F.ring_s(n, floor_time(lk, x)) for lk in cross.values()], axis=0)
-        zs = np.arange(2, len({g.zone for g in groups}) + 1, dtype=float)
-        c = np.min([F.ring_s(zs, floor_time(lk, grad_bytes / zs)) for lk in cross.values()], axis=0)
+        ring_cross = _min_ring(n, t_cross)
+        n_zones = len({g.zone for g in groups})
+        zs = np.arange(2, n_zones + 1, dtype=float)
+        if n_zones <= n_cap:        # grad_bytes / zs is x[zs - 1] (the same division): the same link times
+            c = F.ring_s(zs, np.min(t_cross[:, 1:n_zones], axis=0))
+        else:
+            c = F.ring_s(zs, np.min([floor_time(lk, grad_bytes / zs) for lk in _links(cache, groups, conc)[1]],
+                                    axis=0))
     cache.patterns[key] = (ring_intra, ring_cross, c)
     return cache.patterns[key]
+
+
+def _min_ring(n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``np.min([F.ring_s(n, row) for row in t], axis=0)`` bit for bit (see :func:`_ring_tables`)."""
+    out = F.ring_s(n, np.min(t, axis=0))
+    if len(n) and n[0] == 1:    # two columns, so that numpy reduces as on the whole table (the nan's sign)
+        out[:2] = np.min([F.ring_s(n[:2], row[:2]) for row in t], axis=0)
+    return out
+
+
+def _links(cache: LinkCache, groups: tuple[Group, ...], conc: int) -> tuple[list, list]:
+    """(intra-zone, cross-zone) candidate links of ``groups``, one per distinct :func:`_link_params` (links
+    with the same parameters have the same times: the minimum over links is unchanged), memoised."""
+    key = ("ring-links", groups, conc)
+    if key not in cache.patterns:
+        intra = {_link_params(lk): lk for a in groups for b in groups if a.zone == b.zone
+                 for lk in [cache.get(a, b, conc)]}
+        cross = {_link_params(lk): lk for a in groups for b in groups if a.zone != b.zone
+                 for lk in [cache.get(a, b, conc)]}
+        cache.patterns[key] = (list(intra.values()), list(cross.values()))
+    return cache.patterns[key]
+
+
+def _floor_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
+    """([intra links, n_cap], [cross links, n_cap] or None): :func:`floor_time` of each candidate link at
+    ``grad_bytes / n`` for n = 1..n_cap, memoised per gradient size at the largest n_cap asked (the times are
+    elementwise, so a prefix of a longer table is the shorter table)."""
+    key = ("ring-floors", groups, conc, grad_bytes)
+    have = cache.patterns.get(key)
+    if have is None or have[0].shape[1] < n_cap:
+        intra, cross = _links(cache, groups, conc)
+        x = grad_bytes / np.arange(1, n_cap + 1, dtype=float)
+        have = cache.patterns[key] = (np.array([floor_time(lk, x) for lk in intra]),
+                                      np.array([floor_time(lk, x) for lk in cross]) if cross else None)
+    t_intra, t_cross = have
+    return t_intra[:, :n_cap], None if t_cross is None else t_cross[:, :n_cap]
 
 
 def floor_time(link, nbytes: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import pool_p2p_s
+from planner.search.rows import sorted_unique
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -47,7 +48,7 @@ def makespan_floor(times: list[np.ndarray], caps: np.ndarray, n_mb: int, d: np.n
     """[len(d)] tau(d): the smallest value t among the ``times`` with ``G_d(t) >= N`` (inf: none). Any row with
     d pipelines in these pools (at most ``caps`` per pool) whose pipelines' times are >= ``times`` has a
     makespan >= tau(d) (1 - SLACK)."""
-    vals = np.unique(np.concatenate(times))
+    vals = sorted_unique(np.concatenate(times))
     lo = np.zeros(len(d), dtype=np.int64)
     hi = np.full(len(d), len(vals) - 1, dtype=np.int64)
     top_ok = slots_reach(times, caps, vals[hi], d) >= n_mb

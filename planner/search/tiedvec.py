@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.netvec import Group, LinkCache, _Rings, _ring
-from planner.search.rows import int_row_sum, unique_first
+from planner.search.rows import int_row_sum, sorted_unique, unique_first
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 from planner.simulator.tied import _vocab_shard_params
@@ -79,7 +79,7 @@ def tied_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
             cache.patterns[(gkey, code)] = _tied_pattern(ctx, groups, k)
         pats.append(cache.patterns[(gkey, code)])
     conc = np.array([p.conc if p is not None else 0 for p in pats])
-    for c in np.unique(conc[conc > 0]):
+    for c in sorted_unique(conc[conc > 0]):
         rows = np.nonzero(conc[inv] == c)[0]
         sub = sorted(set(inv[rows].tolist()))
         remap = np.full(len(pats), -1)
