@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
+from planner.search.rows import sorted_unique
 from planner.search.space import Objective
 
 SAFETY = 1 - 1e-9       # absorbs the rounding of sums taken in another order than the scores'
@@ -68,7 +69,7 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
         with np.errstate(invalid="ignore"):
             out[2:] = np.where(np.isfinite(base[2:]), objective.key(it, base[2:]) * SAFETY, np.inf)
         return out
-    levels = np.unique(comp[np.isfinite(comp) & (comp >= m_low)])                   # [K]
+    levels = sorted_unique(comp[np.isfinite(comp) & (comp >= m_low)])                   # [K]
     per_t = (n_mb - 1) * levels + np.maximum(levels, c_low) + u_low                   # [K]
     allowed = comp[None] <= levels[:, None, None]                                      # [K, G, S]
     cheap = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1) * per_t     # [K]
