@@ -4,7 +4,6 @@ and turned into the simulator's :class:`SimContext`. No argparse here (``planner
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 

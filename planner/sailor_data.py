@@ -14,7 +14,6 @@ Files read (relative to the folder):
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path

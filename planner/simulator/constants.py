@@ -11,7 +11,6 @@ busy at once for a given plan comes from its timeline: :mod:`planner.simulator.c
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
