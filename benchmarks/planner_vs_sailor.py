@@ -20,7 +20,9 @@ shows ``timeout>N s`` and no ratio.
 Sailor's published numbers (its own simulator) are printed for reference only.
 
 Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
-       [--time-limit S]
+       [--time-limit S] [--strict]
+Exit status: 0 when every process ran (the summary line says which setups miss a goal; wall-time goals depend
+on the machine's load); with ``--strict``, 1 when any setup misses its quality or time goal.
 Progress goes to stderr, one line per process; the table and one summary line to stdout.
 """
 from __future__ import annotations
@@ -234,6 +236,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of ours per setup; the fastest wall time counts (other processes share the cores)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per sailor-plan process")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a setup misses its quality or time goal")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -273,7 +276,7 @@ def main() -> int:
     print(f"summary: {len(chosen) - len(fails)}/{len(chosen)} setups meet the c/b' quality and (c) time goals"
           + (f"; heterogeneous c/b' min {min(het):.3f}" if het else "")
           + (f"; failing: {', '.join(fails)}" if fails else ""))
-    return 0 if not fails else 1
+    return 1 if fails and args.strict else 0
 
 
 if __name__ == "__main__":
