@@ -13,7 +13,6 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.network import _valid_from
 from planner.search.netvec import Group, LinkCache, link_time
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
@@ -31,7 +30,7 @@ def zones_needed(zone_caps: list[int], d: np.ndarray) -> np.ndarray:
 
 
 def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
-                     cache: LinkCache, copies: int = 1, grad_hi_bytes: float | None = None) -> np.ndarray:
+                     cache: LinkCache, copies: int = 1) -> np.ndarray:
     """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1 and one copy)
     whose largest stage gradient is at least ``grad_bytes``.
 
@@ -46,11 +45,9 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
 
     Every term reads link times at ``grad_bytes`` (per member), and link times are non-decreasing in the size
     over the sizes the simulator accepts (below a fit's valid range it refuses, so a size there is read at the
-    range's start, :func:`floor_time`): the bound holds for every gradient >= ``grad_bytes``.
-    ``grad_hi_bytes`` (the task's largest gradient) is accepted and not needed: no term depends on it (an
-    earlier least-bandwidth rule needed the whole range, docs/PLANNER.md 2.1, *Task bound*).
+    range's start, :func:`floor_time`): the bound holds for every gradient >= ``grad_bytes`` (an earlier
+    least-bandwidth rule needed the task's whole gradient range, docs/PLANNER.md 2.1, *Task bound*).
     """
-    del grad_hi_bytes
     groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
     conc = min(t for _, t in combo)
     per_zone: dict[str, int] = {}
@@ -157,8 +154,7 @@ def floor_time(link, nbytes: np.ndarray) -> np.ndarray:
     simulator refuses smaller sizes; from the start on, link times are non-decreasing in the size)."""
     nbytes = np.asarray(nbytes, dtype=float)
     if link.fit_gb_per_s is not None:
-        start = _valid_from(link.fit_gb_per_s, link.max_bw_bytes_per_s, link.min_bw_bytes_per_s)
-        nbytes = np.maximum(nbytes, 2.0 ** (start / 4))
+        nbytes = np.maximum(nbytes, link.valid_from_bytes())
     return link_time(link, nbytes)
 
 

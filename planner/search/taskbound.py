@@ -81,7 +81,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         return np.inf
     if with_sync:
         per_split = np.max([st.params_max[fits] for st in stats], axis=0)     # each split's largest stage
-        grad, grad_hi = F.grad_bytes(float(per_split.min())), F.grad_bytes(float(per_split.max()))
+        grad = F.grad_bytes(float(per_split.min()))       # the sync bound holds for every larger gradient
         m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
         t_types, f_types = [], []
         for g, t in combo:
@@ -96,7 +96,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = span * (1 - 1e-12)
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
     overlap = not ctx.settings.dp_sync_waits_for_all
-    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache, grad_hi_bytes=grad_hi) \
+    sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) \
         if with_sync and not overlap else 0.0
     if with_sync and tables.space.tie_embeddings:       # the tied all-reduce follows the stage syncs
         sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
