@@ -6,12 +6,14 @@ many combos of one type subset at once (``tests/planner/test_search_speed.py``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
+from planner.search.costfloor import objective_task_floor
 from planner.search.netvec import Group, LinkCache
 from planner.search.space import Objective
 from planner.search.syncbound import sync_lower_bound, tied_lower_bound
@@ -20,6 +22,18 @@ from planner.simulator.settings import SimContext
 
 if TYPE_CHECKING:
     from planner.search.tasks import Tables
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """The fields of a :class:`planner.search.tasks.Task` the task floors read."""
+
+    num_stages: int
+    mbs: int
+    tps: tuple
+    recompute: bool
+    dist: bool
+    dmax: int
 
 
 def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: list, s_num: int, mbs: int,
@@ -49,6 +63,8 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
         span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
+        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo] for combo in combos])
+        span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb))
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
         rate = (d[None, :] * s_num) * usd[:, None]
@@ -94,6 +110,8 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
+        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
+        span = np.maximum(span, rate_span(m_min[None, :], caps_t, d, n_mb)[0])
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
     overlap = not ctx.settings.dp_sync_waits_for_all
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) \
@@ -102,10 +120,12 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
         sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
-    if sync_out is not None and with_sync:
+    table = None
+    if with_sync:
         table = np.zeros(int(d[-1]) + 1)
         table[d.astype(np.int64)] = sync
-        sync_out["by_d"] = table
+        if sync_out is not None:
+            sync_out["by_d"] = table
     it = span + sync + (upd / d if dist else upd)
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
@@ -114,7 +134,32 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     dollars = np.maximum(rate * it, work)
     ok = objective.allows(it, dollars, gpus)
     keys = np.where(ok, objective.key(it, dollars), np.inf)
-    return float(keys.min())
+    out = float(keys.min())
+    if with_sync and out < np.inf:
+        view = TaskView(s_num, mbs, tuple(combo), recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
+        out = max(out, objective_task_floor(ctx, cluster, tables, cache, view, n_mb * mbs, tables.space, table,
+                                            objective))
+    return out
+
+
+def rate_span(m_min: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int) -> np.ndarray:
+    """[C, len(d)] the *rate bound* on the makespan of d pipelines (docs/PLANNER.md 2.1): a pipeline of type j
+    runs at most ``t / M_j`` micro-batches within t (``M_j`` = ``m_min[:, j]``, its busiest stage's compute
+    at the minimum over the task's splits), a row holds at least one pipeline of every type and at most
+    ``caps[:, j]`` of type j, so ``N <= t R(d)`` with R(d) the largest sum of ``1 / M_j`` over such d
+    pipelines (one of each type, then the fastest remaining first): ``t >= N / R(d)``, times ``1 - 1e-9``
+    against rounding. ``m_min``, ``caps``: [C, types]; ``d`` >= types."""
+    with np.errstate(divide="ignore"):
+        r = 1.0 / m_min                                                          # [C, n] 0 where inf
+    order = np.argsort(-r, axis=1, kind="stable")
+    r_s = np.take_along_axis(r, order, axis=1)
+    extra = np.take_along_axis(np.maximum(caps - 1, 0), order, axis=1).astype(float)
+    before = np.cumsum(extra, axis=1) - extra
+    k = d - m_min.shape[1]
+    take = np.clip(k[None, None, :] - before[:, :, None], 0.0, extra[:, :, None])    # [C, n, D]
+    total = r.sum(axis=1)[:, None] + (r_s[:, :, None] * take).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        return n_mb / total * (1 - 1e-9)
 
 
 def _work_usd(n_mb: int, usd_per_mb):

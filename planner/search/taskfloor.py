@@ -26,10 +26,33 @@ SLACK = 1e-11           # relative: the exact makespan counts micro-batches at t
 def split_free_times(levels: np.ndarray, fill: np.ndarray, n_mb: int) -> np.ndarray:
     """[N] ``min_k T_k(m)`` for m = 1..N over splits k (``levels`` [K, S + 1], ``fill`` [K]): each ``T_k(m)`` is
     :func:`formulas.pipeline_s_of_m`'s expression, so the minimum is <= every split's value bit for bit, and
-    non-decreasing in m (a minimum of non-decreasing sequences)."""
-    m = np.arange(1, n_mb + 1)
-    per = levels[:, np.minimum(m, levels.shape[1]) - 1]                     # [K, N]
-    return F.pipeline_s(m[None, :], per, fill[:, None]).min(axis=0)
+    non-decreasing in m (a minimum of non-decreasing sequences).
+
+    From m = S + 1 on every split's period is its last level, ``T_k(m) = (m - 1) L_k + F_k``, and a split with
+    ``L_a <= L_b`` and ``F_a <= F_b`` has ``T_a(m) <= T_b(m)`` in floating point too (rounding is monotone), so
+    only the splits not dominated in (L, F) are evaluated there: the same minimum, bit for bit."""
+    n_lv = levels.shape[1]
+    head = min(n_mb, n_lv)
+    m = np.arange(1, head + 1)
+    out = F.pipeline_s(m[None, :], levels[:, :head], fill[:, None]).min(axis=0) if len(fill) else \
+        np.full(head, np.inf)
+    if n_mb <= head or len(fill) == 0:
+        return out
+    keep = _line_front(levels[:, -1], fill)
+    m_tail = np.arange(head + 1, n_mb + 1)
+    tail = F.pipeline_s(m_tail, levels[keep[0], -1], fill[keep[0]])
+    for k in keep[1:]:
+        tail = np.minimum(tail, F.pipeline_s(m_tail, levels[k, -1], fill[k]))
+    return np.concatenate([out, tail])
+
+
+def _line_front(slope: np.ndarray, icpt: np.ndarray) -> list[int]:
+    """Indices of the (slope, intercept) pairs not weakly dominated by an earlier one in (slope, intercept)
+    order: every pair is >= some kept pair in both (nan-free input)."""
+    order = np.lexsort((icpt, slope))
+    c = icpt[order]
+    before = np.minimum.accumulate(np.concatenate([[np.inf], c[:-1]]))
+    return [int(k) for k in order[c < before]]
 
 
 def slots_reach(times: list[np.ndarray], caps: np.ndarray, t: np.ndarray, d: np.ndarray) -> np.ndarray:
