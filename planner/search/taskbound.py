@@ -6,14 +6,12 @@ many combos of one type subset at once (``tests/planner/test_search_speed.py``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
-from planner.search.costfloor import objective_task_floor
 from planner.search.netvec import Group, LinkCache
 from planner.search.space import Objective
 from planner.search.syncbound import sync_lower_bound, tied_lower_bound
@@ -22,18 +20,6 @@ from planner.simulator.settings import SimContext
 
 if TYPE_CHECKING:
     from planner.search.tasks import Tables
-
-
-@dataclass(frozen=True)
-class TaskView:
-    """The fields of a :class:`planner.search.tasks.Task` the task floors read."""
-
-    num_stages: int
-    mbs: int
-    tps: tuple
-    recompute: bool
-    dist: bool
-    dmax: int
 
 
 def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: list, s_num: int, mbs: int,
@@ -53,7 +39,8 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
 
     upd = masked_min("upd_max").max(axis=1)
     m_min, f_min = masked_min("comp_max"), masked_min("comp_sum")
-    cap = np.array([sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num)) for combo in combos])
+    caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo] for combo in combos])
+    cap = caps_t.sum(axis=1)
     # columns d > every combo's capacity are inf in every row (``ok`` below): the minima never read them
     d = np.arange(n_types, min(int(cap.max()), n_mb) + 1, dtype=float)
     if len(d) == 0:
@@ -63,7 +50,6 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
         span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
-        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo] for combo in combos])
         span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb))
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
@@ -99,12 +85,17 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         per_split = np.max([st.params_max[fits] for st in stats], axis=0)     # each split's largest stage
         grad = F.grad_bytes(float(per_split.min()))       # the sync bound holds for every larger gradient
         m_per = np.ceil(n_mb / d).astype(np.int64)      # the fullest pipeline runs at least this many
-        t_types, f_types = [], []
+        t_types, f_types, p_types = [], [], []
         for g, t in combo:
-            t_at, fill = _type_times(ctx, cluster, cache, tables, fits, g, t, s_num, mbs, m_per, recompute)
+            t_at, fill, period = _type_times(ctx, cluster, cache, tables, fits, g, t, s_num, mbs, m_per, recompute)
             t_types.append(t_at)
             f_types.append(fill)
+            p_types.append(period)
         span = np.maximum(max(f_types), np.min(t_types, axis=0))
+        m_min = np.array([[st.comp_max[fits].min() for st in stats]])
+        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
+        span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb)[0])
+        span = np.maximum(span, fill_rate_span(np.array([p_types]), np.array([f_types]), caps_t, d, n_mb)[0])
     else:   # busiest stage as the period, no transfers: weaker, much cheaper
         m_min = np.array([st.comp_max[fits].min() for st in stats])
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
@@ -120,12 +111,10 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         sync = sync + tied_lower_bound(ctx, cluster, combo, s_num, d, cache)
     if dist:        # fp32: the parameter half moves as many bytes as the gradient half it replaces
         sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
-    table = None
-    if with_sync:
+    if sync_out is not None and with_sync:
         table = np.zeros(int(d[-1]) + 1)
         table[d.astype(np.int64)] = sync
-        if sync_out is not None:
-            sync_out["by_d"] = table
+        sync_out["by_d"] = table
     it = span + sync + (upd / d if dist else upd)
     rate = d * s_num * min(t * ctx.catalog.get(g).usd_per_s for g, t in combo)
     gpus = d * s_num * min(t for _, t in combo)
@@ -134,12 +123,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     dollars = np.maximum(rate * it, work)
     ok = objective.allows(it, dollars, gpus)
     keys = np.where(ok, objective.key(it, dollars), np.inf)
-    out = float(keys.min())
-    if with_sync and out < np.inf:
-        view = TaskView(s_num, mbs, tuple(combo), recompute, dist, task_dmax(cluster, combo, s_num, n_mb))
-        out = max(out, objective_task_floor(ctx, cluster, tables, cache, view, n_mb * mbs, tables.space, table,
-                                            objective))
-    return out
+    return float(keys.min())
 
 
 def rate_span(m_min: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int) -> np.ndarray:
@@ -162,6 +146,55 @@ def rate_span(m_min: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int) -> 
         return n_mb / total * (1 - 1e-9)
 
 
+def best_slot_sums(v: np.ndarray, caps: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """[C, B, len(d)] the largest sum of per-pipeline values ``v`` ([C, B, types], >= 0) over d pipelines
+    with at least one of every type and at most ``caps`` ([C, types]) of type j: one of each, then the largest
+    remaining values first (``d`` >= types; beyond the capacity every pipeline is counted)."""
+    order = np.argsort(-v, axis=2, kind="stable")
+    v_s = np.take_along_axis(v, order, axis=2)
+    extra = np.take_along_axis(np.broadcast_to(np.maximum(caps - 1, 0)[:, None, :], v.shape), order,
+                               axis=2).astype(float)
+    before = np.cumsum(extra, axis=2) - extra
+    k = d - v.shape[2]
+    take = np.clip(k[None, None, None, :] - before[..., None], 0.0, extra[..., None])   # [C, B, n, D]
+    return v.sum(axis=2)[..., None] + (v_s[..., None] * take).sum(axis=2)
+
+
+def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int
+                   ) -> np.ndarray:
+    """[C, len(d)] the *fill-rate bound* on the makespan of d pipelines (docs/PLANNER.md 2.1): a pipeline of
+    type j with m >= 1 micro-batches takes at least ``(m - 1) P_j + F_j`` (``period``, ``fill`` [C, types]:
+    the smallest steady-period level and fill/drain over the task's splits and the type's pools), so within t
+    it runs at most ``v_j(t) = max(0, (t - F_j) / P_j + 1)``; a row holds >= 1 pipeline of every type and
+    <= ``caps`` of each, so ``N <= G_d(t (1 + 1e-12))`` with ``G_d`` the largest sum of ``v`` over such d
+    pipelines (:func:`best_slot_sums`): continuous, non-decreasing and linear between the points where a
+    ``v_j`` leaves 0 or two ``v_j`` cross. The smallest t with ``G_d(t) >= N`` (found on those points, then
+    interpolated), times ``1 - 1e-9``, is <= every such row's makespan. 0 where a period is not finite."""
+    n_c, n = period.shape
+    if not (np.isfinite(period).all() and np.isfinite(fill).all()):
+        return np.zeros((n_c, len(d)))
+    hi = (fill + n_mb * period).max(axis=1)            # one pipeline of any type runs all N (and more) by then
+    pts = [np.zeros(n_c), hi] + [fill[:, j] - period[:, j] for j in range(n)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(n):
+            for j in range(i + 1, n):
+                pts.append((fill[:, i] * period[:, j] - fill[:, j] * period[:, i]) / (period[:, j] - period[:, i]))
+    t = np.sort(np.clip(np.nan_to_num(np.stack(pts, axis=1), nan=0.0, posinf=0.0, neginf=0.0), 0.0,
+                        hi[:, None]), axis=1)                                                       # [C, B]
+    v = np.maximum(0.0, (t[:, :, None] - fill[:, None, :]) / period[:, None, :] + 1.0)             # [C, B, n]
+    g = best_slot_sums(v, caps, d)                                                                  # [C, B, D]
+    reach = g >= n_mb
+    b = np.argmax(reach, axis=1)                                                                    # [C, D]
+    a = np.maximum(b - 1, 0)
+    t_b, t_a = np.take_along_axis(t, b, axis=1), np.take_along_axis(t, a, axis=1)
+    g_b = np.take_along_axis(g, b[:, None, :], axis=1)[:, 0, :]
+    g_a = np.take_along_axis(g, a[:, None, :], axis=1)[:, 0, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(g_b > g_a, (n_mb - g_a) / (g_b - g_a), 1.0)
+    tau = np.where(b == 0, t_b, t_a + np.clip(frac, 0.0, 1.0) * (t_b - t_a))
+    return np.where(reach.any(axis=1), tau, np.inf) * (1 - 1e-9)
+
+
 def _work_usd(n_mb: int, usd_per_mb):
     """The *work bound* on a plan's GPU dollars: every micro-batch holds a pipeline for at least its busiest
     stage's compute, at that pipeline's $/s (``usd_per_mb``: the least such product over the task's types;
@@ -182,4 +215,5 @@ def _type_times(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables:
     fill = float(fill_all[fits].min())
     times = F.pipeline_s(m, levels[np.minimum(m, len(levels)) - 1], fill) if np.isfinite(p2p) \
         else np.full(len(m), np.inf)
-    return times * (1 - 1e-12), fill * (1 - 1e-12)
+    period = float(levels.min()) if np.isfinite(p2p) else np.inf
+    return times * (1 - 1e-12), fill * (1 - 1e-12), period
