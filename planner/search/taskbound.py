@@ -50,7 +50,8 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
         span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
-        span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb))
+        if n_types > 1:     # one type: the per-type term above is at least as tight
+            span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb))
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
         rate = (d[None, :] * s_num) * usd[:, None]
@@ -92,17 +93,19 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
             f_types.append(fill)
             p_types.append(period)
         span = np.maximum(max(f_types), np.min(t_types, axis=0))
-        m_min = np.array([[st.comp_max[fits].min() for st in stats]])
-        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
-        span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb)[0])
-        span = np.maximum(span, fill_rate_span(np.array([p_types]), np.array([f_types]), caps_t, d, n_mb)[0])
+        if len(combo) > 1:      # one type: T(ceil(N / d)) above is at least as tight
+            m_min = np.array([[st.comp_max[fits].min() for st in stats]])
+            caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
+            span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb)[0])
+            span = np.maximum(span, fill_rate_span(np.array([p_types]), np.array([f_types]), caps_t, d, n_mb)[0])
     else:   # busiest stage as the period, no transfers: weaker, much cheaper
         m_min = np.array([st.comp_max[fits].min() for st in stats])
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
-        caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
-        span = np.maximum(span, rate_span(m_min[None, :], caps_t, d, n_mb)[0])
+        if len(combo) > 1:
+            caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
+            span = np.maximum(span, rate_span(m_min[None, :], caps_t, d, n_mb)[0])
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
     overlap = not ctx.settings.dp_sync_waits_for_all
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) \
