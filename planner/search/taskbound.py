@@ -51,7 +51,7 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
         if n_types > 1:     # one type: the per-type term above is at least as tight
-            span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb))
+            span = np.maximum(span, fill_rate_span(m_min, f_min, caps_t, d, n_mb))
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
         rate = (d[None, :] * s_num) * usd[:, None]
@@ -94,9 +94,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
             p_types.append(period)
         span = np.maximum(max(f_types), np.min(t_types, axis=0))
         if len(combo) > 1:      # one type: T(ceil(N / d)) above is at least as tight
-            m_min = np.array([[st.comp_max[fits].min() for st in stats]])
             caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
-            span = np.maximum(span, rate_span(m_min, caps_t, d, n_mb)[0])
             span = np.maximum(span, fill_rate_span(np.array([p_types]), np.array([f_types]), caps_t, d, n_mb)[0])
     else:   # busiest stage as the period, no transfers: weaker, much cheaper
         m_min = np.array([st.comp_max[fits].min() for st in stats])
@@ -105,7 +103,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         span = span * (1 - 1e-12)
         if len(combo) > 1:
             caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
-            span = np.maximum(span, rate_span(m_min[None, :], caps_t, d, n_mb)[0])
+            span = np.maximum(span, fill_rate_span(m_min[None, :], f_min[None, :], caps_t, d, n_mb)[0])
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
     overlap = not ctx.settings.dp_sync_waits_for_all
     sync = sync_lower_bound(cluster, combo, s_num, grad, d, cache) \
@@ -127,26 +125,6 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
     ok = objective.allows(it, dollars, gpus)
     keys = np.where(ok, objective.key(it, dollars), np.inf)
     return float(keys.min())
-
-
-def rate_span(m_min: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int) -> np.ndarray:
-    """[C, len(d)] the *rate bound* on the makespan of d pipelines (docs/PLANNER.md 2.1): a pipeline of type j
-    runs at most ``t / M_j`` micro-batches within t (``M_j`` = ``m_min[:, j]``, its busiest stage's compute
-    at the minimum over the task's splits), a row holds at least one pipeline of every type and at most
-    ``caps[:, j]`` of type j, so ``N <= t R(d)`` with R(d) the largest sum of ``1 / M_j`` over such d
-    pipelines (one of each type, then the fastest remaining first): ``t >= N / R(d)``, times ``1 - 1e-9``
-    against rounding. ``m_min``, ``caps``: [C, types]; ``d`` >= types."""
-    with np.errstate(divide="ignore"):
-        r = 1.0 / m_min                                                          # [C, n] 0 where inf
-    order = np.argsort(-r, axis=1, kind="stable")
-    r_s = np.take_along_axis(r, order, axis=1)
-    extra = np.take_along_axis(np.maximum(caps - 1, 0), order, axis=1).astype(float)
-    before = np.cumsum(extra, axis=1) - extra
-    k = d - m_min.shape[1]
-    take = np.clip(k[None, None, :] - before[:, :, None], 0.0, extra[:, :, None])    # [C, n, D]
-    total = r.sum(axis=1)[:, None] + (r_s[:, :, None] * take).sum(axis=1)
-    with np.errstate(divide="ignore"):
-        return n_mb / total * (1 - 1e-9)
 
 
 def best_slot_sums(v: np.ndarray, caps: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -172,10 +150,13 @@ def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np
     <= ``caps`` of each, so ``N <= G_d(t (1 + 1e-12))`` with ``G_d`` the largest sum of ``v`` over such d
     pipelines (:func:`best_slot_sums`): continuous, non-decreasing and linear between the points where a
     ``v_j`` leaves 0 or two ``v_j`` cross. The smallest t with ``G_d(t) >= N`` (found on those points, then
-    interpolated), times ``1 - 1e-9``, is <= every such row's makespan. 0 where a period is not finite."""
+    interpolated), times ``1 - 1e-9``, is <= every such row's makespan. 0 in a row whose period or fill is not
+    finite. The cheap bound passes the busiest stage's compute and the summed compute (``F_j >= P_j`` there, so
+    ``v_j(t) <= t / P_j``: the bound is at least the pure rate bound ``N / sum c_j / P_j``)."""
     n_c, n = period.shape
-    if not (np.isfinite(period).all() and np.isfinite(fill).all()):
-        return np.zeros((n_c, len(d)))
+    finite = (np.isfinite(period) & np.isfinite(fill)).all(axis=1)                                 # [C]
+    if not finite.all():
+        period, fill = np.where(finite[:, None], period, 1.0), np.where(finite[:, None], fill, 1.0)
     hi = (fill + n_mb * period).max(axis=1)            # one pipeline of any type runs all N (and more) by then
     pts = [np.zeros(n_c), hi] + [fill[:, j] - period[:, j] for j in range(n)]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -195,7 +176,7 @@ def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(g_b > g_a, (n_mb - g_a) / (g_b - g_a), 1.0)
     tau = np.where(b == 0, t_b, t_a + np.clip(frac, 0.0, 1.0) * (t_b - t_a))
-    return np.where(reach.any(axis=1), tau, np.inf) * (1 - 1e-9)
+    return np.where(finite[:, None], np.where(reach.any(axis=1), tau, np.inf) * (1 - 1e-9), 0.0)
 
 
 def _work_usd(n_mb: int, usd_per_mb):
