@@ -18,6 +18,11 @@ from planner.search.syncbound import sync_lower_bound, tied_lower_bound
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
+# the cheap bounds take the fill-rate bound for tasks of exactly this many types: one type gains nothing from it,
+# and three or more made the task list's bounds ~3x slower on the 4-type, 4,096-GPU setup (its [combos, points,
+# types, d] arrays grow with the square of the types) for few tasks; the refined bound takes it from two types on
+CHEAP_FILL_RATE_TYPES = 2
+
 if TYPE_CHECKING:
     from planner.search.tasks import Tables
 
@@ -50,7 +55,7 @@ def cheap_bounds(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combos: 
         per_type = np.minimum.reduce([f_min[:, j, None] + m_min[:, j, None] * x[None, :] for j in range(n_types)])
         span = np.maximum(f_min.max(axis=1)[:, None], per_type)
         span = span * (1 - 1e-12)
-        if n_types > 1:     # one type: the per-type term above is at least as tight
+        if n_types == CHEAP_FILL_RATE_TYPES:
             span = np.maximum(span, fill_rate_span(m_min, f_min, caps_t, d, n_mb))
         it = span + 0.0 + (upd[:, None] / d[None, :] if dist else upd[:, None])
         usd = np.array([min(t * ctx.catalog.get(g).usd_per_s for g, t in c) for c in combos])
@@ -101,7 +106,7 @@ def task_bound(ctx: SimContext, cluster: ClusterSpec, tables: Tables, combo, s_n
         f_min = np.array([st.comp_sum[fits].min() for st in stats])
         span = np.maximum(f_min.max(), (f_min[None, :] + m_min[None, :] * (n_mb / d[:, None] - 1)).min(axis=1))
         span = span * (1 - 1e-12)
-        if len(combo) > 1:
+        if len(combo) == CHEAP_FILL_RATE_TYPES:
             caps_t = np.array([[sum(c for _, c in caps_for(cluster, g, t, s_num)) for g, t in combo]])
             span = np.maximum(span, fill_rate_span(m_min[None, :], f_min[None, :], caps_t, d, n_mb)[0])
     # with the sync overlapped with earlier stages' backward the slowest stage's sync may hide: no stage term
