@@ -146,6 +146,14 @@ def best_slot_sums(v: np.ndarray, caps: np.ndarray, d: np.ndarray) -> np.ndarray
     return v.sum(axis=2)[..., None] + (v_s[..., None] * take).sum(axis=2)
 
 
+def _slot_sum_at(v_s: np.ndarray, e_s: np.ndarray, before: np.ndarray, base: np.ndarray, ci: np.ndarray,
+                 pt: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """[C, D] :func:`best_slot_sums` at point ``pt[c, i]`` and ``k[i]`` extra pipelines (values sorted;
+    ``ci`` = arange(C)[:, None])."""
+    take = np.clip(k[None, :, None] - before[ci, pt], 0.0, e_s[ci, pt])                             # [C, D, n]
+    return base[ci, pt] + (v_s[ci, pt] * take).sum(axis=2)
+
+
 def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int
                    ) -> np.ndarray:
     """[C, len(d)] the *fill-rate bound* on the makespan of d pipelines (docs/PLANNER.md 2.1): a pipeline of
@@ -171,13 +179,30 @@ def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np
     t = np.sort(np.clip(np.nan_to_num(np.stack(pts, axis=1), nan=0.0, posinf=0.0, neginf=0.0), 0.0,
                         hi[:, None]), axis=1)                                                       # [C, B]
     v = np.maximum(0.0, (t[:, :, None] - fill[:, None, :]) / period[:, None, :] + 1.0)             # [C, B, n]
-    g = best_slot_sums(v, caps, d)                                                                  # [C, B, D]
-    reach = g >= n_mb
+    ci, bi = np.arange(n_c)[:, None], np.arange(v.shape[1])[None, :]
+    order = np.argsort(-v, axis=2, kind="stable")
+    v_s = v[ci[..., None], bi[..., None], order]
+    e_s = np.maximum(caps - 1, 0).astype(float)[ci[..., None], order]
+    before = np.cumsum(e_s, axis=2) - e_s
+    base = v.sum(axis=2)                                                                            # [C, B]
+    # per point the fewest pipelines whose best slots reach N, never above the exact count (tolerance 1e-9)
+    need = n_mb - base
+    gain = np.cumsum(v_s * e_s, axis=2)
+    tol = 1e-9 * (np.abs(need) + 1.0)
+    piece = np.argmax(gain >= (need - tol)[..., None], axis=2)                                      # [C, B]
+    reachable = (need <= tol) | (gain[..., -1] >= need - tol)
+    v_p, e_p = v_s[ci, bi, piece], e_s[ci, bi, piece]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(v_p > 0, (need - (gain[ci, bi, piece] - v_p * e_p)) / v_p, 0.0)
+    k_pt = before[ci, bi, piece] + np.clip(np.ceil(x - 1e-9 * (np.abs(x) + 1.0)), 0.0, e_p)
+    k_pt = np.where(need <= tol, 0.0, np.where(reachable, k_pt, np.inf))
+    k = d - n
+    reach = k_pt[:, :, None] <= k[None, None, :]                                                    # [C, B, D]
     b = np.argmax(reach, axis=1)                                                                    # [C, D]
     a = np.maximum(b - 1, 0)
-    t_b, t_a = np.take_along_axis(t, b, axis=1), np.take_along_axis(t, a, axis=1)
-    g_b = np.take_along_axis(g, b[:, None, :], axis=1)[:, 0, :]
-    g_a = np.take_along_axis(g, a[:, None, :], axis=1)[:, 0, :]
+    t_b, t_a = t[ci, b], t[ci, a]
+    g_b = _slot_sum_at(v_s, e_s, before, base, ci, b, k)
+    g_a = _slot_sum_at(v_s, e_s, before, base, ci, a, k)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(g_b > g_a, (n_mb - g_a) / (g_b - g_a), 1.0)
     tau = np.where(b == 0, t_b, t_a + np.clip(frac, 0.0, 1.0) * (t_b - t_a))

@@ -4,6 +4,7 @@ the split-free times' line front (:func:`planner.search.taskfloor.split_free_tim
 - ``fill_rate_span`` is <= the smallest makespan of every count vector of d pipelines (>= 1 of
   every type, <= its capacity), every assignment of N micro-batches, brute force on many random small cases, and
   reach it within 1e-6 on some (not vacuous);
+- ``best_slot_sums`` (the greedy) is the largest sum over every count vector;
 - ``split_free_times`` equals the minimum over every split of ``pipeline_s`` bit for bit;
 - the task bounds (cheap and refined) stay below the best plan of every task of random small clusters against
   the brute force of tests/planner/test_search_bounds_h13y.py (other seeds than that file's), under the
@@ -106,3 +107,20 @@ def test_task_bounds_below_the_brute_force(seed: int) -> None:
                 if objective.kind == "throughput" and with_sync:
                     ratios.append(b / best)
     assert max(ratios) * 1.05 > 1 + REL, max(ratios)
+
+
+def test_best_slot_sums_match_every_count_vector() -> None:
+    """The greedy (one of each type, then the largest values) is the largest sum over every count vector."""
+    from planner.search.taskbound import best_slot_sums
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(1, 4))
+        v = rng.choice([0.0, 0.5, 1.0, 2.5, 3.0], size=(1, 2, n))
+        caps = rng.integers(1, 4, size=(1, n))
+        d = np.arange(n, int(caps.sum()) + 1, dtype=float)
+        got = best_slot_sums(v, caps, d)
+        for b in range(2):
+            for i, dd in enumerate(d):
+                want = max(sum(c * v[0, b, j] for j, c in enumerate(cnt))
+                           for cnt in itertools.product(*[range(1, c + 1) for c in caps[0]]) if sum(cnt) == dd)
+                assert got[0, b, i] == pytest.approx(want, rel=1e-12), (v, caps, dd)
