@@ -19,8 +19,8 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 # the cheap bounds take the fill-rate bound for tasks of exactly this many types: one type gains nothing from it,
-# and three or more made the task list's bounds ~3x slower on the 4-type, 4,096-GPU setup (its [combos, points,
-# types, d] arrays grow with the square of the types) for few tasks; the refined bound takes it from two types on
+# and three or more made the task list's bounds ~3x slower on the 4-type, 4,096-GPU setup (5.2 against 1.6 CPU s;
+# its points grow with the square of the types); the refined bound takes it from two types on
 CHEAP_FILL_RATE_TYPES = 2
 
 if TYPE_CHECKING:
@@ -156,16 +156,16 @@ def _slot_sum_at(v_s: np.ndarray, e_s: np.ndarray, before: np.ndarray, base: np.
 
 def fill_rate_span(period: np.ndarray, fill: np.ndarray, caps: np.ndarray, d: np.ndarray, n_mb: int
                    ) -> np.ndarray:
-    """[C, len(d)] the *fill-rate bound* on the makespan of d pipelines (docs/PLANNER.md 2.1): a pipeline of
-    type j with m >= 1 micro-batches takes at least ``(m - 1) P_j + F_j`` (``period``, ``fill`` [C, types]:
-    the smallest steady-period level and fill/drain over the task's splits and the type's pools), so within t
-    it runs at most ``v_j(t) = max(0, (t - F_j) / P_j + 1)``; a row holds >= 1 pipeline of every type and
-    <= ``caps`` of each, so ``N <= G_d(t (1 + 1e-12))`` with ``G_d`` the largest sum of ``v`` over such d
-    pipelines (:func:`best_slot_sums`): continuous, non-decreasing and linear between the points where a
-    ``v_j`` leaves 0 or two ``v_j`` cross. The smallest t with ``G_d(t) >= N`` (found on those points, then
-    interpolated), times ``1 - 1e-9``, is <= every such row's makespan. 0 in a row whose period or fill is not
-    finite. The cheap bound passes the busiest stage's compute and the summed compute (``F_j >= P_j`` there, so
-    ``v_j(t) <= t / P_j``: the bound is at least the pure rate bound ``N / sum c_j / P_j``)."""
+    """[C, len(d)] the *fill-rate bound* on the makespan of d pipelines (docs/PLANNER.md, *Rate bounds on a task's
+    makespan*): a pipeline of type j with m >= 1 micro-batches takes at least ``(m - 1) P_j + F_j`` (``period``,
+    ``fill`` [C, types]: the smallest steady-period level and fill/drain over the task's splits and the type's
+    pools), so within t it runs at most ``v_j(t) = max(0, (t - F_j) / P_j + 1)``; a row holds >= 1 pipeline of every
+    type and <= ``caps`` of each, so ``N <= G_d(t (1 + 1e-12))`` with ``G_d`` the largest sum of ``v`` over such d
+    pipelines (:func:`best_slot_sums`): continuous, non-decreasing and linear between the points where a ``v_j``
+    leaves 0 or two ``v_j`` cross. The smallest t with ``G_d(t) >= N`` (found on those points, then interpolated),
+    times ``1 - 1e-9``, is <= every such row's makespan. 0 in a row whose period or fill is not finite. The cheap
+    bound passes the busiest stage's compute and the summed compute (``F_j >= P_j`` there, so ``v_j(t) <= t / P_j``:
+    the bound is at least the pure rate bound ``N / sum c_j / P_j``)."""
     n_c, n = period.shape
     finite = (np.isfinite(period) & np.isfinite(fill)).all(axis=1)                                 # [C]
     if not finite.all():
