@@ -32,6 +32,41 @@ def _min_paths(w: np.ndarray, e: np.ndarray, max_seg: int) -> np.ndarray:
         f = new
     return f.min(axis=2)
 
+def _dual_weights(caps: np.ndarray) -> np.ndarray:
+    """[Y, P]: points of the simplex over the pools (each a valid dual weight for the pool-share bound)."""
+    p_num = len(caps)
+    pts = [np.eye(p_num), np.full((1, p_num), 1.0 / p_num), (caps / caps.sum())[None]]
+    if p_num == 2:
+        t = np.linspace(0.0, 1.0, 17)[1:-1]
+        pts.append(np.column_stack([t, 1 - t]))
+    elif p_num <= 6:
+        a, b = np.triu_indices(p_num, 1)
+        for t in (0.25, 0.5, 0.75):
+            y = np.zeros((len(a), p_num))
+            y[np.arange(len(a)), a], y[np.arange(len(a)), b] = t, 1 - t
+            pts.append(y)
+    return np.concatenate(pts)
+
+
+def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
+    """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): the chain
+    bound's ``max(N T u, C) + step`` minimised per level T (docs/PLANNER.md 2.1, *chain iteration floor*)."""
+    fits = tab.fits
+    comp = np.where(fits, tab.comp, np.inf)                           # [G, S]
+    if not np.isfinite(comp).any(axis=0).all():
+        return np.inf
+    m_low = comp.min(axis=0).max()
+    levels = sorted_unique(comp[np.isfinite(comp) & (comp >= m_low)])           # [K]
+    allowed = comp[None] <= levels[:, None, None]                             # [K, G, S]
+    frac = grp.tp / grp.caps[grp.pool]                                        # [G]
+    w = _dual_weights(grp.caps.astype(float))[:, grp.pool] * frac[None]       # [Y, G]
+    share = np.where(allowed[None], w[:, None, :, None], np.inf).min(axis=2).sum(axis=2).max(axis=0)   # [K]
+    single = np.where(allowed, frac[None, :, None], np.inf).min(axis=1).max(axis=1)                    # [K]
+    c_sum = np.where(allowed, comp[None], np.inf).min(axis=1).sum(axis=1)
+    step = np.where(allowed, tab.upd_floor[None], np.inf).min(axis=1).max(axis=1)
+    it = np.maximum(n_mb * levels * np.maximum(share, single), c_sum) + step
+    return float(it.min())
+
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
                 threshold: float = np.inf) -> np.ndarray:
@@ -58,14 +93,19 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     comp_min = comp.min(axis=0)                                      # [S]
     m_low, c_low = comp_min.max(), comp_min.sum()
     u_low = np.where(fits, tab.upd, np.inf).min(axis=0).max()
+    tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
+    upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
+    it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
+    it = max(it, iteration_floor(tab, grp, n_mb))
+    ignores_usd = objective.key(1.0, 1.0) == objective.key(1.0, 2.0)
+    if ignores_usd and objective.key(it, 0.0) * SAFETY > threshold:     # every n skipped: no programme needed
+        out[2:] = objective.key(it, 0.0) * SAFETY
+        return out
     rate = (grp.tp * grp.usd_per_s)[:, None]                         # [G, 1]
     e = np.where(np.eye(n_g, dtype=bool), np.inf, tab.egress)       # [G (from), G (to)]: a change of group
     per_s = (n_mb - 1) * np.maximum(tab.comp, m_low) + c_low + u_low
     base = n_mb * _min_paths(np.where(fits, rate * per_s / n_mb, np.inf)[None], e, max_seg)[0]
-    tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
-    upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
-    it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
-    if objective.key(1.0, 1.0) == objective.key(1.0, 2.0):      # the key ignores dollars: (a) only for finiteness
+    if ignores_usd:      # the key ignores dollars: (a) only for finiteness
         with np.errstate(invalid="ignore"):
             out[2:] = np.where(np.isfinite(base[2:]), objective.key(it, base[2:]) * SAFETY, np.inf)
         return out
