@@ -49,22 +49,30 @@ def _dual_weights(caps: np.ndarray) -> np.ndarray:
 
 
 def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
-    """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): the chain
-    bound's ``max(N T u, C) + step`` minimised per level T (docs/PLANNER.md 2.1, *chain iteration floor*)."""
-    fits = tab.fits
-    comp = np.where(fits, tab.comp, np.inf)                           # [G, S]
+    """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
+    T of the largest stage compute, ``(ceil(N / D_max) - 1) T + max(T, C) + step`` with D_max the replica
+    count the smallest pool share allows (docs/PLANNER.md 2.1, *chain iteration floor*)."""
+    comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
         return np.inf
-    m_low = comp.min(axis=0).max()
-    levels = sorted_unique(comp[np.isfinite(comp) & (comp >= m_low)])           # [K]
+    levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
     allowed = comp[None] <= levels[:, None, None]                             # [K, G, S]
-    frac = grp.tp / grp.caps[grp.pool]                                        # [G]
-    w = _dual_weights(grp.caps.astype(float))[:, grp.pool] * frac[None]       # [Y, G]
-    share = np.where(allowed[None], w[:, None, :, None], np.inf).min(axis=2).sum(axis=2).max(axis=0)   # [K]
-    single = np.where(allowed, frac[None, :, None], np.inf).min(axis=1).max(axis=1)                    # [K]
+    frac = np.where(allowed, (grp.tp / grp.caps[grp.pool])[None, :, None], np.inf)            # [K, G, S]
+    n_pool = len(grp.caps)
+    by_pool = np.full((n_pool,) + frac.shape[::2], np.inf)                    # [P, K, S]
+    for p in np.unique(grp.pool):
+        by_pool[p] = frac[:, grp.pool == p].min(axis=1)
+    y = _dual_weights(grp.caps.astype(float))                                 # [Y, P]
+    with np.errstate(invalid="ignore"):
+        terms = np.where(np.isfinite(by_pool)[None], y[:, :, None, None] * by_pool[None], np.inf)
+    share = terms.min(axis=1).sum(axis=2).max(axis=0)                         # [K]
+    u_low = np.maximum(share, frac.min(axis=1).max(axis=1))                   # [K]
+    with np.errstate(divide="ignore"):
+        d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
+        m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
     c_sum = np.where(allowed, comp[None], np.inf).min(axis=1).sum(axis=1)
     step = np.where(allowed, tab.upd_floor[None], np.inf).min(axis=1).max(axis=1)
-    it = np.maximum(n_mb * levels * np.maximum(share, single), c_sum) + step
+    it = (m_low - 1) * levels + np.maximum(levels, c_sum) + step
     return float(it.min())
 
 
