@@ -72,7 +72,11 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
     c_sum = np.where(allowed, comp[None], np.inf).min(axis=1).sum(axis=1)
     step = np.where(allowed, tab.upd_floor[None], np.inf).min(axis=1).max(axis=1)
-    it = (m_low - 1) * levels + np.maximum(levels, c_sum) + step
+    s_num = comp.shape[1]
+    p2p = float(tab.p2p.min()) if tab.p2p is not None and s_num > 1 else 0.0    # one crossing, every pair
+    fill = np.maximum(levels, c_sum) + 2 * (s_num - 1) * p2p
+    period = np.where(m_low >= s_num + 1, np.maximum(levels, fill / s_num), levels)
+    it = (m_low - 1) * period + fill + step
     return float(it.min())
 
 

@@ -42,7 +42,7 @@ def _case(seed: int):
     gpus = ",".join(f"{g}@{z}={n}" for (g, z), n in pools.items())
     objective = rng.choice([Objective("throughput"), Objective("cost"), Objective("value")])
     ctx = SimContext(MODEL, ProfileStore(MODEL, catalog), NetworkModel(catalog), catalog, OURS)
-    return ctx, parse_gpus(gpus, catalog), rng.choice([4, 8, 16, 32]), objective
+    return ctx, parse_gpus(gpus, catalog), rng.choice([4, 8, 16, 32, 64]), objective
 
 
 def _units(ctx, cluster, gbs, space=SPACE):
