@@ -8,6 +8,8 @@ level whose cheap bound reaches the threshold (at most ``MAX_LEVELS``; none when
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
@@ -32,10 +34,12 @@ def _min_paths(w: np.ndarray, e: np.ndarray, max_seg: int) -> np.ndarray:
         f = new
     return f.min(axis=2)
 
-def _dual_weights(caps: np.ndarray) -> np.ndarray:
+@lru_cache(maxsize=64)
+def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
     """[Y, P]: points of the simplex over the pools (each a valid dual weight for the pool-share bound)."""
     p_num = len(caps)
-    pts = [np.eye(p_num), np.full((1, p_num), 1.0 / p_num), (caps / caps.sum())[None]]
+    cap = np.array(caps, dtype=float)
+    pts = [np.eye(p_num), np.full((1, p_num), 1.0 / p_num), (cap / cap.sum())[None]]
     if p_num == 2:
         t = np.linspace(0.0, 1.0, 17)[1:-1]
         pts.append(np.column_stack([t, 1 - t]))
@@ -45,33 +49,40 @@ def _dual_weights(caps: np.ndarray) -> np.ndarray:
             y = np.zeros((len(a), p_num))
             y[np.arange(len(a)), a], y[np.arange(len(a)), b] = t, 1 - t
             pts.append(y)
-    return np.concatenate(pts)
+    out = np.concatenate(pts)
+    out.flags.writeable = False
+    return out
 
 
 def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
-    T of the largest stage compute, ``(ceil(N / D_max) - 1) T + max(T, C) + step`` with D_max the replica
-    count the smallest pool share allows (docs/PLANNER.md 2.1, *chain iteration floor*)."""
+    T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
+    smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
+    (docs/PLANNER.md 2.1, *chain iteration floor*)."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
         return np.inf
     levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
-    allowed = comp[None] <= levels[:, None, None]                             # [K, G, S]
-    frac = np.where(allowed, (grp.tp / grp.caps[grp.pool])[None, :, None], np.inf)            # [K, G, S]
-    n_pool = len(grp.caps)
-    by_pool = np.full((n_pool,) + frac.shape[::2], np.inf)                    # [P, K, S]
-    for p in np.unique(grp.pool):
-        by_pool[p] = frac[:, grp.pool == p].min(axis=1)
-    y = _dual_weights(grp.caps.astype(float))                                 # [Y, P]
-    with np.errstate(invalid="ignore"):
-        terms = np.where(np.isfinite(by_pool)[None], y[:, :, None, None] * by_pool[None], np.inf)
+    hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
+    frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
+    frac[hidden] = np.inf
+    pools = np.unique(grp.pool)
+    by_pool = np.stack([frac[:, grp.pool == p].min(axis=1) for p in pools])  # [P', K, S] (used pools)
+    y = _dual_weights(tuple(int(c) for c in grp.caps))[:, pools]              # [Y, P']
+    with np.errstate(invalid="ignore"):         # 0 x inf: a pool without an allowed group is left out
+        terms = y[:, :, None, None] * by_pool[None]
+    terms[np.isnan(terms)] = np.inf
     share = terms.min(axis=1).sum(axis=2).max(axis=0)                         # [K]
     u_low = np.maximum(share, frac.min(axis=1).max(axis=1))                   # [K]
     with np.errstate(divide="ignore"):
         d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
-    c_sum = np.where(allowed, comp[None], np.inf).min(axis=1).sum(axis=1)
-    step = np.where(allowed, tab.upd_floor[None], np.inf).min(axis=1).max(axis=1)
+    masked = np.broadcast_to(comp[None], hidden.shape).copy()
+    masked[hidden] = np.inf
+    c_sum = masked.min(axis=1).sum(axis=1)
+    masked = np.broadcast_to(tab.upd_floor[None], hidden.shape).copy()
+    masked[hidden] = np.inf
+    step = masked.min(axis=1).max(axis=1)
     s_num = comp.shape[1]
     p2p = float(tab.p2p.min()) if tab.p2p is not None and s_num > 1 else 0.0    # one crossing, every pair
     fill = np.maximum(levels, c_sum) + 2 * (s_num - 1) * p2p
