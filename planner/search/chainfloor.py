@@ -54,11 +54,12 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
+def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True) -> float:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
     T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
     smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
-    (docs/PLANNER.md 2.1, *chain iteration floor*)."""
+    (docs/PLANNER.md 2.1, *chain iteration floor*); ``coupled``: per level also the larger Lagrangian bound
+    ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests)."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
         return np.inf
@@ -77,17 +78,25 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int) -> float:
     with np.errstate(divide="ignore"):
         d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
-    masked = np.broadcast_to(comp[None], hidden.shape).copy()
-    masked[hidden] = np.inf
-    c_sum = masked.min(axis=1).sum(axis=1)
-    masked = np.broadcast_to(tab.upd_floor[None], hidden.shape).copy()
-    masked[hidden] = np.inf
-    step = masked.min(axis=1).max(axis=1)
+    comp_k = np.broadcast_to(comp[None], hidden.shape).copy()                 # [K, G, S] allowed compute
+    comp_k[hidden] = np.inf
+    c_sum = comp_k.min(axis=1).sum(axis=1)
+    upd_k = np.broadcast_to(tab.upd_floor[None], hidden.shape).copy()
+    upd_k[hidden] = np.inf
+    step = upd_k.min(axis=1).max(axis=1)
     s_num = comp.shape[1]
     p2p = float(tab.p2p.min()) if tab.p2p is not None and s_num > 1 else 0.0    # one crossing, every pair
     fill = np.maximum(levels, c_sum) + 2 * (s_num - 1) * p2p
     period = np.where(m_low >= s_num + 1, np.maximum(levels, fill / s_num), levels)
     it = (m_low - 1) * period + fill + step
+    if not coupled:
+        return float(it.min())
+    # coupled: (m - 1) T + C_g >= (N u - 1) T + C_g >= -T + sum_s min_g (N T y_p(g) f_g + comp_g,s) for every y
+    f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
+    y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
+    price = (n_mb * levels)[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K, G, 1]
+    lagrange = (price + comp_k[None]).min(axis=2).sum(axis=2).max(axis=0)    # [K]
+    it = np.maximum(it, lagrange - levels + 2 * (s_num - 1) * p2p + step)
     return float(it.min())
 
 

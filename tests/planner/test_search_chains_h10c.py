@@ -158,3 +158,23 @@ def test_the_floor_skips_units(monkeypatch):
         plan_search(ctx, cluster, gbs, objective, SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2),
                                                               chain_segments=3))
     assert min(extra) >= 0 and sum(extra) > 0, extra
+
+
+def test_the_coupled_term_binds_somewhere():
+    """The brute-force check above covers the Lagrangian (coupled) term: on some units it raises the floor
+    above the rounded-replica term alone (and the floor still stays below every chain there)."""
+    raised = 0
+    for seed in range(8):
+        ctx, cluster, gbs, _ = _case(seed)
+        tables = Tables(ctx, SPACE)
+        cache = LinkCache(ctx)
+        options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
+                   for g in cluster.gpu_types()}
+        for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
+            tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, SPACE.precision,
+                                                         dist), mbs, SPACE.precision)
+            both = chainfloor.iteration_floor(tab, grp, n_mb)
+            alone = chainfloor.iteration_floor(tab, grp, n_mb, coupled=False)
+            assert both >= alone
+            raised += both > alone * 1.01
+    assert raised > 0
