@@ -114,25 +114,23 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     every stage runs on a group with comp <= T, weight tp usd ((N - 1) T + max(T, C) + U); a chain belongs
     to the level of its T, so the smallest over levels bounds it; a level's cheap bound drops the egress and
     takes each stage's cheapest allowed group. Each minimised over the chains of n segments by a dynamic
-    programme; the floor is the larger of (a) and (b). Its iteration >= max(N M g / n_all, C) + the largest
-    over stages of the smallest step floor (g: its GPUs >= the summed smallest fitting TP; n_all: every GPU)."""
+    programme; the floor is the larger of (a) and (b). Its iteration: :func:`iteration_floor` (>= the earlier
+    max(N M g / n_all, C) + the largest over stages of the smallest step floor, g: the summed smallest
+    fitting TP, n_all: every GPU)."""
     fits = tab.fits                                                  # [G, S]
     n_g, s_num = fits.shape
     out = np.full(max_seg + 1, np.inf)
     if n_g < 2 or not fits.any(axis=0).all():
         return out
-    comp = np.where(fits, tab.comp, np.inf)
-    comp_min = comp.min(axis=0)                                      # [S]
-    m_low, c_low = comp_min.max(), comp_min.sum()
-    u_low = np.where(fits, tab.upd, np.inf).min(axis=0).max()
-    tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
-    upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
-    it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
-    it = max(it, iteration_floor(tab, grp, n_mb))
+    it = iteration_floor(tab, grp, n_mb)      # >= the earlier max(N M g / n_all, C) + step floor (2.1)
     ignores_usd = objective.key(1.0, 1.0) == objective.key(1.0, 2.0)
     if ignores_usd and objective.key(it, 0.0) * SAFETY > threshold:     # every n skipped: no programme needed
         out[2:] = objective.key(it, 0.0) * SAFETY
         return out
+    comp = np.where(fits, tab.comp, np.inf)
+    comp_min = comp.min(axis=0)                                      # [S]
+    m_low, c_low = comp_min.max(), comp_min.sum()
+    u_low = np.where(fits, tab.upd, np.inf).min(axis=0).max()
     rate = (grp.tp * grp.usd_per_s)[:, None]                         # [G, 1]
     e = np.where(np.eye(n_g, dtype=bool), np.inf, tab.egress)       # [G (from), G (to)]: a change of group
     per_s = (n_mb - 1) * np.maximum(tab.comp, m_low) + c_low + u_low
