@@ -3,8 +3,12 @@ segment count, without enumerating its cuts (docs/PLANNER.md 2.1, *chain unit fl
 
 Contract: :func:`unit_floors` returns, per segment count n, a value <= the key (``iterate_d``'s, at every D)
 of every chain plan of n segments of the unit; ``search_chains`` skips n when it exceeds the threshold.
-Cost: a dynamic programme over (stage, group, segments), O(S G^2 n), once, plus once per largest-compute
-level whose cheap bound reaches the threshold (at most ``MAX_LEVELS``; none when the key ignores dollars).
+The iteration term is :func:`iteration_floor` (2.1, *chain iteration floor*): per largest-compute level, the
+replica count the pools allow (dual weights on the pool shares) and the compute priced with the GPUs.
+Cost: O(Y K G S) array work for the iteration term (Y dual weights, K levels); when the key ignores dollars
+and that term is above the threshold nothing else; otherwise a dynamic programme over (stage, group,
+segments), O(S G^2 n), once, plus once per largest-compute level whose cheap bound reaches the threshold (at
+most ``MAX_LEVELS``; none when the key ignores dollars).
 """
 from __future__ import annotations
 

@@ -264,7 +264,9 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                   best, stats: SearchStats, stop=lambda: False) -> bool:
     """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
     False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
-    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1)."""
+    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1);
+    the floor needs only :func:`stage_core` and the pair tables, the range table is built for units with a
+    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`."""
     if space.chain_segments < 2 or space.single_zone:
         return True
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chain_units(ctx, cluster, options, gbs, space):
