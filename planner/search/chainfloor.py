@@ -58,12 +58,14 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True) -> float:
+def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True,
+                    threshold: float = np.inf) -> float:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
     T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
     smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
     (docs/PLANNER.md 2.1, *chain iteration floor*); ``coupled``: per level also the larger Lagrangian bound
-    ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests)."""
+    ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests), computed
+    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity)."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
         return np.inf
@@ -96,11 +98,14 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = 
     if not coupled:
         return float(it.min())
     # coupled: (m - 1) T + C_g >= (N u - 1) T + C_g >= -T + sum_s min_g (N T y_p(g) f_g + comp_g,s) for every y
+    near = np.flatnonzero(~(it * SAFETY > threshold))
+    if len(near) == 0:
+        return float(it.min())
     f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
     y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
-    price = (n_mb * levels)[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K, G, 1]
-    lagrange = (price + comp_k[None]).min(axis=2).sum(axis=2).max(axis=0)    # [K]
-    it = np.maximum(it, lagrange - levels + 2 * (s_num - 1) * p2p + step)
+    price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]
+    lagrange = (price + comp_k[near][None]).min(axis=2).sum(axis=2).max(axis=0)              # [K']
+    it[near] = np.maximum(it[near], lagrange - levels[near] + 2 * (s_num - 1) * p2p + step[near])
     return float(it.min())
 
 
@@ -126,7 +131,7 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     out = np.full(max_seg + 1, np.inf)
     if n_g < 2 or not fits.any(axis=0).all():
         return out
-    it = iteration_floor(tab, grp, n_mb)      # >= the earlier max(N M g / n_all, C) + step floor (2.1)
+    it = iteration_floor(tab, grp, n_mb, threshold=threshold)     # >= max(N M g / n_all, C) + step floor (2.1)
     ignores_usd = objective.key(1.0, 1.0) == objective.key(1.0, 2.0)
     if ignores_usd and objective.key(it, 0.0) * SAFETY > threshold:     # every n skipped: no programme needed
         out[2:] = objective.key(it, 0.0) * SAFETY

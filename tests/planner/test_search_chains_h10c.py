@@ -60,7 +60,10 @@ def _units(ctx, cluster, gbs, space=SPACE):
             sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
             for _, _, it, *_ in chains.iterate_d(ctx, sc, tab, n_mb, s_num, Objective(), False):
                 exact = min(exact, float(np.min(it, initial=np.inf)))
-        out.append((chainfloor.iteration_floor(tab, grp, n_mb), exact))
+        # the threshold only picks the levels given the coupled term: every choice must stay below
+        floor = max(chainfloor.iteration_floor(tab, grp, n_mb, threshold=t)
+                    for t in (np.inf, 0.0, exact, 1.001 * exact))
+        out.append((floor, exact))
     return out
 
 
@@ -116,7 +119,7 @@ def test_floor_leaves_the_candidates_unchanged(seed, monkeypatch):
     space = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), chain_segments=3)
     fast = plan_search(ctx, cluster, gbs, objective, space, top_k=5).candidates
     with monkeypatch.context() as m:
-        m.setattr(chainfloor, "iteration_floor", lambda tab, grp, n_mb: -np.inf)
+        m.setattr(chainfloor, "iteration_floor", lambda *a, **k: -np.inf)
         full = plan_search(ctx, cluster, gbs, objective, space, top_k=5).candidates
     assert [(c.key, c.chain, c.num_stages, c.mbs, c.microbatches) for c in fast] == \
         [(c.key, c.chain, c.num_stages, c.mbs, c.microbatches) for c in full]
@@ -147,7 +150,7 @@ def test_the_floor_skips_units(monkeypatch):
 
     def counting(tab, grp, n_mb, obj, n_max, thr):
         f = chainfloor.unit_floors(tab, grp, n_mb, obj, n_max, thr)
-        monkeypatch.setattr(chainfloor, "iteration_floor", lambda *a: -np.inf)
+        monkeypatch.setattr(chainfloor, "iteration_floor", lambda *a, **k: -np.inf)
         g = chainfloor.unit_floors(tab, grp, n_mb, obj, n_max, thr)
         monkeypatch.setattr(chainfloor, "iteration_floor", real)
         extra.append(int((f[2:] > thr).sum() - (g[2:] > thr).sum()))
