@@ -3,10 +3,16 @@ segment count, without enumerating its cuts (docs/PLANNER.md 2.1, *chain unit fl
 
 Contract: :func:`unit_floors` returns, per segment count n, a value <= the key (``iterate_d``'s, at every D)
 of every chain plan of n segments of the unit; ``search_chains`` skips n when it exceeds the threshold.
-Cost: a dynamic programme over (stage, group, segments), O(S G^2 n), once, plus once per largest-compute
-level whose cheap bound reaches the threshold (at most ``MAX_LEVELS``; none when the key ignores dollars).
+The iteration term is :func:`iteration_floor` (2.1, *chain iteration floor*): per largest-compute level, the
+replica count the pools allow (dual weights on the pool shares) and the compute priced with the GPUs.
+Cost: O(Y K G S) array work for the iteration term (Y dual weights, K levels); when the key ignores dollars
+and that term is above the threshold nothing else; otherwise a dynamic programme over (stage, group,
+segments), O(S G^2 n), once, plus once per largest-compute level whose cheap bound reaches the threshold (at
+most ``MAX_LEVELS``; none when the key ignores dollars).
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
@@ -32,6 +38,76 @@ def _min_paths(w: np.ndarray, e: np.ndarray, max_seg: int) -> np.ndarray:
         f = new
     return f.min(axis=2)
 
+@lru_cache(maxsize=64)
+def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
+    """[Y, P]: points of the simplex over the pools (each a valid dual weight for the pool-share bound)."""
+    p_num = len(caps)
+    cap = np.array(caps, dtype=float)
+    pts = [np.eye(p_num), np.full((1, p_num), 1.0 / p_num), (cap / cap.sum())[None]]
+    if p_num == 2:
+        t = np.linspace(0.0, 1.0, 17)[1:-1]
+        pts.append(np.column_stack([t, 1 - t]))
+    elif p_num <= 6:
+        a, b = np.triu_indices(p_num, 1)
+        for t in (0.25, 0.5, 0.75):
+            y = np.zeros((len(a), p_num))
+            y[np.arange(len(a)), a], y[np.arange(len(a)), b] = t, 1 - t
+            pts.append(y)
+    out = np.concatenate(pts)
+    out.flags.writeable = False
+    return out
+
+
+def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True,
+                    threshold: float = np.inf) -> float:
+    """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
+    T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
+    smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
+    (docs/PLANNER.md 2.1, *chain iteration floor*); ``coupled``: per level also the larger Lagrangian bound
+    ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests), computed
+    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity)."""
+    comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
+    if not np.isfinite(comp).any(axis=0).all():
+        return np.inf
+    levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
+    hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
+    frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
+    frac[hidden] = np.inf
+    pools = np.unique(grp.pool)
+    by_pool = np.stack([frac[:, grp.pool == p].min(axis=1) for p in pools])  # [P', K, S] (used pools)
+    y = _dual_weights(tuple(int(c) for c in grp.caps))[:, pools]              # [Y, P']
+    with np.errstate(invalid="ignore"):         # 0 x inf: a pool without an allowed group is left out
+        terms = y[:, :, None, None] * by_pool[None]
+    terms[np.isnan(terms)] = np.inf
+    share = terms.min(axis=1).sum(axis=2).max(axis=0)                         # [K]
+    u_low = np.maximum(share, frac.min(axis=1).max(axis=1))                   # [K]
+    with np.errstate(divide="ignore"):
+        d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
+        m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
+    comp_k = np.broadcast_to(comp[None], hidden.shape).copy()                 # [K, G, S] allowed compute
+    comp_k[hidden] = np.inf
+    c_sum = comp_k.min(axis=1).sum(axis=1)
+    upd_k = np.broadcast_to(tab.upd_floor[None], hidden.shape).copy()
+    upd_k[hidden] = np.inf
+    step = upd_k.min(axis=1).max(axis=1)
+    s_num = comp.shape[1]
+    p2p = float(tab.p2p.min()) if tab.p2p is not None and s_num > 1 else 0.0    # one crossing, every pair
+    fill = np.maximum(levels, c_sum) + 2 * (s_num - 1) * p2p
+    period = np.where(m_low >= s_num + 1, np.maximum(levels, fill / s_num), levels)
+    it = (m_low - 1) * period + fill + step
+    if not coupled:
+        return float(it.min())
+    # coupled: (m - 1) T + C_g >= (N u - 1) T + C_g >= -T + sum_s min_g (N T y_p(g) f_g + comp_g,s) for every y
+    near = np.flatnonzero(~(it * SAFETY > threshold))
+    if len(near) == 0:
+        return float(it.min())
+    f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
+    y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
+    price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]
+    lagrange = (price + comp_k[near][None]).min(axis=2).sum(axis=2).max(axis=0)              # [K']
+    it[near] = np.maximum(it[near], lagrange - levels[near] + 2 * (s_num - 1) * p2p + step[near])
+    return float(it.min())
+
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
                 threshold: float = np.inf) -> np.ndarray:
@@ -47,12 +123,18 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     every stage runs on a group with comp <= T, weight tp usd ((N - 1) T + max(T, C) + U); a chain belongs
     to the level of its T, so the smallest over levels bounds it; a level's cheap bound drops the egress and
     takes each stage's cheapest allowed group. Each minimised over the chains of n segments by a dynamic
-    programme; the floor is the larger of (a) and (b). Its iteration >= max(N M g / n_all, C) + the largest
-    over stages of the smallest step floor (g: its GPUs >= the summed smallest fitting TP; n_all: every GPU)."""
+    programme; the floor is the larger of (a) and (b). Its iteration: :func:`iteration_floor` (>= the earlier
+    max(N M g / n_all, C) + the largest over stages of the smallest step floor, g: the summed smallest
+    fitting TP, n_all: every GPU)."""
     fits = tab.fits                                                  # [G, S]
     n_g, s_num = fits.shape
     out = np.full(max_seg + 1, np.inf)
     if n_g < 2 or not fits.any(axis=0).all():
+        return out
+    it = iteration_floor(tab, grp, n_mb, threshold=threshold)     # >= max(N M g / n_all, C) + step floor (2.1)
+    ignores_usd = objective.key(1.0, 1.0) == objective.key(1.0, 2.0)
+    if ignores_usd and objective.key(it, 0.0) * SAFETY > threshold:     # every n skipped: no programme needed
+        out[2:] = objective.key(it, 0.0) * SAFETY
         return out
     comp = np.where(fits, tab.comp, np.inf)
     comp_min = comp.min(axis=0)                                      # [S]
@@ -62,10 +144,7 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     e = np.where(np.eye(n_g, dtype=bool), np.inf, tab.egress)       # [G (from), G (to)]: a change of group
     per_s = (n_mb - 1) * np.maximum(tab.comp, m_low) + c_low + u_low
     base = n_mb * _min_paths(np.where(fits, rate * per_s / n_mb, np.inf)[None], e, max_seg)[0]
-    tp_min = np.where(fits, grp.tp[:, None], np.iinfo(np.int64).max).min(axis=0).sum()
-    upd = np.where(fits, tab.upd_floor, np.inf).min(axis=0).max()
-    it = max(n_mb * m_low * tp_min / grp.caps.sum(), c_low) + upd
-    if objective.key(1.0, 1.0) == objective.key(1.0, 2.0):      # the key ignores dollars: (a) only for finiteness
+    if ignores_usd:      # the key ignores dollars: (a) only for finiteness
         with np.errstate(invalid="ignore"):
             out[2:] = np.where(np.isfinite(base[2:]), objective.key(it, base[2:]) * SAFETY, np.inf)
         return out

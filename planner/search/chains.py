@@ -26,7 +26,8 @@ from planner.search.chainbound import pair_prefilter
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
-from planner.search.chaintab import ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_tab
+from planner.search.chaintab import (ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_core, stage_tab,
+                                     with_pairs, with_sync)
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
@@ -263,16 +264,22 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                   best, stats: SearchStats, stop=lambda: False) -> bool:
     """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
     False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
-    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1)."""
+    unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1);
+    the floor needs only :func:`stage_core` and the pair tables, the range table is built for units with a
+    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`."""
     if space.chain_segments < 2 or space.single_zone:
         return True
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chain_units(ctx, cluster, options, gbs, space):
         if stop():
             return False
-        tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
-        rt = range_tab(tab)
+        tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
+                         mbs, space.precision)
         n_max = min(space.chain_segments, s_num)
         floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
+        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1)
+            continue
+        rt = range_tab(tab)
+        linked = _Linked(ctx, cache, grp, tab)
         for n_seg in range(2, n_max + 1):
             if stop():
                 return False
@@ -280,7 +287,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 continue
             for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                       n_mb, objective, best.threshold, stop=stop):
-                _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
+                _score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
                            mbs, rc, cache, dist)
                 if stop():
                     return False
@@ -289,9 +296,21 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
     return True
 
 
-def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
+class _Linked:
+    """The unit's tables; the sync table is built on first use (only units with a chain left to score)."""
+
+    def __init__(self, ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab) -> None:
+        self.ctx, self.cache, self.grp, self.tab, self._full = ctx, cache, grp, tab, None
+
+    def full(self) -> StageTab:
+        if self._full is None:
+            self._full = with_sync(self.ctx, self.cache, self.grp, self.tab)
+        return self._full
+
+
+def _score_cut(ctx, linked: _Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
                dist=False) -> None:
-    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
     stats.chains_bounded += len(gs)
@@ -299,8 +318,8 @@ def _score_cut(ctx, tab, grp, gs, n_mb, s_num, objective, space, best, stats, la
         return
     sc = ChainScores(*(getattr(sc, f)[keep] for f in ChainScores.__dataclass_fields__))
     tied = (cache.tied, grp.names) if space.tie_embeddings else None
-    for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, space.uniform_microbatches,
-                                                  tied):
+    for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, linked.full(), n_mb, s_num, objective,
+                                                  space.uniform_microbatches, tied):
         if dist and d == 1 and False in chain_dist_options(space, ctx.settings.sharded_collective_scale):
             continue        # one pipeline: the same plan as without the distributed optimizer (searched too)
         stats.chains_exact += len(sel)

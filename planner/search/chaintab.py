@@ -9,7 +9,7 @@ summed compute and the slowest optimizer step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,23 +48,35 @@ def chain_groups(cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]]
 
 @dataclass(frozen=True)
 class StageTab:
-    """Per (group, stage) quantities of one split, and per group pair the p2p seconds and egress USD."""
+    """Per (group, stage) quantities of one split, and per group pair the p2p seconds and egress USD.
+    :func:`stage_core` leaves ``sync``, ``p2p`` and ``egress`` None (the unit floor needs none of them);
+    :func:`with_pairs` and :func:`with_sync` add them."""
 
     comp: np.ndarray      # [G, S]
     bwd: np.ndarray       # [G, S]
     upd: np.ndarray       # [G, S]
     fits: np.ndarray      # [G, S] (distributed optimizer: at some D <= Dcap)
-    sync: np.ndarray      # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
-    p2p: np.ndarray       # [G, G]
-    egress: np.ndarray    # [G, G] USD per micro-batch crossing a -> b (forward and backward)
+    sync: np.ndarray | None   # [G, S, Dcap + 1] ring all-reduce of the stage over d identical replicas
+    p2p: np.ndarray | None    # [G, G]
+    egress: np.ndarray | None  # [G, G] USD per micro-batch crossing a -> b (forward and backward)
     dmin: np.ndarray      # [G, S] the smallest D at which the stage fits (1 without the distributed optimizer)
     upd_floor: np.ndarray  # [G, S] a lower bound on the optimizer step at every D (distributed: upd / Dcap)
     param_bytes: int | None = None   # the distributed optimizer's bytes per parameter element (None: off)
+    params: np.ndarray | None = None   # [G, S] parameter elements of each stage (for the sync)
+    d_cap: int = 0
 
 
 def stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: ChainGroups, mbs: int, counts: np.ndarray,
                recompute: bool, d_cap: int, precision: str, dist: bool = False) -> StageTab:
-    """``dist``: the distributed optimizer (one group per stage: one fine shard per rank)."""
+    """Every table: :func:`stage_core`, then :func:`with_pairs` and :func:`with_sync`."""
+    core = stage_core(ctx, tables, grp, mbs, counts, recompute, d_cap, precision, dist)
+    return with_sync(ctx, cache, grp, with_pairs(ctx, cache, grp, core, mbs, precision))
+
+
+def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, counts: np.ndarray, recompute: bool,
+               d_cap: int, precision: str, dist: bool = False) -> StageTab:
+    """Compute, backward, step and fit per (group, stage). ``dist``: the distributed optimizer (one group per
+    stage: one fine shard per rank)."""
     s_num = counts.shape[1]
     n_g = len(grp.names)
     comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
@@ -78,8 +90,28 @@ def stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: ChainGroup
             fits[gi] = dmin[gi] <= d_cap
         else:
             fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
     pbytes = F.bytes_per_element(precision) if dist else None
+    return StageTab(comp, bwd, upd, fits.astype(bool), None, None, None, dmin, upd / d_cap if dist else upd,
+                    pbytes, params, d_cap)
+
+
+def with_pairs(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab, mbs: int, precision: str
+               ) -> StageTab:
+    """``tab`` with the p2p and egress tables (memoised per group list and activation size in ``cache``)."""
+    groups = [Group(z, g, tp) for g, z, tp in grp.names]
+    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
+    key = ("chain-p2p", tuple(groups), nbytes)
+    if key not in cache.patterns:
+        cache.patterns[key] = pair_tables(ctx, cache, groups, nbytes)
+    p2p, egress = cache.patterns[key]
+    return replace(tab, p2p=p2p, egress=egress)
+
+
+def with_sync(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab) -> StageTab:
+    """``tab`` with the ring sync per (group, stage, replica count) (memoised in ``cache``)."""
+    groups = [Group(z, g, tp) for g, z, tp in grp.names]
+    params, d_cap, pbytes = tab.params, tab.d_cap, tab.param_bytes
+    n_g, s_num = params.shape
     key = ("chain-sync", tuple(groups), params.tobytes(), d_cap, pbytes)
     if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
         d = np.arange(d_cap + 1, dtype=float)
@@ -102,14 +134,7 @@ def stage_tab(ctx: SimContext, cache: LinkCache, tables: Tables, grp: ChainGroup
                                     ctx.settings.sharded_collective_scale)
             sync[gi] = done[same] = np.where(d[None, :] > 1, t, 0.0)
         cache.patterns[key] = sync
-    sync = cache.patterns[key]
-    nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
-    key = ("chain-p2p", tuple(groups), nbytes)
-    if key not in cache.patterns:
-        cache.patterns[key] = pair_tables(ctx, cache, groups, nbytes)
-    p2p, egress = cache.patterns[key]
-    return StageTab(comp, bwd, upd, fits.astype(bool), sync, p2p, egress, dmin,
-                     upd / d_cap if dist else upd, pbytes)
+    return replace(tab, sync=cache.patterns[key])
 
 
 def pair_tables(ctx: SimContext, cache: LinkCache, groups: list[Group], nbytes: float
