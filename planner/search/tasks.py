@@ -299,33 +299,44 @@ class Tables:
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
                     gbs: int, objective: Objective, space: SearchSpace, cache: LinkCache,
                     tick=None) -> list[Task]:
-    """Every task with a finite cheap bound, sorted by it. ``tick(i, n)``: called per pipeline depth."""
-    types = sorted(options)
-    max_types = min(len(types), space.max_gpu_types or len(types))
+    """Every task with a finite cheap bound, sorted by it. ``tick(i, n)``: called per pipeline depth. (The engine
+    builds the same tasks unit by unit, only for units whose bound is below its threshold: :func:`unit_tasks`.)"""
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
-    mbs_all = sorted({m for g in types for m, _ in options[g]})
+    mbs_all = sorted({m for g in options for m, _ in options[g]})
     tasks = []
     for s_num, mbs, rc, dist in product(range(1, max_s + 1), mbs_all, space.recompute, space.distributed_optimizer):
         if tick is not None and dist == space.distributed_optimizer[0]:
             tick(s_num - 1, max_s)
-        if gbs % mbs:
-            continue
-        choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
-                       and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
-        if space.tp_rule == "min_fit":
-            choices = {g: c[:1] for g, c in choices.items()}
-        for k in range(1, max_types + 1):
-            for subset in combinations(types, k):
-                combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
-                scale = ctx.settings.sharded_collective_scale
-                if not dist:
-                    combos = [c for c in combos if not dist_dominated(space, c, scale)
-                              and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
-                for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
-                                                          objective, rc, dist)):
-                    if b < np.inf:
-                        tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
-                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist
-                                          else plain_rows_cap(space, combo, scale)))
+        tasks += unit_tasks(ctx, cluster, tables, options, gbs, objective, space, s_num, mbs, rc, dist)
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
+    return tasks
+
+
+def unit_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
+               gbs: int, objective: Objective, space: SearchSpace, s_num: int, mbs: int, rc: bool,
+               dist: bool) -> list[Task]:
+    """The tasks of one unit (S, micro-batch size, recomputation, distributed optimizer) with a finite cheap
+    bound, in the loop's order (type subsets by size, then TP combinations)."""
+    if gbs % mbs:
+        return []
+    types = sorted(options)
+    max_types = min(len(types), space.max_gpu_types or len(types))
+    choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
+                   and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
+    if space.tp_rule == "min_fit":
+        choices = {g: c[:1] for g, c in choices.items()}
+    tasks = []
+    scale = ctx.settings.sharded_collective_scale
+    for k in range(1, max_types + 1):
+        for subset in combinations(types, k):
+            combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+            if not dist:
+                combos = [c for c in combos if not dist_dominated(space, c, scale)
+                          and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
+            for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
+                                                      objective, rc, dist)):
+                if b < np.inf:
+                    tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
+                                      task_dmax(cluster, combo, s_num, gbs // mbs) if dist
+                                      else plain_rows_cap(space, combo, scale)))
     return tasks
