@@ -135,6 +135,29 @@ def _bisect(phi, lo: np.ndarray, hi: np.ndarray, n_mb: int) -> tuple[np.ndarray,
     return lo, hi
 
 
+def rate_floor(c: np.ndarray, m: np.ndarray, rate: np.ndarray, live: np.ndarray, it_hi: float) -> np.ndarray:
+    """[S] a lower bound on a plan's dollars per micro-batch when its iteration is <= ``it_hi``: the smallest
+    over live options of ``r_o it_hi / n_o(it_hi)`` (``r_o``: a pipeline's $/s; inf for an option with
+    ``C_o > it_hi``, which can run no micro-batch), or ``r_o M_o`` (its limit) when ``it_hi`` is inf."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if np.isinf(it_hi):
+            per = rate * m
+        else:
+            per = np.where(c <= it_hi, rate * it_hi * m / (it_hi - c + m), np.inf)
+    return np.where(live, per, np.inf).min(axis=1)
+
+
+def budget_floor(c: np.ndarray, m: np.ndarray, rate: np.ndarray, live: np.ndarray, usd_per_mb: float
+                 ) -> np.ndarray:
+    """[S] the smallest iteration at which some live option's dollars per micro-batch ``r_o it / n_o(it)`` are
+    <= ``usd_per_mb`` (inf: none ever is): ``it >= C_o`` and ``it >= b (C_o - M_o) / (b - r_o M_o)`` where
+    ``r_o M_o < b`` (the ratio falls towards ``r_o M_o`` as ``it`` grows)."""
+    b = usd_per_mb
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(rate * m < b, np.maximum(c, b * (c - m) / (b - rate * m)), np.inf)
+    return np.where(live, need, np.inf).min(axis=1)
+
+
 def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str, list[tuple[int, int]]], gbs: int,
                 objective: Objective, space: SearchSpace) -> list[Unit]:
     """Every unit of the task loop (:func:`planner.search.tasks.enumerate_tasks`: S, then micro-batch size, then
@@ -170,11 +193,16 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
             u_min = np.where(live, upd, np.inf).min(axis=1)
             work = n_mb * np.where(live, rate * m, np.inf).min(axis=1)       # every micro-batch holds a pipeline
             r_min = np.where(live, rate, np.inf).min(axis=1)
+            # the objective's limits on the iteration: the throughput floor caps it, the budget floors it
+            it_hi = 1.0 / objective.min_throughput_iters_per_s if objective.min_throughput_iters_per_s else np.inf
+            per_it = rate_floor(c, m, rate, live, it_hi)      # the fewest dollars per micro-batch at <= it_hi
+            it_budget = np.zeros(len(s)) if objective.max_cost_per_iter_usd is None else \
+                budget_floor(c, m, rate, live, objective.max_cost_per_iter_usd / n_mb)
             for dist in space.distributed_optimizer:
-                it = (span + (u_min / np.maximum(d_max, 1) if dist else u_min)) * (1 - MARGIN)
+                it = np.maximum(span + (u_min / np.maximum(d_max, 1) if dist else u_min), it_budget) * (1 - MARGIN)
                 with np.errstate(invalid="ignore"):
-                    dollars = np.maximum(work + r_min * u_min, r_min * it) * (1 - MARGIN)
-                    ok = objective.allows(it, dollars, gpus) & np.isfinite(it)
+                    dollars = np.maximum(np.maximum(work + r_min * u_min, r_min * it), n_mb * per_it) * (1 - MARGIN)
+                    ok = objective.allows(it, dollars, gpus) & np.isfinite(it) & np.isfinite(dollars)
                     keys = np.where(ok, objective.key(it, dollars), np.inf)
                 for i, si in enumerate(s):
                     by_key[(int(si), mbs, rc, dist)] = float(keys[i])
