@@ -3,8 +3,8 @@
 
 Contract: :class:`TaskQueue` holds every unit of the task loop with its bound (:mod:`planner.search.unitbound`);
 :meth:`TaskQueue.start` gives a heap of the units, and popping a unit gives its tasks
-(:func:`planner.search.tasks.unit_tasks`, built once and kept for later passes) as heap entries keyed by the larger
-of their cheap bound and the unit's bound. Every entry is ``(key, kind, cheap bound, unit order, position, ...)``:
+(:func:`planner.search.tasks.unit_tasks`, built once and kept for later passes) as heap entries keyed by the largest
+of their cheap bound, the unit's bound and their capacity floor (:func:`planner.search.unitbound.task_floors`). Every entry is ``(key, kind, cheap bound, unit order, position, ...)``:
 a unit's entry sorts before each of its tasks' (its key is <= theirs and its kind -1 < 0), so a task is never
 keyed below an entry popped before its unit. A unit whose bound is >= the threshold when popped is never built.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.space import Objective, SearchSpace
 from planner.search.tasks import Tables, Task, unit_tasks
-from planner.search.unitbound import Unit, unit_bounds
+from planner.search.unitbound import Unit, task_floors, unit_bounds
 from planner.simulator.settings import SimContext
 
 UNIT = -1       # the kind of a unit's heap entry (tasks: 0 unrefined, 1 refined, 2 floored)
@@ -32,6 +32,7 @@ class TaskQueue:
         self.args = (ctx, cluster, tables, options, gbs, objective, space)
         self.units = unit_bounds(ctx, cluster, tables, options, gbs, objective, space)
         self._tasks: dict[int, list[Task]] = {}
+        self._floors: dict[int, list[float]] = {}
 
     @property
     def built(self) -> int:
@@ -53,13 +54,15 @@ class TaskQueue:
         if order not in self._tasks:
             u: Unit = self.units[order]
             self._tasks[order] = unit_tasks(*self.args, u.num_stages, u.mbs, u.recompute, u.dist)
+            ctx, cluster, tables, _, gbs, objective, _ = self.args
+            self._floors[order] = task_floors(ctx, cluster, tables, self._tasks[order], gbs, objective)
         return self._tasks[order]
 
     def expand(self, heap: list[tuple], entry: tuple) -> None:
         """Push the tasks of the unit of ``entry`` (popped from ``heap``)."""
         key, _, _, order, _ = entry
-        for j, t in enumerate(self.tasks(order)):
-            heapq.heappush(heap, (max(t.bound, key), 0, t.bound, order, j))
+        for j, (t, floor) in enumerate(zip(self.tasks(order), self._floors[order])):
+            heapq.heappush(heap, (max(t.bound, key, floor), 0, t.bound, order, j))
 
     def task(self, entry: tuple) -> Task:
         return self._tasks[entry[3]][entry[4]]

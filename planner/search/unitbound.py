@@ -212,3 +212,49 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
                                                        space.recompute, space.distributed_optimizer)):
         out.append(Unit(si, mbs, rc, dist, by_key.get((si, mbs, rc, dist), np.inf), order))
     return out
+
+
+def task_floors(ctx: SimContext, cluster: ClusterSpec, tables, tasks: list, gbs: int, objective: Objective
+                ) -> list[float]:
+    """A lower bound on the objective key of every plan of each task (:class:`planner.search.tasks.Task`), from the
+    same capacity argument per pool with the task's own TPs: per type g, ``M_g`` and ``C_g`` are the smallest
+    busiest-stage and summed compute over the task's fitting splits (the cheap bound's relaxed fit), every
+    pool of g offers ``count // (S t_g)`` pipelines of at most ``(it - C_g) / M_g + 1`` micro-batches each; every
+    type runs >= 1 pipeline (a task's rows), so the optimizer step is >= the largest over types of its smallest
+    slowest-stage step, the GPUs >= one pipeline per type and the $/s >= their sum (docs/PLANNER.md 2.3)."""
+    from planner.search.caps import caps_for, task_dmax
+    out = []
+    for t in tasks:
+        n_mb = gbs // t.mbs
+        dmax = task_dmax(cluster, t.tps, t.num_stages, n_mb)
+        fits = tables.task_fits(t.tps, t.mbs, t.num_stages, t.recompute, t.dist, dmax, relaxed=True)
+        if not fits.any():
+            out.append(np.inf)
+            continue
+        slots, upd, rate, gpus, work = [], 0.0, 0.0, 0, np.inf
+        for g, tp in t.tps:
+            st = tables.split_stats(g, tp, t.mbs, t.num_stages, t.recompute)
+            m, c = float(st.comp_max[fits].min()), float(st.comp_sum[fits].min())
+            upd = max(upd, float(st.upd_max[fits].min()))
+            r = t.num_stages * tp * ctx.catalog.get(g).usd_per_s
+            rate, gpus, work = rate + r, gpus + t.num_stages * tp, min(work, r * m)
+            slots += [(cap, c, m) for _, cap in caps_for(cluster, g, tp, t.num_stages)]
+        it = (slot_root(slots, n_mb) + (upd / max(dmax, 1) if t.dist else upd)) * (1 - MARGIN)
+        dollars = max(rate * it, n_mb * work) * (1 - MARGIN)
+        ok = bool(objective.allows(it, dollars, gpus)) and np.isfinite(it)
+        out.append(float(objective.key(it, dollars)) if ok else np.inf)
+    return out
+
+
+def slot_root(slots: list[tuple[int, float, float]], n_mb: int) -> float:
+    """The smallest ``it`` with ``sum cap ((it - C) / M + 1) [it >= C] >= n_mb`` over ``slots`` (cap, C, M)
+    (piecewise linear and increasing, with a jump at every C: solved segment by segment; inf: no slot)."""
+    a = b = 0.0
+    prev = 0.0
+    for cap, c, m in sorted(slots, key=lambda x: x[1]):
+        if a > 0 and (n_mb - b) / a < c:      # the root lies before this slot opens
+            return max((n_mb - b) / a, prev)
+        a, b, prev = a + cap / m, b + cap * (1.0 - c / m), c
+        if a * c + b >= n_mb:                   # reached by the jump at c
+            return c
+    return max((n_mb - b) / a, prev) if a > 0 else np.inf

@@ -27,7 +27,7 @@ from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options, unit_tasks
-from planner.search.unitbound import Unit, unit_bounds
+from planner.search.unitbound import Unit, slot_root, task_floors, unit_bounds
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED, SimContext
 
@@ -65,8 +65,9 @@ def _gpus(rng: random.Random, max_gpus: int) -> str:
     return ",".join(f"{g}@{z}={n}" for (g, z), n in zip(pools, counts) if n > 0)
 
 
-def _unit_plans(ctx, cluster, gbs, max_stages, space) -> dict[tuple, list[tuple[float, float, int]]]:
-    """{(S, mbs, recompute, dist): [(iteration s, $/iteration, GPUs)]} of every pool plan whose memory fits, with
+def _unit_plans(ctx, cluster, gbs, max_stages, space) -> dict[tuple, list[tuple]]:
+    """{(S, mbs, recompute, dist): [(iteration s, $/iteration, GPUs, TP per used type)]} of every pool plan whose
+    memory fits, with
     every contiguous split (tests/planner/test_planner_bruteforce.py's pools and micro-batch assignments)."""
     out: dict[tuple, list] = {}
     types = cluster.gpu_types()
@@ -90,12 +91,13 @@ def _unit_plans(ctx, cluster, gbs, max_stages, space) -> dict[tuple, list[tuple[
                                 from dataclasses import replace
                                 plan = replace(plan, tie_embeddings=True)
                             est = simulate(plan, ctx)
+                            combo = tuple(sorted({(g, t) for g, _, t, _ in pools}))
                             out.setdefault((s_num, mbs, rc, dist), []).append(
-                                (est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus))
+                                (est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus, combo))
     return out
 
 
-def _objectives(plans: list[tuple[float, float, int]]) -> list[Objective]:
+def _objectives(plans: list[tuple]) -> list[Objective]:
     """The three objectives bare and with constraints at the median plan's figures."""
     its = sorted(p[0] for p in plans)
     usd = sorted(p[1] for p in plans)
@@ -127,7 +129,7 @@ def _check(seed: int, max_stages: int, max_gpus: int) -> tuple[list[float], int]
         units = {(u.num_stages, u.mbs, u.recompute, u.dist): u
                  for u in unit_bounds(ctx, cluster, tables, options, gbs, objective, space)}
         for key, plans in by_unit.items():
-            ok = [objective.key(it, usd) for it, usd, g in plans if objective.allows(it, usd, g)]
+            ok = [objective.key(it, usd) for it, usd, g, _ in plans if objective.allows(it, usd, g)]
             bound = units[key].bound
             if not ok:
                 continue
@@ -135,6 +137,14 @@ def _check(seed: int, max_stages: int, max_gpus: int) -> tuple[list[float], int]
             assert bound <= best * (1 + 1e-12), (seed, objective, key, bound, best)
             ratios.append(bound / best)
             checked += 1
+            # the capacity floor of every task of the unit, against the best plan of its TPs
+            tasks = unit_tasks(ctx, cluster, tables, options, gbs, objective, space, *key)
+            for task, floor in zip(tasks, task_floors(ctx, cluster, tables, tasks, gbs, objective)):
+                mine = [objective.key(it, usd) for it, usd, g, combo in plans
+                        if combo == task.tps and objective.allows(it, usd, g)]
+                if mine:
+                    assert floor <= min(mine) * (1 + 1e-12), (seed, objective, task, floor, min(mine))
+                    ratios.append(floor / min(mine))
     return ratios, checked
 
 
@@ -166,8 +176,9 @@ def _shape(c):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_lazy_units_return_what_the_full_task_list_returns(monkeypatch, seed: int) -> None:
-    """plan_search with the unit bounds returns the same top-K (keys, plans, order) as with every unit bounded
-    by -inf, which builds every task and visits them by their cheap bounds alone, as the engine did before."""
+    """plan_search with the unit bounds and task floors returns the same top-K (keys, plans, order) as with
+    every unit and task floor at -inf, which builds every task and visits them by their cheap bounds alone, as
+    the engine did before."""
     rng = random.Random(300 + seed)
     ctx = _ctx(rng)
     cluster = parse_gpus(_gpus(rng, 12), ctx.catalog)
@@ -180,6 +191,7 @@ def test_lazy_units_return_what_the_full_task_list_returns(monkeypatch, seed: in
     real = taskqueue.unit_bounds
     monkeypatch.setattr(taskqueue, "unit_bounds",
                         lambda *a: [Unit(u.num_stages, u.mbs, u.recompute, u.dist, -np.inf, u.order) for u in real(*a)])
+    monkeypatch.setattr(taskqueue, "task_floors", lambda ctx, cluster, tables, tasks, *a: [-np.inf] * len(tasks))
     full = plan_search(ctx, cluster, 8, objective, space, top_k=top_k)
     assert [_shape(c) for c in lazy.candidates] == [_shape(c) for c in full.candidates]
     assert lazy.stats.tasks <= full.stats.tasks
@@ -214,3 +226,20 @@ def test_empty_result_reports_the_memory_shortfall_of_every_unit() -> None:
     free = plan_search(ctx, cluster, 8, Objective("throughput"), space)
     assert res.best is None and free.best is None
     assert res.stats.memory_shortfall_bytes == free.stats.memory_shortfall_bytes > 0
+
+
+def test_slot_root_is_the_smallest_iteration_whose_slots_hold_the_batch() -> None:
+    """slot_root against a fine scan of the piecewise-linear capacity (jumps at every fill C)."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        slots = [(int(rng.integers(1, 4)), float(c), float(c * rng.uniform(0.05, 1.0)))
+                 for c in rng.uniform(0.5, 3.0, size=int(rng.integers(1, 5)))]
+        n_mb = int(rng.integers(1, 40))
+        root = slot_root(slots, n_mb)
+
+        def phi(it: float) -> float:
+            return sum(cap * ((it - c) / m + 1) for cap, c, m in slots if it >= c)
+
+        assert phi(root * (1 + 1e-9)) >= n_mb - 1e-9
+        assert root == min(c for _, c, _ in slots) or phi(root * (1 - 1e-9)) < n_mb
+    assert slot_root([], 3) == np.inf
