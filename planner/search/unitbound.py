@@ -5,7 +5,7 @@ Contract: :func:`unit_bounds` lists every unit of :func:`planner.search.tasks.en
 order, with ``bound`` <= the objective key of every pool plan of the unit (every TP per type, every contiguous
 layer split, every row and micro-batch assignment; inf: no plan of the unit can meet the constraints or the
 unit has no pool with room for a pipeline). The engine expands a unit into its tasks only when the bound is
-below the threshold (docs/PLANNER.md 2.3, *Unit bound*; ``tests/planner/test_unit_bound_h10e.py`` checks it
+below the threshold (docs/PLANNER.md 2.3, *Lazy task list*; ``tests/planner/test_unit_bound_h10e.py`` checks it
 against the brute force).
 
 The argument, per option o = (GPU type, TP) with capacity ``cap_p(o) = count_p // (S t)`` in pool p: a stage's

@@ -171,7 +171,8 @@ def test_unit_bound_is_tight_enough_that_five_percent_more_fails() -> None:
 
 
 def _shape(c):
-    return (c.key, c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.chain, c.recompute, c.distributed_optimizer, c.microbatches)
+    return (c.key, c.num_stages, c.mbs, c.layers_per_stage, c.pools, c.chain, c.recompute, c.distributed_optimizer,
+            c.microbatches)
 
 
 @pytest.mark.parametrize("seed", range(6))
