@@ -6,7 +6,8 @@ Contract: :class:`TaskQueue` holds every unit of the task loop with its bound (:
 (:func:`planner.search.tasks.unit_tasks`, built once and kept for later passes) as heap entries keyed by the largest
 of their cheap bound, the unit's bound and their capacity floor (:func:`planner.search.unitbound.task_floors`).
 Every entry is ``(key, kind, cheap bound, unit order, position, ...)``: a unit's entry sorts before each of its
-tasks' (its key is <= theirs and its kind -1 < 0), so a task is never keyed below an entry popped before its unit. A unit whose bound is >= the threshold when popped is never built.
+tasks' (its key is <= theirs and its kind -1 < 0), so a task is never keyed below an entry popped before its unit.
+A unit whose bound is >= the threshold when popped is never built.
 """
 from __future__ import annotations
 
