@@ -1,6 +1,8 @@
 """The planner's search: a pure function of (cost model context, cluster, batch, objective, space).
 
-Tasks (S, micro-batch, TP per used type) are visited best-first by a lower bound; inside a task the layer
+Tasks (S, micro-batch, TP per used type) are visited best-first by a lower bound (built unit by unit, a unit
+being (S, micro-batch, recomputation, distributed optimizer), only once the search reaches the unit's bound:
+:mod:`planner.search.taskqueue`); inside a task the layer
 splits are reduced to the non-dominated ones (the objective is monotone in every criterion), and for each
 split every row of pipeline counts is bounded cheaply, then scored exactly if the bound can still win.
 """
@@ -21,7 +23,8 @@ from planner.search.space import Candidate, Objective, SearchResult, SearchSpace
 from planner.search.taskbound import task_bound
 from planner.search.costfloor import objective_task_floor
 from planner.search.taskrun import run_task
-from planner.search.tasks import Tables, Task, enumerate_tasks, mbs_tp_options
+from planner.search.taskqueue import UNIT, TaskQueue
+from planner.search.tasks import Tables, mbs_tp_options
 from planner.search.verify import check_candidates
 from planner.simulator.settings import SimContext
 
@@ -66,12 +69,14 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         return budget.expired(chain_share) and best.has_plan()
 
     chain_share, chains_done = 1.0, None
+    queues = []
     for sub in clusters:
-        tasks = enumerate_tasks(ctx, sub, tables, options, gbs, objective, space, cache,
-                                tick=lambda i, n: budget.tick("building the task list (depths)", i, n))
-        stats.tasks += len(tasks)
-        refined: dict[int, tuple[float, dict]] = {}
-        if len(sub.pools) >= INCUMBENT_MIN_POOLS and len(tasks) > 1:
+        budget.tick("building the task list (a bound per depth, micro-batch, recomputation, distributed optimizer)",
+                    0, 1)
+        tasks = TaskQueue(ctx, sub, tables, options, gbs, objective, space)
+        queues.append(tasks)
+        refined: dict[tuple[int, int], tuple[float, dict]] = {}
+        if len(sub.pools) >= INCUMBENT_MIN_POOLS and tasks.live_units() > 1:
             # a large cluster: an incumbent from coarse pipeline counts, then the chain plans against it
             # (pushed as "late" so that ties still go to pool plans), then the exact pool search
             _coarse_incumbents(ctx, sub, tables, cache, tasks, gbs, objective, space, best, budget, refined)
@@ -87,15 +92,19 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
                                     stop=chain_stop)
     if not chains_done:
         remaining = min(remaining, _floor_key(ctx, cluster, gbs, objective, space))
+    if not best.has_plan():     # no plan: the memory shortfall reported is the one over every unit's splits
+        for q in queues:
+            q.build_all()
+    stats.tasks = sum(q.built for q in queues)
     found = _finish(best, stats, remaining, time_limit_s, tables)
     if verify:
         check_candidates(ctx, found, gbs)
     return SearchResult(found, stats, time.perf_counter() - t0)
 
 
-def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task],
+def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue,
                        gbs: int, objective: Objective, space: SearchSpace, best: TopK, budget: Budget,
-                       refined: dict[int, tuple[float, dict]]) -> None:
+                       refined: dict[tuple[int, int], tuple[float, dict]]) -> None:
     """Incumbents for ``best`` from the same best-first search over coarse pipeline counts (level 1: the same
     count in every zone; level 2: every zone used, any total), both subsets of the declared rows, each ending
     by its share of the time limit (docs/PLANNER.md 2.4)."""
@@ -130,48 +139,51 @@ def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objec
     return float(objective.key(b.iteration_s, b.cost_usd))
 
 
-def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: list[Task], gbs: int,
+def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue, gbs: int,
            objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats, budget: Budget,
-           refined: dict[int, tuple[float, dict]], coarse: int = 0, share: float = 1.0,
+           refined: dict[tuple[int, int], tuple[float, dict]], coarse: int = 0, share: float = 1.0,
            floor_tasks: bool = False) -> float:
-    """Best-first over tasks; a task's cheap bound is refined (gradient sync added) when it is first popped
-    (refinements are kept in ``refined`` for a later pass). Returns inf when every task was searched or
-    pruned, else (stopped at ``share`` of the time limit) a lower bound on every plan of the unsearched
-    tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of that level (the incumbent search).
-    ``floor_tasks``: a refined task is bounded once more by
+    """Best-first over units and tasks: a popped unit pushes its tasks (:class:`TaskQueue`); a task's cheap bound
+    is refined (gradient sync added) when it is first popped (refinements are kept in ``refined`` for a later
+    pass). Returns inf when every task was searched or pruned, else (stopped at ``share`` of the time limit) a
+    lower bound on every plan of the unsearched tasks. ``coarse`` (1, 2): only :func:`coarse_options` rows of
+    that level (the incumbent search). ``floor_tasks``: a refined task is bounded once more by
     :func:`planner.search.costfloor.objective_task_floor` (the exact task floor under the throughput
     objective) before it runs."""
-    heap = [(t.bound, 0, i) for i, t in enumerate(tasks)]
-    heapq.heapify(heap)
+    heap = tasks.start()
     done = 0
     phase = f"incumbent search (coarse pipeline counts, level {coarse})" if coarse else "exact search"
     label = [phase]
 
     def stop() -> bool:
-        budget.tick(label[0], done, len(tasks))
+        budget.tick(label[0], done, tasks.built)
         return budget.expired(share) and best.has_plan()
 
     while heap:
-        bound, is_refined, i = heapq.heappop(heap)
+        entry = heapq.heappop(heap)
+        bound, kind = entry[0], entry[1]
         if bound >= best.threshold():
             stats.tasks_pruned += len(heap) + 1
             break
         if stop():
             return bound
-        task = tasks[i]
+        if kind == UNIT:
+            tasks.expand(heap, entry)
+            continue
+        task, i = tasks.task(entry), entry[3:5]
         label[0] = f"{phase}, best {best.best_key():.4g}, bound {bound:.4g}"
-        if not is_refined:
+        if kind == 0:
             if i not in refined:
                 sync_out: dict = {}
                 b = task_bound(ctx, cluster, tables, task.tps, task.num_stages, task.mbs, gbs // task.mbs,
                                objective, cache, sync_out=sync_out, recompute=task.recompute, dist=task.dist)
                 refined[i] = (b, sync_out)
-            heapq.heappush(heap, (max(refined[i][0], bound), 1, i))
+            heapq.heappush(heap, (max(refined[i][0], bound), 1) + entry[2:])
             continue
-        if floor_tasks and is_refined == 1:
+        if floor_tasks and kind == 1:
             fb = objective_task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"),
                                       objective)
-            heapq.heappush(heap, (max(fb, bound), 2, i))
+            heapq.heappush(heap, (max(fb, bound), 2) + entry[2:])
             continue
         try:
             run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,

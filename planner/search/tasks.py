@@ -119,10 +119,7 @@ class Tables:
                     arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
                                        self.space.tie_embeddings)
                 else:
-                    ckey = ("cgrid", g, tp, mbs, recompute)      # shared by every depth
-                    if ckey not in self._arr:
-                        self._arr[ckey] = compute_grid(self.ctx, tt, recompute)
-                    arr = gathered_stage_arrays(tt, counts, grid, index, self._arr[ckey],
+                    arr = gathered_stage_arrays(tt, counts, grid, index, self._cgrid(g, tp, mbs, recompute),
                                                 self.memo[("grid-index", s_num)][2])
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
@@ -152,16 +149,19 @@ class Tables:
                 else None
             if known is not None:
                 self._arr[key] = known[row:row + 1]
-        if key not in self._arr and counts is None:
-            grids = self._depths(g, tp, mbs, recompute)
-            if s_num in grids.offsets:      # each entry's answer is its own: computed per entry of every depth
-                fkey = ("dmin-flat", g, tp, mbs, recompute, shards)
-                if fkey not in self._arr:
-                    self._arr[fkey] = dist_min_dp(self.ctx, self.table(g, tp, mbs), grids.counts,
-                                                  self.space.precision, self.space.optimizer, recompute, shards,
-                                                  self.space.tie_embeddings, grids.terms,
-                                                  (grids.first, grids.last, grids.params))
-                self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), self._split_index(s_num)[0])
+        index = None
+        if key not in self._arr:        # the entries of the grids the splits read (None: not held there)
+            index = self._grid_index_of(g, tp, mbs, counts, recompute) if counts is not None else \
+                self._split_index(s_num)[0] if s_num in self._depths(g, tp, mbs, recompute).offsets else None
+        if index is not None:
+            grids = self._depths(g, tp, mbs, recompute)     # each entry's answer is its own: computed per entry
+            fkey = ("dmin-flat", g, tp, mbs, recompute, shards)     # of every depth, then gathered
+            if fkey not in self._arr:
+                self._arr[fkey] = dist_min_dp(self.ctx, self.table(g, tp, mbs), grids.counts,
+                                              self.space.precision, self.space.optimizer, recompute, shards,
+                                              self.space.tie_embeddings, grids.terms,
+                                              (grids.first, grids.last, grids.params))
+            self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), index)
         if key not in self._arr:
             if counts is None:
                 counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
@@ -230,13 +230,45 @@ class Tables:
         if key not in self._arr:
             row = self._split_row(counts)
             plain = self._arr.get(("plain", g, tp, mbs, counts.shape[1], recompute)) if row is not None else None
+            index = None if plain is not None else self._grid_index_of(g, tp, mbs, counts, recompute)
             if plain is not None:   # the formulas act row by row: row k of the space's splits is this split's
                 self._arr[key] = StageArrays(*(getattr(plain, f)[row:row + 1]
                                                for f in StageArrays.__dataclass_fields__))
+            elif index is not None:     # gathered from the depth's grids: the same values (grids.py)
+                self._arr[key] = gathered_stage_arrays(self.table(g, tp, mbs), counts,
+                                                       self._grid(g, tp, mbs, counts.shape[1], recompute)[0], index,
+                                                       self._cgrid(g, tp, mbs, recompute), self._compute_index(counts))
             else:
                 self._arr[key] = stage_arrays(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
                                               self.space.optimizer, recompute, self.space.tie_embeddings)
         return self._arr[key]
+
+    def _cgrid(self, g: str, tp: int, mbs: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`compute_grid` of (g, tp, mbs), shared by every depth."""
+        ckey = ("cgrid", g, tp, mbs, recompute)
+        if ckey not in self._arr:
+            self._arr[ckey] = compute_grid(self.ctx, self.table(g, tp, mbs), recompute)
+        return self._arr[ckey]
+
+    def _grid_index_of(self, g: str, tp: int, mbs: int, counts: np.ndarray, recompute: bool) -> np.ndarray | None:
+        """:func:`grid_index` of splits ``counts`` into the depth grids of (g, tp, mbs) (None: a depth or a
+        stage size the grids do not hold)."""
+        s_num = counts.shape[1]
+        grids = self._depths(g, tp, mbs, recompute)
+        if s_num not in grids.offsets or counts.size == 0 or counts.max() > grids.offsets[s_num][1]:
+            return None
+        key = ("counts-index", counts.tobytes(), counts.shape)
+        if key not in self.memo:
+            self.memo[key] = grid_index(counts)
+        return self.memo[key]
+
+    def _compute_index(self, counts: np.ndarray) -> np.ndarray:
+        """:func:`compute_index` of splits ``counts`` (memoised: the chain plans read one split per depth for
+        many types)."""
+        key = ("compute-index", counts.tobytes(), counts.shape)
+        if key not in self.memo:
+            self.memo[key] = compute_index(counts, self.ctx.model.num_layers)
+        return self.memo[key]
 
     def _split_row(self, counts: np.ndarray) -> int | None:
         """The index of the one split ``counts`` ([1, S]) among the space's splits of S stages (None: not there)."""
@@ -299,33 +331,44 @@ class Tables:
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
                     gbs: int, objective: Objective, space: SearchSpace, cache: LinkCache,
                     tick=None) -> list[Task]:
-    """Every task with a finite cheap bound, sorted by it. ``tick(i, n)``: called per pipeline depth."""
-    types = sorted(options)
-    max_types = min(len(types), space.max_gpu_types or len(types))
+    """Every task with a finite cheap bound, sorted by it. ``tick(i, n)``: called per pipeline depth. (The engine
+    builds the same tasks unit by unit, only for units whose bound is below its threshold: :func:`unit_tasks`.)"""
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
-    mbs_all = sorted({m for g in types for m, _ in options[g]})
+    mbs_all = sorted({m for g in options for m, _ in options[g]})
     tasks = []
     for s_num, mbs, rc, dist in product(range(1, max_s + 1), mbs_all, space.recompute, space.distributed_optimizer):
         if tick is not None and dist == space.distributed_optimizer[0]:
             tick(s_num - 1, max_s)
-        if gbs % mbs:
-            continue
-        choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
-                       and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
-        if space.tp_rule == "min_fit":
-            choices = {g: c[:1] for g, c in choices.items()}
-        for k in range(1, max_types + 1):
-            for subset in combinations(types, k):
-                combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
-                scale = ctx.settings.sharded_collective_scale
-                if not dist:
-                    combos = [c for c in combos if not dist_dominated(space, c, scale)
-                              and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
-                for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
-                                                          objective, rc, dist)):
-                    if b < np.inf:
-                        tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
-                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist
-                                          else plain_rows_cap(space, combo, scale)))
+        tasks += unit_tasks(ctx, cluster, tables, options, gbs, objective, space, s_num, mbs, rc, dist)
     tasks.sort(key=lambda t: (t.bound, t.num_stages, t.mbs))
+    return tasks
+
+
+def unit_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
+               gbs: int, objective: Objective, space: SearchSpace, s_num: int, mbs: int, rc: bool,
+               dist: bool) -> list[Task]:
+    """The tasks of one unit (S, micro-batch size, recomputation, distributed optimizer) with a finite cheap
+    bound, in the loop's order (type subsets by size, then TP combinations)."""
+    if gbs % mbs:
+        return []
+    types = sorted(options)
+    max_types = min(len(types), space.max_gpu_types or len(types))
+    choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
+                   and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
+    if space.tp_rule == "min_fit":
+        choices = {g: c[:1] for g, c in choices.items()}
+    tasks = []
+    scale = ctx.settings.sharded_collective_scale
+    for k in range(1, max_types + 1):
+        for subset in combinations(types, k):
+            combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+            if not dist:
+                combos = [c for c in combos if not dist_dominated(space, c, scale)
+                          and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
+            for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
+                                                      objective, rc, dist)):
+                if b < np.inf:
+                    tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
+                                      task_dmax(cluster, combo, s_num, gbs // mbs) if dist
+                                      else plain_rows_cap(space, combo, scale)))
     return tasks
