@@ -3,10 +3,11 @@
 Each setup of benchmarks/planner_vs_sailor.py chosen runs in a fresh process (this script with ``--child``),
 which times (``time.process_time``) the imports of ``planner.cli_plan``, the whole ``main`` of
 ``sailor-plan ... --planner ours --json --no-comparator --time-limit-s none`` (benchmarks/search_time.py's
-command), and inside it the engine's phases: the task list (``enumerate_tasks``), the refined task bounds
-(``task_bound``), the tasks' pool rows (``run_task``), the chain plans (``search_chains``) and the production
-check (``check_candidates``). Phases are wrapped by name in ``planner.search.engine``, so a phase nested in
-another (none today) would be counted twice. The table and one last summary line go to stdout.
+command), and inside it the engine's phases: the lazily built task list (``unit_bounds``, ``unit_tasks`` and
+``task_floors`` as ``planner.search.taskqueue`` calls them), the refined task bounds (``task_bound``), the
+tasks' pool rows (``run_task``), the chain plans (``search_chains``) and the production check
+(``check_candidates``), the last four as ``planner.search.engine`` calls them. Phases are wrapped by name in
+the module that calls them, so a phase nested in another (none today) would be counted twice. The table and one last summary line go to stdout.
 
     python benchmarks/search_phases.py --sailor-data ../shared/data/sailor [--only NAME ...]
 """
@@ -25,27 +26,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PHASES = ("enumerate_tasks", "task_bound", "run_task", "search_chains", "check_candidates")
+# (column, calling module, the functions wrapped there)
+PHASE_FUNCS = (("task list", "planner.search.taskqueue", ("unit_bounds", "unit_tasks", "task_floors")),
+               ("task_bound", "planner.search.engine", ("task_bound",)),
+               ("run_task", "planner.search.engine", ("run_task",)),
+               ("search_chains", "planner.search.engine", ("search_chains",)),
+               ("check_candidates", "planner.search.engine", ("check_candidates",)))
+PHASES = tuple(p for p, _, _ in PHASE_FUNCS)
 DEFAULT = ("GPT-Neo 128+384", "Fig11 min$ >=0.2it/s", "Fig8b 32+96")
 
 
 def child(argv: list[str]) -> None:
     """Run sailor-plan's main in this process with the engine's phases timed; print one JSON line."""
     t0 = time.process_time()
+    import importlib
     import planner.cli_plan as cli
-    import planner.search.engine as engine
     t_imp = time.process_time() - t0
     spent = dict.fromkeys(PHASES, 0.0)
-    for name in PHASES:
-        fn = getattr(engine, name)
+    for phase, module, names in PHASE_FUNCS:
+        mod = importlib.import_module(module)
+        for name in names:
+            fn = getattr(mod, name)
 
-        def timed(*a, _fn=fn, _name=name, **k):
-            t = time.process_time()
-            try:
-                return _fn(*a, **k)
-            finally:
-                spent[_name] += time.process_time() - t
-        setattr(engine, name, timed)
+            def timed(*a, _fn=fn, _phase=phase, **k):
+                t = time.process_time()
+                try:
+                    return _fn(*a, **k)
+                finally:
+                    spent[_phase] += time.process_time() - t
+            setattr(mod, name, timed)
     t1 = time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
         rc = cli.main(argv)
