@@ -5,26 +5,19 @@ candidates with the floor and with it replaced by -inf; and the split tables (``
 ``with_sync``) give ``stage_tab``'s."""
 from __future__ import annotations
 
-import random
 from itertools import product
 
 import numpy as np
 import pytest
 
-from planner.cluster import parse_gpus
-from planner.hardware import GPUCatalog
 from planner.model import ModelSpec
-from planner.network import NetworkModel
-from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search import chainfloor, chains
 from planner.search.chaintab import stage_core, stage_tab, with_pairs, with_sync
 from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, mbs_tp_options
-from planner.simulator.settings import OURS, SimContext
+from tests.planner.chain_cases import random_chain_case
 
-GIB = 1024 ** 3
-A, V = "A100-40", "V100-16"
 MODEL = ModelSpec("itfloor", num_layers=5, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
                   vocab_size=1024, max_position_embeddings=2048)
 SPACE = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False, True),
@@ -32,17 +25,7 @@ SPACE = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), recompu
 
 
 def _case(seed: int):
-    rng = random.Random(1000 + seed)
-    catalog = GPUCatalog().with_entries({V: {"memory_bytes": int(rng.choice([1.5, 2.5, 4.0, 16.0]) * GIB)},
-                                         A: {"memory_bytes": int(rng.choice([2.0, 3.0, 5.0, 40.0]) * GIB)}})
-    zones = rng.sample(["us-a", "us-b", "eu-b"], rng.randint(1, 3))
-    pools = {}
-    for _ in range(rng.randint(2, 4)):
-        pools[(rng.choice([A, V]), rng.choice(zones))] = rng.randint(1, 9)
-    gpus = ",".join(f"{g}@{z}={n}" for (g, z), n in pools.items())
-    objective = rng.choice([Objective("throughput"), Objective("cost"), Objective("value")])
-    ctx = SimContext(MODEL, ProfileStore(MODEL, catalog), NetworkModel(catalog), catalog, OURS)
-    return ctx, parse_gpus(gpus, catalog), rng.choice([4, 8, 16, 32, 64]), objective
+    return random_chain_case(MODEL, 1000 + seed, 9, (4, 8, 16, 32, 64))
 
 
 def _units(ctx, cluster, gbs, space=SPACE):

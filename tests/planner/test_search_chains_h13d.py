@@ -4,7 +4,6 @@ stages fit (every (cut, group sequence) pair, as ``chains_for_cuts`` enumerates 
 inflated floor breaks that; and the search returns the same candidates with and without the skip it drives."""
 from __future__ import annotations
 
-import random
 from itertools import combinations
 
 import numpy as np
@@ -23,25 +22,15 @@ from planner.search.chaintab import range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, mbs_tp_options
 from planner.simulator.settings import OURS, SimContext
+from tests.planner.chain_cases import random_chain_case
 
-GIB = 1024 ** 3
-A, V = "A100-40", "V100-16"
+A = "A100-40"
 MODEL = ModelSpec("floor", num_layers=6, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
                   vocab_size=1024, max_position_embeddings=2048)
 
 
 def _case(seed: int):
-    rng = random.Random(seed)
-    catalog = GPUCatalog().with_entries({V: {"memory_bytes": int(rng.choice([1.5, 2.5, 4.0, 16.0]) * GIB)},
-                                         A: {"memory_bytes": int(rng.choice([2.0, 3.0, 5.0, 40.0]) * GIB)}})
-    zones = rng.sample(["us-a", "us-b", "eu-b"], rng.randint(1, 3))
-    pools = {}
-    for _ in range(rng.randint(2, 4)):
-        pools[(rng.choice([A, V]), rng.choice(zones))] = rng.randint(1, 6)
-    gpus = ",".join(f"{g}@{z}={n}" for (g, z), n in pools.items())
-    objective = rng.choice([Objective("throughput"), Objective("cost"), Objective("value")])
-    ctx = SimContext(MODEL, ProfileStore(MODEL, catalog), NetworkModel(catalog), catalog, OURS)
-    return ctx, parse_gpus(gpus, catalog), rng.choice([4, 8, 16]), objective
+    return random_chain_case(MODEL, seed, 6, (4, 8, 16))
 
 
 def _units(ctx, cluster, gbs, objective, space):
