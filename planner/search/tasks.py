@@ -59,6 +59,14 @@ def mbs_tp_options(ctx: SimContext, gpu_type: str, node_size: int, space: Search
     return sorted(out)
 
 
+def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -> dict[str, list[tuple[int, int]]]:
+    """Per GPU type of ``cluster``: the (mbs, tp) pairs the search may use, TP capped by the smaller of the
+    cluster's and the context's GPUs per node (:func:`mbs_tp_options`); types with none are left out."""
+    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
+               for g in cluster.gpu_types()}
+    return {g: o for g, o in options.items() if o}
+
+
 def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | None:
     if space.split == "family":
         return split_family(num_layers, s_num)

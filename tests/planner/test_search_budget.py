@@ -21,7 +21,7 @@ from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.netvec import LinkCache
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import coarse_options, product_chunks, product_rows, zone_splits
-from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options, enumerate_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_planner_bruteforce import bf_ctx, check_exact  # noqa: E402
@@ -89,10 +89,9 @@ def test_row_floor_is_below_every_splits_cheap_key(seed: int) -> None:
     gbs, objective = 8, rng.choice(OBJECTIVES)
     space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2))
     tables, cache = Tables(ctx, space), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, space)
     checked = floored = 0
-    for task in enumerate_tasks(ctx, cluster, tables, {g: o for g, o in options.items() if o}, gbs, objective,
+    for task in enumerate_tasks(ctx, cluster, tables, options, gbs, objective,
                                 space, cache):
         n_mb = gbs // task.mbs
         idx = np.nonzero(tables.task_fits(task.tps, task.mbs, task.num_stages, task.recompute))[0]

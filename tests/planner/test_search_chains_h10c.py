@@ -15,7 +15,7 @@ from planner.search import Objective, SearchSpace, plan_search
 from planner.search import chainfloor, chains
 from planner.search.chaintab import stage_core, stage_tab, with_pairs, with_sync
 from planner.search.netvec import LinkCache
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from tests.planner.chain_cases import random_chain_case
 
 MODEL = ModelSpec("itfloor", num_layers=5, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
@@ -31,8 +31,7 @@ def _case(seed: int):
 def _units(ctx, cluster, gbs, space=SPACE):
     """Per unit: (iteration floor, the smallest iteration of any fitting chain at any D (inf: none))."""
     tables, cache = Tables(ctx, space), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, space)
     out = []
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, space):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
@@ -81,8 +80,7 @@ def test_floor_beats_the_old_mediant_bound():
     for seed in SEEDS:
         ctx, cluster, gbs, _ = _case(seed)
         tables = Tables(ctx, SPACE)
-        options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-                   for g in cluster.gpu_types()}
+        options = cluster_options(ctx, cluster, SPACE)
         for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
             tab = stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
             comp = np.where(tab.fits, tab.comp, np.inf)
@@ -111,8 +109,7 @@ def test_floor_leaves_the_candidates_unchanged(seed, monkeypatch):
 def test_split_tables_equal_the_whole():
     ctx, cluster, gbs, _ = _case(5)
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, SPACE)
     n = 0
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         whole = stage_tab(ctx, LinkCache(ctx), tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
@@ -154,8 +151,7 @@ def test_the_coupled_term_binds_somewhere():
         ctx, cluster, gbs, _ = _case(seed)
         tables = Tables(ctx, SPACE)
         cache = LinkCache(ctx)
-        options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-                   for g in cluster.gpu_types()}
+        options = cluster_options(ctx, cluster, SPACE)
         for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
             tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, SPACE.precision,
                                                          dist), mbs, SPACE.precision)

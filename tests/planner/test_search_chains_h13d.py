@@ -20,7 +20,7 @@ from planner.search.chainfloor import unit_floors
 from planner.search.chainseq import chain_sequences
 from planner.search.chaintab import range_tab, stage_tab
 from planner.search.netvec import LinkCache
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from planner.simulator.settings import OURS, SimContext
 from tests.planner.chain_cases import random_chain_case
 
@@ -38,8 +38,7 @@ def _units(ctx, cluster, gbs, objective, space):
     bound of a fitting pair, the smallest exact chain key over every D), each pair and chain enumerated as
     chains_for_cuts would."""
     tables, cache = Tables(ctx, space), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, space)
     out = []
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, space):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)

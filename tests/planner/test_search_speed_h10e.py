@@ -14,10 +14,7 @@ from planner.search import tasks as T
 from planner.search.tables import dist_min_dp, stage_arrays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_search_speed_h13x import _cases, _random_table, ctx  # noqa: E402,F401  (the module's fixture)
-
-FIELDS = ("compute_s", "bwd_s", "params", "update_s", "memory_bytes", "fits", "counts")
-
+from test_search_speed_h13x import _cases, _random_table, assert_same_arrays, ctx  # noqa: E402,F401  (the module's fixture)
 
 def _random_split(rng, num_layers: int, s_num: int) -> np.ndarray:
     cuts = np.sort(rng.choice(np.arange(1, num_layers), size=s_num - 1, replace=False))
@@ -38,9 +35,7 @@ def test_one_split_gathered_from_the_grids_equals_the_per_split_computation(ctx)
             counts = _random_split(rng, c.model.num_layers, s_num)
         got = tables.raw_arrays(g, tp, mbs, counts, rc)
         want = stage_arrays(c, tt, counts, space.precision, space.optimizer, rc, space.tie_embeddings)
-        for f in FIELDS:
-            a, b = getattr(got, f), getattr(want, f)
-            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), f
+        assert_same_arrays(got, want)
         shards = int(rng.choice([1, 2, 4]))
         d_got = tables.dist_dmin(g, tp, mbs, s_num, rc, shards, counts, per_stage=True)
         d_want = dist_min_dp(c, tt, counts, space.precision, space.optimizer, rc, shards, space.tie_embeddings)

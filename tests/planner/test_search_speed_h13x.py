@@ -38,6 +38,13 @@ def _random_table(rng, tt):
                    head_bwd_s=float(rng.uniform(0, 2e-2)))
 
 
+def assert_same_arrays(got, want) -> None:
+    """Every field of two :class:`StageArrays` has the same dtype, shape and values, bit for bit."""
+    for f in FIELDS:
+        a, b = getattr(got, f), getattr(want, f)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), f
+
+
 def _cases(ctx, n: int, seed: int):
     rng = np.random.default_rng(seed)
     for _ in range(n):
@@ -67,9 +74,7 @@ def test_gathered_stage_arrays_equal_the_per_split_computation(ctx) -> None:
         want = stage_arrays(c, tt, counts, space.precision, space.optimizer, rc, space.tie_embeddings)
         if got is None:          # nothing fits: compare what the table held before it said so
             got = tables._arr[("plain", g, tp, mbs, s_num, rc)]
-        for f in FIELDS:
-            a, b = getattr(got, f), getattr(want, f)
-            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), f
+        assert_same_arrays(got, want)
         gathered += tables._grid(g, tp, mbs, s_num, rc)[0] is not None
         checked += 1
     assert checked > 80 and gathered == checked

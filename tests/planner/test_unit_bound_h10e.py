@@ -26,7 +26,7 @@ from planner.network import NetworkModel
 from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search.netvec import LinkCache
-from planner.search.tasks import Tables, enumerate_tasks, mbs_tp_options, unit_tasks
+from planner.search.tasks import Tables, cluster_options, enumerate_tasks, unit_tasks
 from planner.search.unitbound import Unit, slot_root, task_floors, unit_bounds
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED, SimContext
@@ -120,9 +120,7 @@ def _check(seed: int, max_stages: int, max_gpus: int) -> tuple[list[float], int]
                         tie_embeddings=ctx.model.tied_embeddings)
     by_unit = _unit_plans(ctx, cluster, gbs, max_stages, space)
     tables = Tables(ctx, space)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
-    options = {g: o for g, o in options.items() if o}
+    options = cluster_options(ctx, cluster, space)
     all_plans = [p for v in by_unit.values() for p in v]
     ratios, checked = [], 0
     for objective in _objectives(all_plans) if all_plans else [Objective()]:
@@ -206,8 +204,7 @@ def test_unit_tasks_make_up_the_task_list() -> None:
     cluster = parse_gpus("A100-40@us-a=4,V100-16@us-b=4,GH-96@us-a=2", ctx.catalog)
     space = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2))
     tables = Tables(ctx, space)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, space)
     units = unit_bounds(ctx, cluster, tables, options, 8, Objective(), space)
     parts = [t for u in units for t in unit_tasks(ctx, cluster, tables, options, 8, Objective(), space,
                                                  u.num_stages, u.mbs, u.recompute, u.dist)]
