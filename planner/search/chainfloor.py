@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
+from planner.search.chainvalue import min_d_a2
 from planner.search.rows import sorted_unique
 from planner.search.space import Objective
 
@@ -60,15 +61,25 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
 
 def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True,
                     threshold: float = np.inf) -> float:
+    """The smallest over levels of :func:`iteration_levels` (inf: no chain fits)."""
+    lv = iteration_levels(tab, grp, n_mb, coupled, threshold)
+    return np.inf if lv is None else float(lv[1].min())
+
+
+def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True, threshold: float = np.inf
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
     T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
     smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
     (docs/PLANNER.md 2.1, *chain iteration floor*); ``coupled``: per level also the larger Lagrangian bound
     ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests), computed
-    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity)."""
+    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity).
+    Returns per level T (ascending, [K]): T, the level's iteration bound, its replica bound D_max and
+    ``fill + step`` (so every chain of the level has iteration >= (N / D - 1) T + fill + step at every D <=
+    D_max: 2.6); None when some stage fits on no group."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
-        return np.inf
+        return None
     levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
     hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
     frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
@@ -96,17 +107,17 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = 
     period = np.where(m_low >= s_num + 1, np.maximum(levels, fill / s_num), levels)
     it = (m_low - 1) * period + fill + step
     if not coupled:
-        return float(it.min())
+        return levels, it, d_max, fill + step
     # coupled: (m - 1) T + C_g >= (N u - 1) T + C_g >= -T + sum_s min_g (N T y_p(g) f_g + comp_g,s) for every y
     near = np.flatnonzero(~(it * SAFETY > threshold))
     if len(near) == 0:
-        return float(it.min())
+        return levels, it, d_max, fill + step
     f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
     y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
     price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]
     lagrange = (price + comp_k[near][None]).min(axis=2).sum(axis=2).max(axis=0)              # [K']
     it[near] = np.maximum(it[near], lagrange - levels[near] + 2 * (s_num - 1) * p2p + step[near])
-    return float(it.min())
+    return levels, it, d_max, fill + step
 
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
@@ -162,5 +173,38 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     cost = np.maximum(base, by_level.min(axis=0, initial=np.inf))
     with np.errstate(invalid="ignore"):
         key = np.where(np.isfinite(cost), objective.key(it, cost) * SAFETY, np.inf)
+    if objective.kind == "value":       # per level, time and dollars of the same chains and D (2.6)
+        lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
+        if lv is not None and len(lv[0]) == len(levels):
+            key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold))
     out[2:] = key[2:]
     return out
+
+
+def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
+                  n_mb: int, max_seg: int, threshold: float) -> np.ndarray:
+    """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
+    (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
+    level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
+    G_T = min over D <= min(D_max, N) of D a_T(D)^2, a_T(D) = (N / D - 1) T + fill + step; each minimised
+    over the level's chains by the dynamic programme (the cheapest allowed group per stage, no egress, for the
+    levels past ``MAX_LEVELS``)."""
+    levels, it_k, d_max, fill_step = lv
+    g_k = min_d_a2(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb))         # [K]
+    cheap_r = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1)             # [K]
+    with np.errstate(invalid="ignore"):
+        cost_k = np.repeat((cheap_r * per_t)[:, None], max_seg + 1, axis=1)           # [K, n]
+        joint_k = np.repeat((cheap_r * g_k)[:, None], max_seg + 1, axis=1)
+        first = np.maximum(it_k * cheap_r * per_t, cheap_r * g_k)
+        near = np.nonzero(np.isfinite(first) & np.isfinite(it_k) & (first * SAFETY <= threshold))[0]
+    near = near[np.argsort(first[near], kind="stable")[:MAX_LEVELS]]
+    if len(near):
+        w = np.where(allowed[near], rate[None] * (per_t[near] / n_mb)[:, None, None], np.inf)
+        cost_k[near] = n_mb * _min_paths(w, e, max_seg)
+        scale = (n_mb * it_k[near])[:, None, None]
+        w = np.where(allowed[near], rate[None] * g_k[near][:, None, None] / scale, np.inf)
+        joint_k[near] = scale[:, :, 0] * _min_paths(w, e, max_seg)
+    with np.errstate(invalid="ignore"):
+        per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
+    per_level = np.where(np.isnan(per_level), np.inf, per_level)
+    return per_level.min(axis=0, initial=np.inf) * SAFETY
