@@ -121,7 +121,7 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
 
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
-                threshold: float = np.inf) -> np.ndarray:
+                threshold: float = np.inf, sync0: np.ndarray | None = None) -> np.ndarray:
     """[max_seg + 1]: entry n (n >= 2) bounds the key of every chain plan of exactly n segments (every D)
     from below (inf: no chain fits). ``threshold`` only chooses which levels get the dynamic programme.
 
@@ -176,19 +176,22 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     if objective.kind == "value":       # per level, time and dollars of the same chains and D (2.6)
         lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
         if lv is not None and len(lv[0]) == len(levels):
-            key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold))
+            key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
+                                                sync0))
     out[2:] = key[2:]
     return out
 
 
 def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
-                  n_mb: int, max_seg: int, threshold: float) -> np.ndarray:
+                  n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None) -> np.ndarray:
     """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
     (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
     level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
     G_T = min over D <= min(D_max, N) of D a_T(D)^2, a_T(D) = (N / D - 1) T + fill + step; each minimised
     over the level's chains by the dynamic programme (the cheapest allowed group per stage, no egress, for the
-    levels past ``MAX_LEVELS``)."""
+    levels past ``MAX_LEVELS``). ``sync0`` ([G, Dcap + 1], ``with_sync``'s stage-0 ring per replica count):
+    for the levels given the programme, a_T(D) also adds the smallest over D' >= D of stage 0's sync on
+    the level's allowed groups (stage 0 has no backward to overlap with, so its sync is in the iteration)."""
     levels, it_k, d_max, fill_step = lv
     g_k = min_d_a2(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb))         # [K]
     cheap_r = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1)             # [K]
@@ -198,6 +201,10 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         first = np.maximum(it_k * cheap_r * per_t, cheap_r * g_k)
         near = np.nonzero(np.isfinite(first) & np.isfinite(it_k) & (first * SAFETY <= threshold))[0]
     near = near[np.argsort(first[near], kind="stable")[:MAX_LEVELS]]
+    if len(near) and sync0 is not None:
+        g_k = g_k.copy()
+        g_k[near] = np.maximum(g_k[near], _min_d_sync(levels[near], fill_step[near], d_max[near],
+                                                      allowed[near][:, :, 0], sync0, n_mb))
     if len(near):
         w = np.where(allowed[near], rate[None] * (per_t[near] / n_mb)[:, None, None], np.inf)
         cost_k[near] = n_mb * _min_paths(w, e, max_seg)
@@ -208,3 +215,19 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
     per_level = np.where(np.isnan(per_level), np.inf, per_level)
     return per_level.min(axis=0, initial=np.inf) * SAFETY
+
+
+def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed0: np.ndarray,
+                sync0: np.ndarray, n_mb: int) -> np.ndarray:
+    """[K']: per level, min over integer D in 1..min(D_max, N, Dcap) of D ((N / D - 1) T + fill + step +
+    sigma(D))^2, sigma(D) the smallest over D' >= D (a non-decreasing lower bound on the ring time at D) of
+    stage 0's sync over the groups allowed at stage 0 (``allowed0`` [K', G])."""
+    d_cap = sync0.shape[1] - 1
+    s0 = np.where(allowed0[:, :, None], sync0[None], np.inf).min(axis=1)                # [K', Dcap + 1]
+    sigma = np.minimum.accumulate(s0[:, ::-1], axis=1)[:, ::-1]                          # suffix minima
+    d = np.arange(1, d_cap + 1, dtype=float)
+    a = (n_mb / d - 1)[None] * levels[:, None] + fill_step[:, None] + sigma[:, 1:]
+    ok = d[None] <= np.minimum(d_max, n_mb)[:, None]
+    with np.errstate(invalid="ignore"):
+        g = np.where(ok, d[None] * a * a, np.inf)
+    return np.where(np.isnan(g), np.inf, g).min(axis=1, initial=np.inf)

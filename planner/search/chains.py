@@ -300,11 +300,12 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
         tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
                          mbs, space.precision)
         n_max = min(space.chain_segments, s_num)
-        floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
-        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1)
+        linked = _Linked(ctx, cache, grp, tab)
+        sync0 = linked.full().sync[:, 0, :] if objective.kind == "value" else None
+        floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold(), sync0)
+        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
             continue
         rt = range_tab(tab)
-        linked = _Linked(ctx, cache, grp, tab)
         for n_seg in range(2, n_max + 1):
             if stop():
                 return False
