@@ -177,13 +177,14 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
         lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
         if lv is not None and len(lv[0]) == len(levels):
             key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
-                                                sync0))
+                                                sync0, comp))
     out[2:] = key[2:]
     return out
 
 
 def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
-                  n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None) -> np.ndarray:
+                  n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None,
+                  comp: np.ndarray | None = None) -> np.ndarray:
     """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
     (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
     level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
@@ -211,6 +212,9 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         scale = (n_mb * it_k[near])[:, None, None]
         w = np.where(allowed[near], rate[None] * g_k[near][:, None, None] / scale, np.inf)
         joint_k[near] = scale[:, :, 0] * _min_paths(w, e, max_seg)
+        if comp is not None:
+            cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
+            joint_k[near] = np.maximum(joint_k[near], cs[:, None])
     with np.errstate(invalid="ignore"):
         per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
     per_level = np.where(np.isnan(per_level), np.inf, per_level)
@@ -231,3 +235,24 @@ def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, al
     with np.errstate(invalid="ignore"):
         g = np.where(ok, d[None] * a * a, np.inf)
     return np.where(np.isnan(g), np.inf, g).min(axis=1, initial=np.inf)
+
+
+def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed: np.ndarray,
+                    comp: np.ndarray, rate: np.ndarray, n_mb: int, ratio: float = 1.2) -> np.ndarray:
+    """[K']: per level T, a lower bound on D R it^2 over the level's chains and D <= min(D_max, N) that keeps
+    each stage's price and compute together: it >= sum_s c_s + K(D), K(D) = (N / D - 1) T >= 0, so
+    R it >= (sum_s r_s)(sum_s (c_s + K / S)) >= Q(D) = (sum_s min_g sqrt(r_g (c_g,s + K / S)))^2
+    (Cauchy-Schwarz), and D it >= D a(D) = N T + D (fill + step - T), non-decreasing in D; Q is
+    non-increasing, so on [D_i, D_i+1] of a geometric grid the key is >= D_i a(D_i) Q(D_i+1)."""
+    s_num = comp.shape[1]
+    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
+    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
+    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])                # [K', J]
+    k_term = (n_mb / grid - 1) * levels[:, None] / s_num                                   # [K', J]
+    c = np.where(allowed, comp[None], np.inf)                                             # [K', G, S]
+    with np.errstate(invalid="ignore"):
+        root = np.sqrt(rate[None, None, :, None] * (c[:, None] + k_term[:, :, None, None]))  # [K', J, G, S]
+    q = np.nan_to_num(root, nan=np.inf).min(axis=2).sum(axis=2) ** 2                       # [K', J]
+    da = n_mb * levels[:, None] + grid * (fill_step - levels)[:, None]
+    out = (da[:, :-1] * q[:, 1:]).min(axis=1)
+    return np.where(np.isfinite(d_max) & (d_max >= 1), np.minimum(out, da[:, -1] * q[:, -1]), np.inf)

@@ -1,5 +1,5 @@
 """The value objective's joint chain bounds (docs/PLANNER.md 2.6): the closed-form minima are <= D a(D)^2 on a
-grid of D; on random small clusters the value unit floor (``chainfloor.unit_floors``), the segment table and
+grid of D (and equal to its minimum); on random small clusters the value unit floor (``chainfloor.unit_floors``), the segment table and
 the chain bound (``chains.segment_table`` / ``segment_lower_keys``) and the per-chain bound
 (``chains.chain_lower_keys``) are <= the value key (``iterate_d``, every D) of every fitting chain of the unit
 (every group per stage, brute force); the search returns the same candidates with the joint bounds and with
@@ -76,8 +76,8 @@ def _check_case(seed: int) -> int:
         n_seg = np.array([len(_runs(r)[1]) for r in gs])
         n_max = min(SPACE.chain_segments, s_num)
         exact = {n: float(best[n_seg == n].min(initial=np.inf)) for n in range(2, n_max + 1)}
-        for t in (np.inf, 0.0, *exact.values()):
-            floors = chainfloor.unit_floors(tab, grp, n_mb, VALUE, n_max, t)
+        for t, sync0 in product((np.inf, 0.0, *exact.values()), (None, tab.sync[:, 0, :])):
+            floors = chainfloor.unit_floors(tab, grp, n_mb, VALUE, n_max, t, sync0)
             for n in range(2, n_max + 1):
                 assert floors[n] <= exact[n] * (1 + 1e-12), (seed, s_num, n, floors[n], exact[n])
         for row, key, n in zip(gs, best, n_seg):
