@@ -121,7 +121,7 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
 
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
-                threshold: float = np.inf, sync0: np.ndarray | None = None) -> np.ndarray:
+                threshold: float = np.inf) -> np.ndarray:
     """[max_seg + 1]: entry n (n >= 2) bounds the key of every chain plan of exactly n segments (every D)
     from below (inf: no chain fits). ``threshold`` only chooses which levels get the dynamic programme.
 
@@ -176,6 +176,7 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     if objective.kind == "value":       # per level, time and dollars of the same chains and D (2.6)
         lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
         if lv is not None and len(lv[0]) == len(levels):
+            sync0 = None if tab.sync is None else tab.sync[:, 0, :]     # a tab with the sync table: 2.6
             key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
                                                 sync0, comp))
     out[2:] = key[2:]

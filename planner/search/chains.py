@@ -81,7 +81,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         rows = pair_prefilter(rt, grp, b, seqs, kk, qq, n_mb, objective, thr)     # the same kept pairs, faster
         if rows is not None:
             kk, qq = kk[rows], qq[rows]
-        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
+        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective, True)
         keep = np.isfinite(lb) & (lb <= thr)
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
@@ -99,7 +99,7 @@ def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
 
 
 def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,
-                       n_mb: int, objective: Objective) -> np.ndarray:
+                       n_mb: int, objective: Objective, joint: bool = False) -> np.ndarray:
     """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
     bound on the objective over every D (inf where no D can be feasible), from segment sums only
     (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of period P the makespan is at least
@@ -142,7 +142,7 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
     ok = objective.allows(it, cost, gpus) & (use <= 1.0)
     key = objective.key(it, cost)
-    if objective.kind == "value":      # time and dollars of the same D (2.6)
+    if joint and objective.kind == "value":      # ``joint``: time and dollars of the same D (2.6)
         key = np.maximum(key, segment_value_keys(n_mb * comp_max, comp_sum, upd, use, usd, n_mb * egress, it))
     return np.where(ok, key, np.inf)
 
@@ -286,23 +286,27 @@ def chain_units(ctx: SimContext, cluster: ClusterSpec, options: dict[str, list[t
 
 def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                   options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
-                  best, stats: SearchStats, stop=lambda: False) -> bool:
+                  best, stats: SearchStats, stop=lambda: False, where: list[int] | None = None) -> bool:
     """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
     False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
     unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1);
     the floor needs only :func:`stage_core` and the pair tables, the range table is built for units with a
-    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`."""
+    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`. ``where``: set
+    to [the index of the unit being searched] (:mod:`planner.search.chainrest` bounds the rest from it)."""
     if space.chain_segments < 2 or space.single_zone:
         return True
-    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chain_units(ctx, cluster, options, gbs, space):
+    for ui, (s_num, counts, mbs, n_mb, grp, d_cap, rc, dist) in enumerate(chain_units(ctx, cluster, options, gbs,
+                                                                                      space)):
+        if where is not None:
+            where[:] = [ui]
         if stop():
             return False
         tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
                          mbs, space.precision)
         n_max = min(space.chain_segments, s_num)
         linked = _Linked(ctx, cache, grp, tab)
-        sync0 = linked.full().sync[:, 0, :] if objective.kind == "value" else None
-        floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold(), sync0)
+        floors = unit_floors(linked.full() if objective.kind == "value" else tab, grp, n_mb, objective, n_max,
+                             best.threshold())
         if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
             continue
         rt = range_tab(tab)

@@ -6,6 +6,7 @@ the chain bound (``chains.segment_table`` / ``segment_lower_keys``) and the per-
 them switched off; and ``iterate_d``'s tied-embedding skip keeps every key at or below its threshold."""
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -15,6 +16,7 @@ from planner.model import ModelSpec
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search import chainfloor, chains
 from planner.search.chaintab import range_tab, stage_tab
+from planner.search.chainrest import rest_floor
 from planner.search.chainvalue import min_d_a2, min_d_seg2
 from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, mbs_tp_options
@@ -51,7 +53,7 @@ def _runs(row: np.ndarray) -> tuple[list[int], list[int]]:
     return bounds + [len(row)], seq
 
 
-def _check_case(seed: int) -> int:
+def _check_case(seed: int, unit_min: list | None = None) -> int:
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
@@ -61,6 +63,9 @@ def _check_case(seed: int) -> int:
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
         gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)
         gs = gs[tab.fits[gs, np.arange(s_num)].all(axis=1)]
+        gs = gs[(gs[:, 1:] != gs[:, :-1]).any(axis=1)] if s_num > 1 else gs[:0]      # >= 2 segments
+        if unit_min is not None:
+            unit_min.append(np.inf)
         if len(gs) == 0:
             continue
         sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
@@ -69,6 +74,8 @@ def _check_case(seed: int) -> int:
             if dist and d < 1:
                 continue
             best[sel] = np.minimum(best[sel], keys)
+        if unit_min is not None:
+            unit_min[-1] = float(best[np.array([len(_runs(r)[1]) <= SPACE.chain_segments for r in gs])].min())
         lb = chains.chain_lower_keys(sc, n_mb, s_num, VALUE, dist)
         assert (lb <= best * (1 + 1e-12)).all()
         rt = range_tab(tab)
@@ -76,15 +83,15 @@ def _check_case(seed: int) -> int:
         n_seg = np.array([len(_runs(r)[1]) for r in gs])
         n_max = min(SPACE.chain_segments, s_num)
         exact = {n: float(best[n_seg == n].min(initial=np.inf)) for n in range(2, n_max + 1)}
-        for t, sync0 in product((np.inf, 0.0, *exact.values()), (None, tab.sync[:, 0, :])):
-            floors = chainfloor.unit_floors(tab, grp, n_mb, VALUE, n_max, t, sync0)
+        for t, tb in product((np.inf, 0.0, *exact.values()), (replace(tab, sync=None), tab)):
+            floors = chainfloor.unit_floors(tb, grp, n_mb, VALUE, n_max, t)
             for n in range(2, n_max + 1):
                 assert floors[n] <= exact[n] * (1 + 1e-12), (seed, s_num, n, floors[n], exact[n])
         for row, key, n in zip(gs, best, n_seg):
             if n < 2 or n > n_max or not np.isfinite(key):
                 continue
             b, q = _runs(row)
-            seg_lb = chains.segment_lower_keys(tab, rt, grp, np.array([b]), np.array([q]), n_mb, VALUE)[0]
+            seg_lb = chains.segment_lower_keys(tab, rt, grp, np.array([b]), np.array([q]), n_mb, VALUE, True)[0]
             assert seg_lb <= key * (1 + 1e-12), (seed, row, seg_lb, key)
             for i in range(len(q)):
                 assert single[b[i], b[i + 1], q[i]] <= key * (1 + 1e-12)
@@ -95,6 +102,18 @@ def _check_case(seed: int) -> int:
 @pytest.mark.parametrize("seed", range(30))
 def test_value_bounds_are_below_every_chain(seed):
     _check_case(seed)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rest_floor_is_below_every_unsearched_chain(seed):
+    unit_min: list[float] = []
+    _check_case(seed, unit_min)
+    ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
+    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
+               for g in cluster.gpu_types()}
+    for start in range(0, len(unit_min) + 1, 3):
+        rest = rest_floor(ctx, cluster, Tables(ctx, SPACE), LinkCache(ctx), options, gbs, VALUE, SPACE, start)
+        assert rest <= min(unit_min[start:], default=np.inf) * (1 + 1e-12)
 
 
 def test_value_bounds_checked_something():
