@@ -1,6 +1,6 @@
 """The value objective's joint chain bounds (docs/PLANNER.md 2.6): the closed-form minima are <= D a(D)^2 on a
-grid of D (and equal to its minimum); on random small clusters the value unit floor (``chainfloor.unit_floors``), the segment table and
-the chain bound (``chains.segment_table`` / ``segment_lower_keys``) and the per-chain bound
+grid of D (and equal to its minimum); on random small clusters the value unit floor (``chainfloor.unit_floors``),
+the rest floor (``chainrest.rest_floor``), the segment table and the chain bound (``chains.segment_table`` / ``segment_lower_keys``) and the per-chain bound
 (``chains.chain_lower_keys``) are <= the value key (``iterate_d``, every D) of every fitting chain of the unit
 (every group per stage, brute force); the search returns the same candidates with the joint bounds and with
 them switched off; and ``iterate_d``'s tied-embedding skip keeps every key at or below its threshold."""
@@ -136,3 +136,30 @@ def test_search_same_with_and_without_value_bounds(seed, monkeypatch):
         off = plan_search(ctx, cluster, gbs, VALUE, space, top_k=3)
     assert [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
         [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tied_skip_keeps_every_key_at_or_below_the_threshold(seed):
+    ctx, cluster, gbs, objective = random_chain_case(MODEL, 9000 + seed, 9, (4, 8, 16, 32))
+    tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
+    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
+               for g in cluster.gpu_types()}
+    compared = 0
+    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
+        tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
+        gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)
+        gs = gs[tab.fits[gs, np.arange(s_num)].all(axis=1)]
+        if len(gs) == 0:
+            continue
+        sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
+        tied = (cache.tied, grp.names)
+        full = {d: keys for d, _, _, _, _, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, objective, False, tied)}
+        finite = np.concatenate([k[np.isfinite(k)] for k in full.values()] + [np.zeros(0)])
+        for thr in ([float(np.median(finite)), float(finite.min())] if len(finite) else [1.0]):
+            for d, _, _, _, _, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, objective, False, tied,
+                                                        lambda: thr):
+                low = full[d] <= thr
+                assert np.array_equal(keys[low], full[d][low])
+                assert not (keys[~low] <= thr).any()
+                compared += int(low.sum())
+    assert compared > 0 or not len(cluster.pools)
