@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
+from planner.search.chainvalue import min_d_a2
 from planner.search.rows import sorted_unique
 from planner.search.space import Objective
 
@@ -60,15 +61,25 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
 
 def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True,
                     threshold: float = np.inf) -> float:
+    """The smallest over levels of :func:`iteration_levels` (inf: no chain fits)."""
+    lv = iteration_levels(tab, grp, n_mb, coupled, threshold)
+    return np.inf if lv is None else float(lv[1].min())
+
+
+def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True, threshold: float = np.inf
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
     T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
     smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
     (docs/PLANNER.md 2.1, *chain iteration floor*); ``coupled``: per level also the larger Lagrangian bound
     ``-T + sum_s min_g (N T y f_g + comp)`` + crossings + step (False: left out, for the tests), computed
-    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity)."""
+    only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity).
+    Returns per level T (ascending, [K]): T, the level's iteration bound, its replica bound D_max and
+    ``fill + step`` (so every chain of the level has iteration >= (N / D - 1) T + fill + step at every D <=
+    D_max: 2.6); None when some stage fits on no group."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
-        return np.inf
+        return None
     levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
     hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
     frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
@@ -96,17 +107,17 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = 
     period = np.where(m_low >= s_num + 1, np.maximum(levels, fill / s_num), levels)
     it = (m_low - 1) * period + fill + step
     if not coupled:
-        return float(it.min())
+        return levels, it, d_max, fill + step
     # coupled: (m - 1) T + C_g >= (N u - 1) T + C_g >= -T + sum_s min_g (N T y_p(g) f_g + comp_g,s) for every y
     near = np.flatnonzero(~(it * SAFETY > threshold))
     if len(near) == 0:
-        return float(it.min())
+        return levels, it, d_max, fill + step
     f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
     y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
     price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]
     lagrange = (price + comp_k[near][None]).min(axis=2).sum(axis=2).max(axis=0)              # [K']
     it[near] = np.maximum(it[near], lagrange - levels[near] + 2 * (s_num - 1) * p2p + step[near])
-    return float(it.min())
+    return levels, it, d_max, fill + step
 
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
@@ -162,5 +173,87 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     cost = np.maximum(base, by_level.min(axis=0, initial=np.inf))
     with np.errstate(invalid="ignore"):
         key = np.where(np.isfinite(cost), objective.key(it, cost) * SAFETY, np.inf)
+    if objective.kind == "value":       # per level, time and dollars of the same chains and D (2.6)
+        lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
+        if lv is not None and len(lv[0]) == len(levels):
+            sync0 = None if tab.sync is None else tab.sync[:, 0, :]     # a tab with the sync table: 2.6
+            key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
+                                                sync0, comp))
     out[2:] = key[2:]
     return out
+
+
+def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
+                  n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None,
+                  comp: np.ndarray | None = None) -> np.ndarray:
+    """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
+    (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
+    level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
+    G_T = min over D <= min(D_max, N) of D a_T(D)^2, a_T(D) = (N / D - 1) T + fill + step; each minimised
+    over the level's chains by the dynamic programme (the cheapest allowed group per stage, no egress, for the
+    levels past ``MAX_LEVELS``). ``sync0`` ([G, Dcap + 1], ``with_sync``'s stage-0 ring per replica count):
+    for the levels given the programme, a_T(D) also adds the smallest over D' >= D of stage 0's sync on
+    the level's allowed groups (stage 0 has no backward to overlap with, so its sync is in the iteration)."""
+    levels, it_k, d_max, fill_step = lv
+    g_k = min_d_a2(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb))         # [K]
+    cheap_r = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1)             # [K]
+    with np.errstate(invalid="ignore"):
+        cost_k = np.repeat((cheap_r * per_t)[:, None], max_seg + 1, axis=1)           # [K, n]
+        joint_k = np.repeat((cheap_r * g_k)[:, None], max_seg + 1, axis=1)
+        first = np.maximum(it_k * cheap_r * per_t, cheap_r * g_k)
+        near = np.nonzero(np.isfinite(first) & np.isfinite(it_k) & (first * SAFETY <= threshold))[0]
+    near = near[np.argsort(first[near], kind="stable")[:MAX_LEVELS]]
+    if len(near) and sync0 is not None:
+        g_k = g_k.copy()
+        g_k[near] = np.maximum(g_k[near], _min_d_sync(levels[near], fill_step[near], d_max[near],
+                                                      allowed[near][:, :, 0], sync0, n_mb))
+    if len(near):
+        w = np.where(allowed[near], rate[None] * (per_t[near] / n_mb)[:, None, None], np.inf)
+        cost_k[near] = n_mb * _min_paths(w, e, max_seg)
+        scale = (n_mb * it_k[near])[:, None, None]
+        w = np.where(allowed[near], rate[None] * g_k[near][:, None, None] / scale, np.inf)
+        joint_k[near] = scale[:, :, 0] * _min_paths(w, e, max_seg)
+        if comp is not None:
+            cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
+            joint_k[near] = np.maximum(joint_k[near], cs[:, None])
+    with np.errstate(invalid="ignore"):
+        per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
+    per_level = np.where(np.isnan(per_level), np.inf, per_level)
+    return per_level.min(axis=0, initial=np.inf) * SAFETY
+
+
+def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed0: np.ndarray,
+                sync0: np.ndarray, n_mb: int) -> np.ndarray:
+    """[K']: per level, min over integer D in 1..min(D_max, N, Dcap) of D ((N / D - 1) T + fill + step +
+    sigma(D))^2, sigma(D) the smallest over D' >= D (a non-decreasing lower bound on the ring time at D) of
+    stage 0's sync over the groups allowed at stage 0 (``allowed0`` [K', G])."""
+    d_cap = sync0.shape[1] - 1
+    s0 = np.where(allowed0[:, :, None], sync0[None], np.inf).min(axis=1)                # [K', Dcap + 1]
+    sigma = np.minimum.accumulate(s0[:, ::-1], axis=1)[:, ::-1]                          # suffix minima
+    d = np.arange(1, d_cap + 1, dtype=float)
+    a = (n_mb / d - 1)[None] * levels[:, None] + fill_step[:, None] + sigma[:, 1:]
+    ok = d[None] <= np.minimum(d_max, n_mb)[:, None]
+    with np.errstate(invalid="ignore"):
+        g = np.where(ok, d[None] * a * a, np.inf)
+    return np.where(np.isnan(g), np.inf, g).min(axis=1, initial=np.inf)
+
+
+def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed: np.ndarray,
+                    comp: np.ndarray, rate: np.ndarray, n_mb: int, ratio: float = 1.2) -> np.ndarray:
+    """[K']: per level T, a lower bound on D R it^2 over the level's chains and D <= min(D_max, N) that keeps
+    each stage's price and compute together: it >= sum_s c_s + K(D), K(D) = (N / D - 1) T >= 0, so
+    R it >= (sum_s r_s)(sum_s (c_s + K / S)) >= Q(D) = (sum_s min_g sqrt(r_g (c_g,s + K / S)))^2
+    (Cauchy-Schwarz), and D it >= D a(D) = N T + D (fill + step - T), non-decreasing in D; Q is
+    non-increasing, so on [D_i, D_i+1] of a geometric grid the key is >= D_i a(D_i) Q(D_i+1)."""
+    s_num = comp.shape[1]
+    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
+    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
+    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])                # [K', J]
+    k_term = (n_mb / grid - 1) * levels[:, None] / s_num                                   # [K', J]
+    c = np.where(allowed, comp[None], np.inf)                                             # [K', G, S]
+    with np.errstate(invalid="ignore"):
+        root = np.sqrt(rate[None, None, :, None] * (c[:, None] + k_term[:, :, None, None]))  # [K', J, G, S]
+    q = np.nan_to_num(root, nan=np.inf).min(axis=2).sum(axis=2) ** 2                       # [K', J]
+    da = n_mb * levels[:, None] + grid * (fill_step - levels)[:, None]
+    out = (da[:, :-1] * q[:, 1:]).min(axis=1)
+    return np.where(np.isfinite(d_max) & (d_max >= 1), np.minimum(out, da[:, -1] * q[:, -1]), np.inf)

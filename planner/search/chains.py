@@ -25,6 +25,7 @@ from planner.cluster import ClusterSpec
 from planner.search.chainbound import pair_prefilter
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
+from planner.search.chainvalue import chain_value_keys, segment_value_keys
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
 from planner.search.chaintab import (ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_core, stage_tab,
                                      with_pairs, with_sync)
@@ -47,7 +48,11 @@ def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objectiv
     it = (np.maximum(n_mb * rt.comp_max * use, rt.comp_sum) + rt.upd) * (1 - 1e-12)
     cost = n_mb * rt.comp_max * units * grp.usd_per_s[None, None, :] * (1 - 1e-12)
     ok = rt.fits & objective.allows(it, cost, units) & (use <= 1.0)
-    return np.where(ok, objective.key(it, cost), np.inf)
+    key = objective.key(it, cost)
+    if objective.kind == "value":      # time and dollars of the same D (2.6)
+        key = np.maximum(key, segment_value_keys(n_mb * rt.comp_max, rt.comp_sum, rt.upd, use,
+                                                 units * grp.usd_per_s[None, None, :], 0.0, it))
+    return np.where(ok, key, np.inf)
 
 
 def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
@@ -76,7 +81,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         rows = pair_prefilter(rt, grp, b, seqs, kk, qq, n_mb, objective, thr)     # the same kept pairs, faster
         if rows is not None:
             kk, qq = kk[rows], qq[rows]
-        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective)
+        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective, True)
         keep = np.isfinite(lb) & (lb <= thr)
         kk, qq = kk[keep], qq[keep]
         if len(kk) == 0:
@@ -94,7 +99,7 @@ def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
 
 
 def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, seqs: np.ndarray,
-                       n_mb: int, objective: Objective) -> np.ndarray:
+                       n_mb: int, objective: Objective, joint: bool = False) -> np.ndarray:
     """[C]: for chains given by their segment bounds ([C, segments + 1]) and groups ([C, segments]), a lower
     bound on the objective over every D (inf where no D can be feasible), from segment sums only
     (docs/PLANNER.md 2.1, *chain bound*): with D pipelines of period P the makespan is at least
@@ -136,7 +141,10 @@ def segment_lower_keys(tab: StageTab, rt: RangeTab, grp: ChainGroups, bounds: np
     it = (np.maximum(n_mb * comp_max * use, comp_sum) + upd) * (1 - 1e-12)
     cost = (n_mb * comp_max * usd + n_mb * egress) * (1 - 1e-12)
     ok = objective.allows(it, cost, gpus) & (use <= 1.0)
-    return np.where(ok, objective.key(it, cost), np.inf)
+    key = objective.key(it, cost)
+    if joint and objective.kind == "value":      # ``joint``: time and dollars of the same D (2.6)
+        key = np.maximum(key, segment_value_keys(n_mb * comp_max, comp_sum, upd, use, usd, n_mb * egress, it))
+    return np.where(ok, key, np.inf)
 
 
 @dataclass
@@ -199,13 +207,21 @@ def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objectiv
     cost = sc.usd_per_s * np.minimum(lin(1.0), lin(np.maximum(sc.d_max, 1).astype(float))) \
         + n_mb * sc.egress_per_mb
     ok = objective.allows(it * (1 - 1e-12), cost * (1 - 1e-12), sc.gpus) & (sc.d_max >= np.maximum(sc.d_min, 1))
-    return np.where(ok, objective.key(it, cost) * (1 - 1e-12), np.inf)
+    key = objective.key(it, cost) * (1 - 1e-12)
+    if objective.kind == "value":      # time and dollars of the same D (2.6)
+        with np.errstate(invalid="ignore"):
+            key = np.maximum(key, chain_value_keys(n_mb, lev, sc.fill, sc.upd, dist, np.maximum(sc.d_max, 1),
+                                                   sc.usd_per_s, n_mb * sc.egress_per_mb, it))
+    return np.where(ok, key, np.inf)
 
 
 def iterate_d(ctx: SimContext, sc: ChainScores, tab: StageTab, n_mb: int, s_num: int, objective: Objective,
-              uniform: bool, tied: tuple[TiedSync, list[tuple[str, str, int]]] | None = None):
+              uniform: bool, tied: tuple[TiedSync, list[tuple[str, str, int]]] | None = None,
+              threshold=None):
     """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max.
-    ``tied``: (the memo, the group names) when the plans tie their embeddings."""
+    ``tied``: (the memo, the group names) when the plans tie their embeddings. ``threshold`` (a callable,
+    read once per D): a chain whose key without the tied all-reduce (>= 0 seconds and dollars added, every
+    key and constraint non-decreasing in both) is above it gets key inf without pricing that all-reduce."""
     st = np.arange(s_num)
     slack = np.cumsum(tab.bwd[sc.gs, st], axis=1) - tab.bwd[sc.gs, st]        # backward of the stages before
     pbytes = tab.param_bytes
@@ -224,13 +240,22 @@ def iterate_d(ctx: SimContext, sc: ChainScores, tab: StageTab, n_mb: int, s_num:
             sync = per_stage.max(axis=1)
         else:
             sync = np.maximum(0.0, (per_stage - slack[sel]).max(axis=1))
-        tied_usd = 0.0
+        tied_usd, upd = 0.0, (sc.upd[sel] / d if pbytes is not None else sc.upd[sel])
         if tied is not None:       # the shared weight's all-reduce follows the stage syncs
             memo, names = tied
-            te = np.array([memo.chain(names[sc.gs[c, 0]], names[sc.gs[c, -1]], d, s_num, pbytes) for c in sel],
-                          dtype=float).reshape(-1, 2)
-            sync, tied_usd = sync + te[:, 0], te[:, 1]
-        it = span + sync + (sc.upd[sel] / d if pbytes is not None else sc.upd[sel])
+            live = np.ones(len(sel), dtype=bool)
+            if threshold is not None:
+                it0 = span + sync + upd
+                c0 = d * sc.usd_per_s[sel] * it0 + n_mb * sc.egress_per_mb[sel]
+                k0 = np.where(objective.allows(it0, c0, d * sc.gpus[sel]) & np.isfinite(it0),
+                              objective.key(it0, c0), np.inf)
+                live = ~(k0 > threshold())
+            te = np.zeros((len(sel), 2))
+            te[~live, 0] = np.inf
+            te[live] = np.array([memo.chain(names[sc.gs[c, 0]], names[sc.gs[c, -1]], d, s_num, pbytes)
+                                 for c in sel[live]], dtype=float).reshape(-1, 2)
+            sync, tied_usd = sync + te[:, 0], np.where(live, te[:, 1], 0.0)
+        it = span + sync + upd
         cost = d * sc.usd_per_s[sel] * it + n_mb * sc.egress_per_mb[sel] + tied_usd
         gpus = d * sc.gpus[sel]
         ok = objective.allows(it, cost, gpus) & np.isfinite(it)
@@ -261,25 +286,30 @@ def chain_units(ctx: SimContext, cluster: ClusterSpec, options: dict[str, list[t
 
 def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                   options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
-                  best, stats: SearchStats, stop=lambda: False) -> bool:
+                  best, stats: SearchStats, stop=lambda: False, where: list[int] | None = None) -> bool:
     """Push the best chain plans into ``best`` (a top-K holder with ``threshold()`` and ``push``). Returns
     False when ``stop()`` ended the search before every chain was bounded or scored. A segment count of a
     unit whose :func:`unit_floors` exceeds the threshold is skipped before its cuts (result-neutral, 2.1);
     the floor needs only :func:`stage_core` and the pair tables, the range table is built for units with a
-    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`."""
+    segment count left and the sync table when a chain of the unit reaches :func:`iterate_d`. ``where``: set
+    to [the index of the unit being searched] (:mod:`planner.search.chainrest` bounds the rest from it)."""
     if space.chain_segments < 2 or space.single_zone:
         return True
-    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chain_units(ctx, cluster, options, gbs, space):
+    for ui, (s_num, counts, mbs, n_mb, grp, d_cap, rc, dist) in enumerate(chain_units(ctx, cluster, options, gbs,
+                                                                                      space)):
+        if where is not None:
+            where[:] = [ui]
         if stop():
             return False
         tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
                          mbs, space.precision)
         n_max = min(space.chain_segments, s_num)
-        floors = unit_floors(tab, grp, n_mb, objective, n_max, best.threshold())
-        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1)
+        linked = _Linked(ctx, cache, grp, tab)
+        floors = unit_floors(linked.full() if objective.kind == "value" else tab, grp, n_mb, objective, n_max,
+                             best.threshold())
+        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
             continue
         rt = range_tab(tab)
-        linked = _Linked(ctx, cache, grp, tab)
         for n_seg in range(2, n_max + 1):
             if stop():
                 return False
@@ -319,7 +349,7 @@ def _score_cut(ctx, linked: _Linked, grp, gs, n_mb, s_num, objective, space, bes
     sc = ChainScores(*(getattr(sc, f)[keep] for f in ChainScores.__dataclass_fields__))
     tied = (cache.tied, grp.names) if space.tie_embeddings else None
     for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, linked.full(), n_mb, s_num, objective,
-                                                  space.uniform_microbatches, tied):
+                                                  space.uniform_microbatches, tied, best.threshold):
         if dist and d == 1 and False in chain_dist_options(space, ctx.settings.sharded_collective_scale):
             continue        # one pipeline: the same plan as without the distributed optimizer (searched too)
         stats.chains_exact += len(sel)

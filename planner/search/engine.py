@@ -17,6 +17,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.budget import Budget, OutOfTime, Progress, TopK
+from planner.search.chainrest import rest_floor
 from planner.search.chains import search_chains
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchResult, SearchSpace, SearchStats
@@ -68,7 +69,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         budget.tick(f"chain plans, best {best.best_key():.4g}", stats.chains_bounded, 0)
         return budget.expired(chain_share) and best.has_plan()
 
-    chain_share, chains_done = 1.0, None
+    chain_share, chains_done, where = 1.0, None, [0]
     queues = []
     for sub in clusters:
         budget.tick("building the task list (a bound per depth, micro-batch, recomputation, distributed optimizer)",
@@ -83,15 +84,19 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
             if chains_done is None:
                 chain_share = CHAIN_SHARE
                 chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
-                                            best.late(), stats, stop=chain_stop)
+                                            best.late(), stats, stop=chain_stop, where=where)
         remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
                                           budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS))
     if chains_done is None:
         chain_share = 1.0
         chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats,
-                                    stop=chain_stop)
+                                    stop=chain_stop, where=where)
     if not chains_done:
-        remaining = min(remaining, _floor_key(ctx, cluster, gbs, objective, space))
+        floor = _floor_key(ctx, cluster, gbs, objective, space)
+        if objective.kind == "value":       # the unsearched chain units' own floors (2.6)
+            floor = max(floor, rest_floor(ctx, cluster, tables, cache, options, gbs, objective, space, where[0],
+                                          best.threshold()))
+        remaining = min(remaining, floor)
     if not best.has_plan():     # no plan: the memory shortfall reported is the one over every unit's splits
         for q in queues:
             q.build_all()

@@ -1,0 +1,38 @@
+"""A lower bound on every chain plan a stopped chain search left unsearched (docs/PLANNER.md 2.6).
+
+Contract: :func:`rest_floor` is <= the key of every chain plan of the units :func:`planner.search.chains.
+chain_units` lists from index ``start`` on (the unit being searched when the search stopped included): the
+smallest over those units and their segment counts of :func:`planner.search.chainfloor.unit_floors`, each of
+which bounds every chain of its unit and segment count (2.1, 2.6), inf when none has a chain. Units before
+``start`` were searched to the end (every chain of them that could enter the top K was pushed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.chainfloor import unit_floors
+from planner.search.chains import _Linked, chain_units
+from planner.search.chaintab import stage_core, with_pairs
+from planner.search.netvec import LinkCache
+from planner.search.space import Objective, SearchSpace
+from planner.search.tasks import Tables
+from planner.simulator.settings import SimContext
+
+
+def rest_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+               options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
+               start: int, threshold: float = np.inf) -> float:
+    """min over the units from ``start`` on of their :func:`unit_floors` (segment counts 2 ..)."""
+    out = np.inf
+    for ui, (s_num, counts, mbs, n_mb, grp, d_cap, rc, dist) in enumerate(chain_units(ctx, cluster, options, gbs,
+                                                                                      space)):
+        if ui < start:
+            continue
+        tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
+                         mbs, space.precision)
+        if objective.kind == "value":       # the stage-0 sync term (2.6)
+            tab = _Linked(ctx, cache, grp, tab).full()
+        floors = unit_floors(tab, grp, n_mb, objective, min(space.chain_segments, s_num), threshold)
+        out = min(out, float(floors[2:].min(initial=np.inf)))
+    return out
