@@ -25,7 +25,7 @@ from planner.search.taskbound import task_bound
 from planner.search.costfloor import objective_task_floor
 from planner.search.taskrun import run_task
 from planner.search.taskqueue import UNIT, TaskQueue
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from planner.search.verify import check_candidates
 from planner.simulator.settings import SimContext
 
@@ -56,9 +56,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     stats = SearchStats()
     cache = LinkCache(ctx)
     tables = Tables(ctx, space)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
-    options = {g: o for g, o in options.items() if o}
+    options = cluster_options(ctx, cluster, space)
     zones = cluster.zones()
     clusters = [cluster] if not space.single_zone else [
         ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]
