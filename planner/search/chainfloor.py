@@ -23,6 +23,8 @@ from planner.search.space import Objective
 
 SAFETY = 1 - 1e-9       # absorbs the rounding of sums taken in another order than the scores'
 MAX_LEVELS = 16         # largest-compute levels given the dynamic programme (the others: their cheap bound)
+LAZY_ROUNDS = 4         # value: rounds giving the lowest levels outside the programme their joint terms (2.6)
+IT_FLOOR = 1.0          # x it_T as a floor on a_T(D) at every D (2.6, session 11 round 2); 0: off (tests only)
 
 
 def _min_paths(w: np.ndarray, e: np.ndarray, max_seg: int) -> np.ndarray:
@@ -195,7 +197,8 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
     for the levels given the programme, a_T(D) also adds the smallest over D' >= D of stage 0's sync on
     the level's allowed groups (stage 0 has no backward to overlap with, so its sync is in the iteration)."""
     levels, it_k, d_max, fill_step = lv
-    g_k = min_d_a2(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb))         # [K]
+    it_f = IT_FLOOR * np.where(np.isfinite(it_k), it_k, 0.0)                           # [K] it >= it_f, every D
+    g_k = _min_d_a2_floor(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb), it_f)   # [K]
     cheap_r = np.where(allowed, rate[None], np.inf).min(axis=1).sum(axis=1)             # [K]
     with np.errstate(invalid="ignore"):
         cost_k = np.repeat((cheap_r * per_t)[:, None], max_seg + 1, axis=1)           # [K, n]
@@ -206,7 +209,7 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
     if len(near) and sync0 is not None:
         g_k = g_k.copy()
         g_k[near] = np.maximum(g_k[near], _min_d_sync(levels[near], fill_step[near], d_max[near],
-                                                      allowed[near][:, :, 0], sync0, n_mb))
+                                                      allowed[near][:, :, 0], sync0, n_mb, it_f[near]))
     if len(near):
         w = np.where(allowed[near], rate[None] * (per_t[near] / n_mb)[:, None, None], np.inf)
         cost_k[near] = n_mb * _min_paths(w, e, max_seg)
@@ -214,24 +217,56 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         w = np.where(allowed[near], rate[None] * g_k[near][:, None, None] / scale, np.inf)
         joint_k[near] = scale[:, :, 0] * _min_paths(w, e, max_seg)
         if comp is not None:
-            cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
+            cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb,
+                                 it_f=it_f[near], cheap_r=cheap_r[near])
             joint_k[near] = np.maximum(joint_k[near], cs[:, None])
+            hb = _holder(levels[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
+            joint_k[near] = np.maximum(joint_k[near], hb[:, None])
     with np.errstate(invalid="ignore"):
         per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
     per_level = np.where(np.isnan(per_level), np.inf, per_level)
+    if comp is not None:        # the levels left out of the programme: their joint terms, lowest first (round 2)
+        done = np.zeros(len(levels), dtype=bool)
+        done[near] = True
+        for _ in range(LAZY_ROUNDS):
+            low = per_level.min(axis=1)
+            pick = [k for k in np.argsort(low, kind="stable")[:MAX_LEVELS] if not done[k] and np.isfinite(low[k])
+                    and np.isfinite(it_k[k]) and low[k] * SAFETY <= threshold]
+            if not pick:
+                break
+            pk = np.array(pick)
+            done[pk] = True
+            jt = np.maximum(_cauchy_schwarz(levels[pk], fill_step[pk], d_max[pk], allowed[pk], comp, rate[:, 0], n_mb,
+                                            it_f=it_f[pk], cheap_r=cheap_r[pk]),
+                            _holder(levels[pk], d_max[pk], allowed[pk], comp, rate[:, 0], n_mb))
+            per_level[pk] = np.maximum(per_level[pk], np.where(np.isnan(jt), -np.inf, jt)[:, None])
     return per_level.min(axis=0, initial=np.inf) * SAFETY
 
 
+def _min_d_a2_floor(a_num: np.ndarray, b: np.ndarray, d_hi: np.ndarray, it_f: np.ndarray) -> np.ndarray:
+    """[K]: a lower bound on min over D in [1, d_hi] of D max(a_num / D + b, it_f)^2 (a_num, b, it_f >= 0):
+    D_c (where a_num / D_c + b = it_f; inf when it_f <= b) split the range: on [1, D_c] the value is >= D a(D)^2,
+    on [D_c, d_hi] >= D it_f^2 >= D_c it_f^2 = D_c a(D_c)^2, so the minimum is >= :func:`min_d_a2` on [1,
+    min(D_c, d_hi)]; and >= it_f^2 (D >= 1) always (docs/PLANNER.md 2.6, round 2)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d_c = np.where(it_f > b, a_num / np.maximum(it_f - b, 1e-300), np.inf)
+    hi = np.clip(d_c, 1.0, np.maximum(d_hi, 1.0))
+    return np.maximum(min_d_a2(a_num, b, hi), it_f ** 2)
+
+
 def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed0: np.ndarray,
-                sync0: np.ndarray, n_mb: int) -> np.ndarray:
-    """[K']: per level, min over integer D in 1..min(D_max, N, Dcap) of D ((N / D - 1) T + fill + step +
-    sigma(D))^2, sigma(D) the smallest over D' >= D (a non-decreasing lower bound on the ring time at D) of
-    stage 0's sync over the groups allowed at stage 0 (``allowed0`` [K', G])."""
+                sync0: np.ndarray, n_mb: int, it_f: np.ndarray | None = None) -> np.ndarray:
+    """[K']: per level, min over integer D in 1..min(D_max, N, Dcap) of D max((N / D - 1) T + fill + step +
+    sigma(D), it_f)^2, sigma(D) the smallest over D' >= D (a non-decreasing lower bound on the ring time at D)
+    of stage 0's sync over the groups allowed at stage 0 (``allowed0`` [K', G]); ``it_f``: the level's
+    iteration bound at every D (2.6, round 2; None: 0)."""
     d_cap = sync0.shape[1] - 1
     s0 = np.where(allowed0[:, :, None], sync0[None], np.inf).min(axis=1)                # [K', Dcap + 1]
     sigma = np.minimum.accumulate(s0[:, ::-1], axis=1)[:, ::-1]                          # suffix minima
     d = np.arange(1, d_cap + 1, dtype=float)
     a = (n_mb / d - 1)[None] * levels[:, None] + fill_step[:, None] + sigma[:, 1:]
+    if it_f is not None:
+        a = np.maximum(a, it_f[:, None])
     ok = d[None] <= np.minimum(d_max, n_mb)[:, None]
     with np.errstate(invalid="ignore"):
         g = np.where(ok, d[None] * a * a, np.inf)
@@ -239,12 +274,15 @@ def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, al
 
 
 def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed: np.ndarray,
-                    comp: np.ndarray, rate: np.ndarray, n_mb: int, ratio: float = 1.2) -> np.ndarray:
+                    comp: np.ndarray, rate: np.ndarray, n_mb: int, ratio: float = 1.2,
+                    it_f: np.ndarray | None = None, cheap_r: np.ndarray | None = None) -> np.ndarray:
     """[K']: per level T, a lower bound on D R it^2 over the level's chains and D <= min(D_max, N) that keeps
     each stage's price and compute together: it >= sum_s c_s + K(D), K(D) = (N / D - 1) T >= 0, so
     R it >= (sum_s r_s)(sum_s (c_s + K / S)) >= Q(D) = (sum_s min_g sqrt(r_g (c_g,s + K / S)))^2
     (Cauchy-Schwarz), and D it >= D a(D) = N T + D (fill + step - T), non-decreasing in D; Q is
-    non-increasing, so on [D_i, D_i+1] of a geometric grid the key is >= D_i a(D_i) Q(D_i+1)."""
+    non-increasing, so on [D_i, D_i+1] of a geometric grid the key is >= D_i a(D_i) Q(D_i+1). With ``it_f``
+    (the level's iteration bound at every D) and ``cheap_r`` (its cheapest rate sum): R it >= max(Q(D),
+    cheap_r it_f) and D it >= max(D a(D), D it_f), both factors as monotone as before (2.6, round 2)."""
     s_num = comp.shape[1]
     hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
     steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
@@ -255,5 +293,30 @@ def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray
         root = np.sqrt(rate[None, None, :, None] * (c[:, None] + k_term[:, :, None, None]))  # [K', J, G, S]
     q = np.nan_to_num(root, nan=np.inf).min(axis=2).sum(axis=2) ** 2                       # [K', J]
     da = n_mb * levels[:, None] + grid * (fill_step - levels)[:, None]
+    if it_f is not None and cheap_r is not None:
+        da = np.maximum(da, grid * it_f[:, None])
+        with np.errstate(invalid="ignore"):
+            q = np.maximum(q, np.where(np.isfinite(cheap_r), cheap_r * it_f, 0.0)[:, None])
     out = (da[:, :-1] * q[:, 1:]).min(axis=1)
     return np.where(np.isfinite(d_max) & (d_max >= 1), np.minimum(out, da[:, -1] * q[:, -1]), np.inf)
+
+
+def _holder(levels: np.ndarray, d_max: np.ndarray, allowed: np.ndarray, comp: np.ndarray, rate: np.ndarray,
+            n_mb: int, ratio: float = 1.1) -> np.ndarray:
+    """[K']: per level T, a lower bound on D R it^2 over the level's chains and D <= min(D_max, N) that keeps
+    each stage's price, compute and D together (docs/PLANNER.md 2.6, round 2): it >= sum_s x_s with x_s =
+    c_s + K(D) / S, K(D) = (N / D - 1) T >= 0, and Hoelder (exponents 3 and 3/2) gives sum_s r_s^(1/3)
+    x_s^(2/3) <= (sum_s r_s)^(1/3) (sum_s x_s)^(2/3), so R it^2 >= H(D)^3, H(D) = sum_s min_g r_g^(1/3)
+    (c_g,s + K(D) / S)^(2/3) over the level's allowed groups; H is non-increasing in D, so on [D_i, D_i+1]
+    of a geometric grid (last point min(D_max, N)) D R it^2 >= D_i H(D_i+1)^3."""
+    s_num = comp.shape[1]
+    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
+    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
+    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])                # [K', J]
+    k_term = (n_mb / grid - 1) * levels[:, None] / s_num                                   # [K', J]
+    c = np.where(allowed, comp[None], np.inf)                                             # [K', G, S]
+    with np.errstate(invalid="ignore"):
+        x = (c[:, None] + k_term[:, :, None, None]) ** (2.0 / 3.0)                          # [K', J, G, S]
+        h = np.nan_to_num(np.cbrt(rate)[None, None, :, None] * x, nan=np.inf).min(axis=2).sum(axis=2)   # [K', J]
+        out = np.minimum((grid[:, :-1] * h[:, 1:] ** 3).min(axis=1), grid[:, -1] * h[:, -1] ** 3)
+    return np.where(np.isfinite(d_max) & (d_max >= 1), out, np.inf)
