@@ -123,7 +123,7 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
 
 
 def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective, max_seg: int,
-                threshold: float = np.inf) -> np.ndarray:
+                threshold: float = np.inf, extra: bool = False) -> np.ndarray:
     """[max_seg + 1]: entry n (n >= 2) bounds the key of every chain plan of exactly n segments (every D)
     from below (inf: no chain fits). ``threshold`` only chooses which levels get the dynamic programme.
 
@@ -180,14 +180,14 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
         if lv is not None and len(lv[0]) == len(levels):
             sync0 = None if tab.sync is None else tab.sync[:, 0, :]     # a tab with the sync table: 2.6
             key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
-                                                sync0, comp))
+                                                sync0, comp, extra))
     out[2:] = key[2:]
     return out
 
 
 def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
                   n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None,
-                  comp: np.ndarray | None = None) -> np.ndarray:
+                  comp: np.ndarray | None = None, extra: bool = False) -> np.ndarray:
     """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
     (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
     level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
@@ -220,12 +220,13 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
             cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb,
                                  it_f=it_f[near], cheap_r=cheap_r[near])
             joint_k[near] = np.maximum(joint_k[near], cs[:, None])
-            hb = _holder(levels[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
-            joint_k[near] = np.maximum(joint_k[near], hb[:, None])
+            if extra:
+                hb = _holder(levels[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb)
+                joint_k[near] = np.maximum(joint_k[near], hb[:, None])
     with np.errstate(invalid="ignore"):
         per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
     per_level = np.where(np.isnan(per_level), np.inf, per_level)
-    if comp is not None:        # the levels left out of the programme: their joint terms, lowest first (round 2)
+    if comp is not None and extra:      # levels outside the programme: their joint terms, lowest first (round 2)
         done = np.zeros(len(levels), dtype=bool)
         done[near] = True
         for _ in range(LAZY_ROUNDS):

@@ -33,6 +33,7 @@ def rest_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
                          mbs, space.precision)
         if objective.kind == "value":       # the stage-0 sync term (2.6)
             tab = _Linked(ctx, cache, grp, tab).full()
-        floors = unit_floors(tab, grp, n_mb, objective, min(space.chain_segments, s_num), threshold)
+        floors = unit_floors(tab, grp, n_mb, objective, min(space.chain_segments, s_num), threshold,
+                             extra=True)     # the Hoelder term and the lazy rounds (2.6, round 2)
         out = min(out, float(floors[2:].min(initial=np.inf)))
     return out

@@ -99,8 +99,8 @@ def _check_case(seed: int) -> int:
         n_max = min(SPACE.chain_segments, s_num)
         n_seg = np.array([_n_runs(r) for r in gs])
         exact = {n: float(best[n_seg == n].min(initial=np.inf)) for n in range(2, n_max + 1)}
-        for t, tb in product((np.inf, *exact.values()), (replace(tab, sync=None), tab)):
-            floors = chainfloor.unit_floors(tb, grp, n_mb, VALUE, n_max, t)
+        for t, tb, extra in product((np.inf, *exact.values()), (replace(tab, sync=None), tab), (False, True)):
+            floors = chainfloor.unit_floors(tb, grp, n_mb, VALUE, n_max, t, extra)
             for n in range(2, n_max + 1):
                 assert floors[n] <= exact[n] * (1 + 1e-12), (seed, s_num, n, floors[n], exact[n])
     return checked
