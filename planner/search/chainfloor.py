@@ -23,7 +23,6 @@ from planner.search.space import Objective
 
 SAFETY = 1 - 1e-9       # absorbs the rounding of sums taken in another order than the scores'
 MAX_LEVELS = 16         # largest-compute levels given the dynamic programme (the others: their cheap bound)
-LAZY_ROUNDS = 4         # value: rounds giving the lowest levels outside the programme their joint terms (2.6)
 IT_FLOOR = 1.0          # x it_T as a floor on a_T(D) at every D (2.6, session 11 round 2); 0: off (tests only)
 
 
@@ -226,21 +225,6 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
     with np.errstate(invalid="ignore"):
         per_level = np.maximum(it_k[:, None] * np.maximum(cost_k, base[None]), joint_k)
     per_level = np.where(np.isnan(per_level), np.inf, per_level)
-    if comp is not None and extra:      # levels outside the programme: their joint terms, lowest first (round 2)
-        done = np.zeros(len(levels), dtype=bool)
-        done[near] = True
-        for _ in range(LAZY_ROUNDS):
-            low = per_level.min(axis=1)
-            pick = [k for k in np.argsort(low, kind="stable")[:MAX_LEVELS] if not done[k] and np.isfinite(low[k])
-                    and np.isfinite(it_k[k]) and low[k] * SAFETY <= threshold]
-            if not pick:
-                break
-            pk = np.array(pick)
-            done[pk] = True
-            jt = np.maximum(_cauchy_schwarz(levels[pk], fill_step[pk], d_max[pk], allowed[pk], comp, rate[:, 0], n_mb,
-                                            it_f=it_f[pk], cheap_r=cheap_r[pk]),
-                            _holder(levels[pk], d_max[pk], allowed[pk], comp, rate[:, 0], n_mb))
-            per_level[pk] = np.maximum(per_level[pk], np.where(np.isnan(jt), -np.inf, jt)[:, None])
     return per_level.min(axis=0, initial=np.inf) * SAFETY
 
 
@@ -303,7 +287,7 @@ def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray
 
 
 def _holder(levels: np.ndarray, d_max: np.ndarray, allowed: np.ndarray, comp: np.ndarray, rate: np.ndarray,
-            n_mb: int, ratio: float = 1.1) -> np.ndarray:
+            n_mb: int, ratio: float = 1.2) -> np.ndarray:
     """[K']: per level T, a lower bound on D R it^2 over the level's chains and D <= min(D_max, N) that keeps
     each stage's price, compute and D together (docs/PLANNER.md 2.6, round 2): it >= sum_s x_s with x_s =
     c_s + K(D) / S, K(D) = (N / D - 1) T >= 0, and Hoelder (exponents 3 and 3/2) gives sum_s r_s^(1/3)

@@ -1,8 +1,8 @@
 """The value unit floor's round-2 terms (docs/PLANNER.md 2.6, session 11 round 2): the level's iteration bound
 it_T as a floor on a_T(D) (``chainfloor._min_d_a2_floor``, the sync and Cauchy-Schwarz terms), the Hoelder term
-(``chainfloor._holder``) and the lazy rounds for the levels outside the programme. Brute force on random small
+(``chainfloor._holder``). Brute force on random small
 clusters: per level, each term is <= the value key (``iterate_d``, every D) of every fitting chain of that level
-(every group per stage); the unit floor (with the programme cut to one level, so the lazy rounds run) is <= the
+(every group per stage); the unit floor (default and with the programme cut to one level) is <= the
 best key of each segment count; the search returns the same top 3 with the terms and without; inflated terms
 fail the brute force."""
 from __future__ import annotations
@@ -68,8 +68,8 @@ def _n_runs(row: np.ndarray) -> int:
 
 
 def _check_case(seed: int) -> int:
-    """Per level and per chain of the level: the round-2 terms <= the chain's best key; the unit floor (the
-    programme cut to one level: the lazy rounds) <= the best key per segment count. Returns chains checked."""
+    """Per level and per chain of the level: the round-2 terms <= the chain's best key; the unit floor (with
+    and without ``extra``) <= the best key per segment count. Returns chains checked."""
     checked = 0
     for tab, grp, n_mb, s_num, gs, best in _units(seed):
         lv = chainfloor.iteration_levels(tab, grp, n_mb)
@@ -108,7 +108,7 @@ def _check_case(seed: int) -> int:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_round2_terms_are_below_every_chain(seed, monkeypatch):
-    monkeypatch.setattr(chainfloor, "MAX_LEVELS", 1)       # most levels through the lazy rounds
+    monkeypatch.setattr(chainfloor, "MAX_LEVELS", 1)       # most levels keep their cheap bound
     _check_case(seed)
 
 
@@ -140,7 +140,6 @@ def test_inflated_terms_fail(monkeypatch):
 
 def _off(m):
     m.setattr(chainfloor, "IT_FLOOR", 0.0)
-    m.setattr(chainfloor, "LAZY_ROUNDS", 0)
     m.setattr(chainfloor, "_holder", lambda levels, *a, **k: np.full(len(levels), -np.inf))
 
 
