@@ -36,6 +36,7 @@ from planner.simulator.settings import SimContext
 log = logging.getLogger(__name__)
 SPLIT = 4               # a D range is split into this many parts when refined
 CG_ROUNDS = 8
+DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the node's floor
 CG_REPEAT = 3          # column generations per node at rising floors
 
 
@@ -68,6 +69,8 @@ class _Node:
     ys: list = field(default_factory=list)      # indices into the unit's priced y's
     cg_at: float = -1.0                          # the T of this node's last column generation
     cg_runs: int = 0
+    dp_at: float = -1.0                          # the floor of this node's last fill-table refinement
+    dp_runs: int = 0
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
@@ -125,6 +128,38 @@ def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) 
         else:
             hi = mid
         if hi - lo <= 1e-10 * hi:
+            break
+    return lo
+
+
+def node_floor_dp(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, t_ref: float, iters: int = 40) -> float:
+    """As :func:`node_floor` with the fill table of :mod:`planner.search.mixdp` (a tighter pricing), searched
+    in [t_ref, DP_SPAN x t_ref] (t_ref: a proven floor); returns the largest proven T found."""
+    from planner.search.mixdp import fill_table, value_dp
+    base = float(tab.sync[d_lo:d_hi + 1].min()) + tab.upd
+    if not math.isfinite(t_ref) or t_ref <= base:
+        return t_ref
+    hi = DP_SPAN * t_ref
+    table = fill_table(tab, pr, t_ref - base, hi - base)
+    cap_term = float(pr.y @ tab.grp.caps)
+    n = float(tab.n_mb)
+
+    def proven(t: float) -> bool:
+        mu = value_dp(tab, pr, table, t - base)
+        if not np.isfinite(mu):
+            return True
+        return cap_term + (d_hi * mu if mu >= 0 else d_lo * mu) < n * (1 - 1e-9)
+
+    if proven(hi):
+        return hi
+    lo = t_ref
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
             break
     return lo
 
@@ -211,6 +246,12 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                 i = unit.add(y)
                 node.ys.append(i)
                 node.floor = max(node.floor, node_floor(tab, unit.priced[i], node.d_lo, node.d_hi))
+            heapq.heappush(heap, (node.key(), id(node), node))
+            continue
+        if node.ys and (node.dp_at < 0 or (node.floor > node.dp_at * (1 + 1e-6) and node.dp_runs < CG_REPEAT)):
+            node.dp_at, node.dp_runs = node.floor, node.dp_runs + 1
+            node.floor = max(node.floor, node_floor_dp(tab, unit.priced[node.ys[-1]], node.d_lo, node.d_hi,
+                                                       node.floor))
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
         if node.d_lo < node.d_hi:

@@ -17,7 +17,9 @@ import numpy as np
 
 from planner.search.mixtab import MixUnit, REL
 
-THETAS = (0.0, 0.5, 1.0, 2.0)      # lambda = theta / v: one micro-batch of period per v seconds of fill
+# lambda = theta / v: theta = 1 prices v seconds of fill like one micro-batch; the large ones matter where the
+# pool prices are large (a chain cheap in y but too slow to fit the fill budget must be priced out)
+THETAS = (0.0,) + tuple(2.0 ** k for k in range(-2, 15))
 
 
 @dataclass(frozen=True)
