@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SPLIT = 4               # a D range is split into this many parts when refined
 CG_ROUNDS = 8
 DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the node's floor
+CG_AHEAD = (0.01, 1e-5)
 CG_REPEAT = 3          # column generations per node at rising floors
 
 
@@ -239,8 +240,9 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             break
         done += 1
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
-            # just above the floor (at it, the chains that set it may be borderline infeasible)
-            y = column_y(unit, node.floor * (1 + 1e-5), node.d_lo, node.d_hi)
+            # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
+            # would not see them (alternating ahead factors)
+            y = column_y(unit, node.floor * (1 + CG_AHEAD[node.cg_runs % len(CG_AHEAD)]), node.d_lo, node.d_hi)
             node.cg_at, node.cg_runs = node.floor, node.cg_runs + 1
             if y is not None:
                 i = unit.add(y)

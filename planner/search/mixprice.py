@@ -33,7 +33,21 @@ class Priced:
     chains: np.ndarray
 
 
+_CLASSES: dict[int, tuple] = {}
+
+
 def classes(unit: MixUnit) -> tuple[np.ndarray, np.ndarray]:
+    hit = _CLASSES.get(id(unit))
+    if hit is not None and hit[0] is unit:
+        return hit[1]
+    out = _classes(unit)
+    if len(_CLASSES) > 4096:
+        _CLASSES.clear()
+    _CLASSES[id(unit)] = (unit, out)
+    return out
+
+
+def _classes(unit: MixUnit) -> tuple[np.ndarray, np.ndarray]:
     """(masks [K, G, S], class of m for m = 1..S, index S-1 standing for every m >= S): a replica is allowed
     in a chain running m micro-batches where it fits with min(S - s, m) in flight; equal masks share a class."""
     s_num = unit.s_num
@@ -133,9 +147,14 @@ def value(unit: MixUnit, pr: Priced, t_prime: np.ndarray) -> np.ndarray:
         c = np.max(pr.q[k][None, :, None, :] - lam[None, :, None, :] * room[..., None], axis=-1)
         return np.where(ok, m - c, -np.inf)
 
-    for m in range(1, min(s_num, n_mb + 1)):        # counts below S: their own in-flight class
-        v = at(int(cls[m - 1]), np.full((tp.shape[0], len(lv), 1), float(m)))
-        out = np.maximum(out, v.max(axis=(1, 2)))
+    ms = np.arange(1, min(s_num, n_mb + 1))        # counts below S: their own in-flight class
+    if ms.size:
+        ks = cls[ms - 1]
+        room = tp[:, :, None] - (ms - 1)[None, None, :] * lv[None, :, None]             # [N, V, M]
+        q = pr.q[ks].transpose(1, 0, 2)                                                # [V, M, T]
+        c = np.max(q[None] - lam[None, :, None, :] * room[..., None], axis=-1)
+        ok = room >= pr.fmin[ks].T[None] * (1 - REL)
+        out = np.maximum(out, np.where(ok, ms[None, None, :] - c, -np.inf).max(axis=(1, 2)))
     if n_mb >= s_num:                                # m >= S: a concave function of m, checked at its kinks
         k = int(cls[s_num - 1])
         hi = np.floor((tp - pr.fmin[k][None, :] * (1 - REL)) / lv[None, :] * (1 + REL)) + 1     # [N, V]
@@ -143,14 +162,12 @@ def value(unit: MixUnit, pr: Priced, t_prime: np.ndarray) -> np.ndarray:
         lo = np.full_like(hi, float(s_num))
         th = np.array(THETAS)
         cst = -pr.q[k][None] + lam[None] * (tp[:, :, None] + lv[None, :, None])     # [N, V, T] m-free part
-        cands = [lo, hi]
-        for i in range(len(th)):
-            for j in range(i + 1, len(th)):
-                with np.errstate(invalid="ignore"):
-                    x = (cst[..., j] - cst[..., i]) / (th[j] - th[i])
-                x = np.where(np.isfinite(x), x, lo)
-                cands += [np.floor(x), np.floor(x) + 1]
-        m = np.stack([np.clip(c, lo, np.maximum(hi, lo)) for c in cands], axis=-1)     # [N, V, C]
+        iu, ju = np.triu_indices(len(th), 1)
+        with np.errstate(invalid="ignore"):
+            x = (cst[..., ju] - cst[..., iu]) / (th[ju] - th[iu])                       # [N, V, pairs]
+        x = np.where(np.isfinite(x), x, lo[..., None])
+        cand = np.concatenate([lo[..., None], hi[..., None], np.floor(x), np.floor(x) + 1], axis=-1)
+        m = np.minimum(np.maximum(cand, lo[..., None]), np.maximum(hi, lo)[..., None])     # [N, V, C]
         v = at(k, m)
         v = np.where(m <= hi[..., None], v, -np.inf)
         out = np.maximum(out, v.max(axis=(1, 2)))
