@@ -214,9 +214,10 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     units: list[_Unit] = []
     heap: list = []
+    tps = sorted({t for o in options.values() for _, t in o})
     for s_num in range(1, max_s + 1):
-        for mbs in mbs_all:
-            tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision)
+        for mbs, tp_min in ((m, t) for m in mbs_all for t in tps):
+            tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min)
             if tab is None:
                 continue
             unit = _Unit(tab)

@@ -171,8 +171,10 @@ def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, gra
 
 
 def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict, gbs: int, s_num: int, mbs: int,
-             precision: str = "fp32") -> MixUnit | None:
-    """The tables of one (S, b) (None: no group at b, or some stage fits on no group)."""
+             precision: str = "fp32", tp_min: int = 1) -> MixUnit | None:
+    """The tables of one (S, b) for the plans whose smallest TP degree is ``tp_min`` (groups of smaller TP are
+    left out; some replica has TP ``tp_min``, so the stage holding it reduces that TP's gradient). None: no
+    group at b, some stage fits on no group, or no group of TP ``tp_min`` fits anywhere."""
     grp = chain_groups(cluster, options, mbs, ctx)
     if not grp.names or gbs % mbs:
         return None
@@ -183,15 +185,23 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
         return None
     core = stage_core(ctx, tables, grp, mbs, counts, False, max(d_max, 1), precision, False)
     kmax = _kmax(ctx, grp, counts, mbs, core.fits, precision)
+    kmax[grp.tp < tp_min] = 0
     usable = kmax >= 1
-    if not usable.any(axis=0).all():
+    exact = usable & (grp.tp == tp_min)[:, None]
+    if not usable.any(axis=0).all() or not exact.any():
         return None
-    per_stage = []
+    per_stage, with_min = [], []
     for s in range(s_num):
         grad_b = float(F.grad_bytes(core.params[usable[:, s], s].min()))
         per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster))
+        if exact[:, s].any():      # this stage holds the TP-tp_min replica: its sync reduces that TP's gradient
+            grad_t = float(F.grad_bytes(core.params[exact[:, s], s].min()))
+            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster))
     per_stage = np.array(per_stage)
-    sync = per_stage.max(axis=0) if ctx.settings.dp_sync_waits_for_all else per_stage[0]
+    if ctx.settings.dp_sync_waits_for_all:      # the slowest stage's sync, >= the one holding TP tp_min
+        sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
+    else:                                       # stage 0's (no backward left to hide it)
+        sync = per_stage[0]
     upd = float(max(core.upd[usable[:, s], s].min() for s in range(s_num)))
     p2p = _p2p(ctx, cluster, grp, mbs, precision)
     return MixUnit(s_num, mbs, n_mb, grp, core.comp, kmax, p2p, sync, upd, d_max)
