@@ -168,7 +168,11 @@ def node_floor_dp(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, t_ref: float, 
 def column_y(unit: _Unit, t: float, d_lo: int, d_hi: int) -> np.ndarray | None:
     """Pool prices from the restricted master LP max sum_c n_c m_c(T') s.t. d_lo <= sum n_c <= d_hi,
     sum n_c u_c <= caps, over columns added by pricing (scipy.optimize.linprog, HiGHS). None: the LP failed."""
-    from scipy.optimize import linprog
+    try:
+        from scipy.optimize import linprog
+    except ImportError:         # the "lp" extra is not installed: no prices beyond y = 0 (still a valid bound)
+        log.warning("scipy is not installed: the bound on Sailor's space uses y = 0 only (looser)")
+        return None
     tab = unit.tab
     t_prime = t - float(tab.sync[d_lo:d_hi + 1].min()) - tab.upd
     caps = tab.grp.caps.astype(float)
