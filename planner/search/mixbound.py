@@ -102,6 +102,8 @@ def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) 
     no plan with D in [d_lo, d_hi] iterates within T; inf: none at any T."""
     sync = float(tab.sync[d_lo:d_hi + 1].min())
     base = sync + tab.upd
+    if not math.isfinite(base):     # no stage can hold any such D (too few GPUs at its smallest TP)
+        return math.inf
     cap_term = float(pr.y @ tab.grp.caps)
     n = float(tab.n_mb)
 

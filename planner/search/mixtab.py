@@ -127,12 +127,36 @@ def _ring(links, n: np.ndarray, nbytes: float) -> np.ndarray:
     return np.where(n > 1, best, 0.0)
 
 
+def _distinct(links: list) -> list:
+    """The links of different timing (labels aside): each is timed once."""
+    out = {}
+    for l in links:
+        out.setdefault((l.max_bw_bytes_per_s, l.latency_s, l.fit_gb_per_s, l.min_bw_bytes_per_s, l.shared), l)
+    return list(out.values())
+
+
 def _suffix_min(a: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(a[::-1])[::-1]
 
 
+def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: int) -> np.ndarray:
+    """[len(d)] the fewest zones a stage of D replicas of the groups ``usable`` spans: its replicas hold
+    >= D x tp_min GPUs of those groups' pools, so it spans at least the fewest zones whose largest pools hold
+    that many (inf: no zones can)."""
+    caps: dict[str, int] = {}
+    pools = {int(grp.pool[i]) for i in np.nonzero(usable)[0]}
+    for i in np.nonzero(usable)[0]:
+        caps.setdefault(grp.names[i][1], 0)
+    for p in pools:
+        z = next(grp.names[i][1] for i in np.nonzero(usable)[0] if grp.pool[i] == p)
+        caps[z] += int(grp.caps[p])
+    cum = np.cumsum(sorted(caps.values(), reverse=True))
+    need = np.searchsorted(cum, d * tp_min, side="left") + 1.0
+    return np.where(d * tp_min > cum[-1], np.inf, need)
+
+
 def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
-                      cluster: ClusterSpec) -> np.ndarray:
+                      cluster: ClusterSpec, tp_min: int = 1) -> np.ndarray:
     """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
     >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
     zones: the largest zone's reduce + broadcast, 1.5 rings over >= ceil(D / z) members, plus the leaders'
@@ -158,15 +182,18 @@ def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, gra
                     seen.add(key)
                     link = ctx.network.link(_endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), concurrent=c)
                     (same if za == zb else cross).append(link)
-    flat = _ring(same + cross, d, grad_b)
+        same, cross = _distinct(same), _distinct(cross)
+    z_min = _zones_needed(grp, usable, d, tp_min)
+    # a ring spanning >= 2 zones has a cross-zone edge (its time is the largest over its edges)
+    flat = np.where(z_min >= 2, _ring(cross, d, grad_b) if cross else np.inf, _ring(same + cross, d, grad_b))
     best = flat
+    inner_all = _suffix_min(F.zone_reduce_broadcast_s(_ring(same, d, grad_b))) if same else np.zeros_like(d)
     for z in range(2, len(zones) + 1):
         n_in = np.ceil(d / z)
-        inner_all = F.zone_reduce_broadcast_s(_ring(same, d, grad_b)) if same else np.zeros_like(d)
-        inner = _suffix_min(inner_all)[np.minimum(n_in.astype(int), d_max)]     # >= ceil(D / z) members
+        inner = inner_all[np.minimum(n_in.astype(int), d_max)]     # >= ceil(D / z) members
         inner = np.where(n_in > 1, inner, 0.0)
         lead = float(_ring(cross, np.array([float(z)]), grad_b)[0]) if cross else np.inf
-        best = np.where(d >= z, np.minimum(best, inner + lead), best)
+        best = np.where((d >= z) & (z >= z_min), np.minimum(best, inner + lead), best)
     return np.where(d > 1, best, 0.0)
 
 
@@ -193,10 +220,10 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
     per_stage, with_min = [], []
     for s in range(s_num):
         grad_b = float(F.grad_bytes(core.params[usable[:, s], s].min()))
-        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster))
+        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, tp_min))
         if exact[:, s].any():      # this stage holds the TP-tp_min replica: its sync reduces that TP's gradient
             grad_t = float(F.grad_bytes(core.params[exact[:, s], s].min()))
-            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster))
+            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, tp_min))
     per_stage = np.array(per_stage)
     if ctx.settings.dp_sync_waits_for_all:      # the slowest stage's sync, >= the one holding TP tp_min
         sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
