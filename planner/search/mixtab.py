@@ -116,10 +116,27 @@ def _p2p(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, mbs: int, prec
     return out
 
 
+_RINGS: dict[tuple, np.ndarray] = {}
+
+
+def _key(link) -> tuple:
+    return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s, link.shared)
+
+
 def _ring(links, n: np.ndarray, nbytes: float) -> np.ndarray:
     """Smallest ring all-reduce over n members (``F.ring_s`` of one chunk ``nbytes / n``) over ``links``
-    (a ring's time is the largest over its edges: at least the smallest edge's)."""
+    (a ring's time is the largest over its edges: at least the smallest edge's); memoised by the links'
+    timings, the size and the member counts."""
     n = np.asarray(n, dtype=float)
+    key = (tuple(sorted(_key(l) for l in links)), float(nbytes), n.tobytes())
+    if key not in _RINGS:
+        if len(_RINGS) > 20000:
+            _RINGS.clear()
+        _RINGS[key] = _ring_raw(links, n, nbytes)
+    return _RINGS[key]
+
+
+def _ring_raw(links, n: np.ndarray, nbytes: float) -> np.ndarray:
     safe = np.maximum(n, 1.0)
     best = np.full(n.shape, np.inf)
     for link in links:
@@ -131,7 +148,7 @@ def _distinct(links: list) -> list:
     """The links of different timing (labels aside): each is timed once."""
     out = {}
     for l in links:
-        out.setdefault((l.max_bw_bytes_per_s, l.latency_s, l.fit_gb_per_s, l.min_bw_bytes_per_s, l.shared), l)
+        out.setdefault(_key(l), l)
     return list(out.values())
 
 
