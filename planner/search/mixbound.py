@@ -118,8 +118,17 @@ def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) 
     p2p = tab.p2p[np.isfinite(tab.p2p)]
     t_hi = base + (tab.n_mb - 1 + tab.s_num) * vmax + 2 * tab.s_num * (float(p2p.max()) if p2p.size else 0.0)
     t_hi = t_hi * 1.01 + 1e-9
-    if proven(t_hi):        # every chain runs all N micro-batches by then: no plan at any T
-        return math.inf
+    if proven(t_hi):
+        # beyond t_hi the fill budgets only grow; with no budget at all (lambda = 0 alone) the price of a count
+        # m is min over levels of Q(theta = 0): if even that proves it, no plan at any T, else t_hi is proven
+        from planner.search.mixprice import classes
+        _, cls = classes(tab)
+        m = np.arange(1, tab.n_mb + 1)
+        q0 = pr.q[..., 0].min(axis=1)[cls[np.minimum(m, tab.s_num) - 1]]          # [M]
+        mu = float(np.max(np.where(np.isfinite(q0), m - q0, -np.inf)))
+        if not np.isfinite(mu) or cap_term + (d_hi * mu if mu >= 0 else d_lo * mu) < n * (1 - 1e-9):
+            return math.inf
+        return t_hi
     lo, hi = 0.0, t_hi
     if not proven(base):
         return 0.0
