@@ -85,6 +85,9 @@ def value_dp(unit: MixUnit, pr: Priced, tab: FillTable, t_prime: float) -> float
     tp = t_prime * (1 + 1e-11) + 1e-15
     m = np.arange(1, n_mb + 1, dtype=float)                          # [M]
     room = tp - (m[None, :] - 1) * lv[:, None]                        # [V, M]
+    # m > S: the period is also >= the round trip from stage 0, fill / S (``round_trip_bounds``, k = 0), so
+    # (m - 1) fill / S + fill <= T' bounds the fill too
+    room = np.minimum(room, np.where(m > s_num, tp * s_num / (m + s_num - 1), np.inf)[None, :])
     k_of_m = cls[np.minimum(m, s_num).astype(int) - 1]                # [M]
     lam = np.array(THETAS)[None, None, :] / lv[:, None, None]
     q = pr.q[k_of_m]                                                  # [M, V, T]
