@@ -35,10 +35,9 @@ SPACE = replace(PLANNERS["sailor-space"], max_stages=3, mbs_options=(1, 2), tp_o
 # across two zones whose 1F1B period is set by the round trip over the cross-zone link, which the bound drops:
 # it keeps only period >= the largest compute); elsewhere within 1.4 %
 LOOSEST = 1.16
-# the slow cases (seeds 1 and 3): at most 1.355 (seed 3 r6, 4 + 4 A100 in two zones, GBS 8: the floor sits at
-# one stage x 4 pipelines, whose sync floor takes the intra-zone link although TP-2 pipelines must then span
-# both zones; the bound does not couple the ring's links with the pools' capacities)
-LOOSEST_SLOW = 1.36
+# the slow cases (seeds 1 and 3, commit cdc8781): at most 1.159 (seed 3 r6, 4 + 4 A100 in two zones, GBS 8;
+# 1.355 before the sync floor learnt that a stage needing more GPUs than one zone holds spans zones)
+LOOSEST_SLOW = 1.17
 
 
 @pytest.fixture(scope="module")
