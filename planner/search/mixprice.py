@@ -7,7 +7,8 @@ stage fits with min(S - s, m) in flight and (m - 1) pi_c + fill_c <= T' with pi_
 period is >= its busiest stage >= its largest compute) and fill_c = sum_s comp + 2 sum p2p. Per period level
 v (a distinct compute value; a chain is counted at the level of its largest compute), per in-flight class and
 multiplier lambda >= 0, one dynamic program over the stages gives Q = min_c (y . u_c + lambda fill_c) over the
-chains whose every compute is <= v; then min {y . u_c : fill_c <= F} >= Q - lambda F (Lagrangian relaxation).
+chains whose largest compute is v (two states per group: whether a stage of compute v was passed); then
+min {y . u_c : fill_c <= F} >= Q - lambda F (Lagrangian relaxation). :mod:`planner.search.mixdp` tightens it.
 """
 from __future__ import annotations
 
