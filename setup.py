@@ -6,7 +6,10 @@ from setuptools import find_packages, setup
 RUNTIME = ["torch==2.13.0", "megatron-core==0.16.1", "einops>=0.7"]
 PLOT = ["matplotlib>=3.7"]
 # import-linter: `lint-imports` checks the layering contracts of pyproject.toml (docs/ARCHITECTURE.md)
-TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"]
+# scipy's HiGHS LP solver: the pool prices of the bound on Sailor's space (planner/search/mixbound.py, imported
+# lazily; without it the bound stays valid, only looser). Part of "test" (its tests check the bound's tightness).
+LP = ["scipy>=1.10"]
+TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"] + LP
 # Megatron-LM habits (docs/MEGATRON_ARGS.md): TensorBoard / W&B logging, BPE tokenizers, Hugging Face checkpoints
 TENSORBOARD = ["tensorboard>=2.14"]
 WANDB = ["wandb>=0.16"]
@@ -22,7 +25,7 @@ setup(
     package_data={"planner": ["data/*.json"]},
     install_requires=["numpy>=1.24", "rich>=13", "PyYAML>=6", "pydantic>=2"],
     extras_require={"runtime": RUNTIME, "plot": PLOT, "test": TEST, "tensorboard": TENSORBOARD, "wandb": WANDB,
-                    "text": TEXT, "hf": HF,
+                    "text": TEXT, "hf": HF, "lp": LP,
                     "all": RUNTIME + PLOT + TEST + TENSORBOARD + WANDB + TEXT + HF},
     entry_points={
         "console_scripts": [

@@ -1,0 +1,286 @@
+"""A proven lower bound on the iteration time of every plan of Sailor's whole space (issue 13's comparator (b)).
+
+Contract: :func:`sailor_space_bound(ctx, cluster, gbs, space)` returns a :class:`SpaceBound` whose
+``iteration_s`` is < ``simulate(plan, ctx).iteration_time_s`` for EVERY plan of Sailor's space on ``cluster``
+that ``simulate`` says fits: S stages on Sailor's split (the L layers even, the extra layers on the last stages),
+the same D on every stage, one micro-batch size b, each replica a (type, zone, TP) group whose (b, TP) is an
+option of ``space`` (:func:`planner.search.tasks.mbs_tp_options`; default the ``sailor-space`` comparator's),
+any mix of groups in a stage, any micro-batch counts, no recomputation, no distributed optimizer. So
+1 / ``iteration_s`` is an upper bound on (b)'s throughput. docs/PLANNER.md section 7 is the proof.
+
+Method, per (S, b) and range of D: if a plan iterates within T, each of its pipelines (chain c) runs at most
+m_c(T - sync floor - step floor) micro-batches (:mod:`planner.search.mixprice`), the counts sum to N = GBS / b
+and the pools hold the replicas; for ANY pool prices y >= 0 the linear relaxation gives
+N <= y . cap + D_hi max(mu, 0) + D_lo min(mu, 0), mu >= max_c (m_c - y . u_c). A T where this fails is a
+proven floor. y comes from column generation (scipy's HiGHS, imported lazily; soundness needs no exactness);
+(S, b, D-range) nodes are refined best-first (smallest floor first, D ranges split) and the bound is the
+smallest floor left, so stopping at ``time_limit_s`` still returns a valid bound (``complete`` False).
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.mixprice import Priced, chain_count, price, usage, value
+from planner.search.mixtab import MixUnit, mix_unit
+from planner.search.space import SearchSpace
+from planner.search.tasks import Tables, mbs_tp_options
+from planner.simulator.settings import SimContext
+
+log = logging.getLogger(__name__)
+SPLIT = 4               # a D range is split into this many parts when refined
+CG_ROUNDS = 8
+DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the node's floor
+CG_AHEAD = (0.01, 1e-5)
+CG_REPEAT = 3          # column generations per node at rising floors
+
+
+@dataclass(frozen=True)
+class SpaceBound:
+    """No plan of Sailor's space iterates in ``iteration_s`` or less; attained at ``stages`` x D in
+    [``d_lo``, ``d_hi``] at micro-batch ``mbs``. ``complete``: the best-first refinement finished (else the
+    time limit stopped it; the bound is valid either way). ``nodes``: refinements done."""
+
+    iteration_s: float
+    stages: int
+    mbs: int
+    d_lo: int
+    d_hi: int
+    complete: bool
+    nodes: int
+    elapsed_s: float
+
+    @property
+    def iters_per_s(self) -> float:
+        return 1.0 / self.iteration_s if self.iteration_s > 0 else math.inf
+
+
+@dataclass
+class _Node:
+    unit: int
+    d_lo: int
+    d_hi: int
+    floor: float
+    ys: list = field(default_factory=list)      # indices into the unit's priced y's
+    cg_at: float = -1.0                          # the T of this node's last column generation
+    cg_runs: int = 0
+    dp_at: float = -1.0                          # the floor of this node's last fill-table refinement
+    dp_runs: int = 0
+
+    def key(self):
+        return (self.floor, self.unit, self.d_lo)
+
+
+def sailor_space_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -> dict:
+    opts = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
+            for g in cluster.gpu_types()}
+    return {g: o for g, o in opts.items() if o}
+
+
+class _Unit:
+    def __init__(self, tab: MixUnit) -> None:
+        self.tab = tab
+        self.priced: list[Priced] = []
+        self.cols: dict[tuple, None] = {}
+
+    def add(self, y: np.ndarray) -> int:
+        self.priced.append(price(self.tab, y))
+        for ch in self.priced[-1].chains:
+            if ch[0] >= 0:
+                self.cols.setdefault(tuple(int(g) for g in ch))
+        return len(self.priced) - 1
+
+
+def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) -> float:
+    """The largest T (to bisection precision, always a proven one) at which the relaxation with ``pr.y`` shows
+    no plan with D in [d_lo, d_hi] iterates within T; inf: none at any T."""
+    sync = float(tab.sync[d_lo:d_hi + 1].min())
+    base = sync + tab.upd
+    if not math.isfinite(base):     # no stage can hold any such D (too few GPUs at its smallest TP)
+        return math.inf
+    cap_term = float(pr.y @ tab.grp.caps)
+    n = float(tab.n_mb)
+
+    def proven(t: float) -> bool:
+        mu = float(value(tab, pr, np.array([t - base]))[0])
+        if not np.isfinite(mu):
+            return True
+        phi = cap_term + (d_hi * mu if mu >= 0 else d_lo * mu)
+        return phi < n * (1 - 1e-9)
+
+    vmax = float(tab.comp[tab.usable].max())
+    p2p = tab.p2p[np.isfinite(tab.p2p)]
+    t_hi = base + (tab.n_mb - 1 + tab.s_num) * vmax + 2 * tab.s_num * (float(p2p.max()) if p2p.size else 0.0)
+    t_hi = t_hi * 1.01 + 1e-9
+    if proven(t_hi):
+        # beyond t_hi the fill budgets only grow; with no budget at all (lambda = 0 alone) the price of a count
+        # m is min over levels of Q(theta = 0): if even that proves it, no plan at any T, else t_hi is proven
+        from planner.search.mixprice import classes
+        _, cls = classes(tab)
+        m = np.arange(1, tab.n_mb + 1)
+        q0 = pr.q[..., 0].min(axis=1)[cls[np.minimum(m, tab.s_num) - 1]]          # [M]
+        mu = float(np.max(np.where(np.isfinite(q0), m - q0, -np.inf)))
+        if not np.isfinite(mu) or cap_term + (d_hi * mu if mu >= 0 else d_lo * mu) < n * (1 - 1e-9):
+            return math.inf
+        return t_hi
+    lo, hi = 0.0, t_hi
+    if not proven(base):
+        return 0.0
+    lo = base
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-10 * hi:
+            break
+    return lo
+
+
+def node_floor_dp(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, t_ref: float, iters: int = 40) -> float:
+    """As :func:`node_floor` with the fill table of :mod:`planner.search.mixdp` (a tighter pricing), searched
+    in [t_ref, DP_SPAN x t_ref] (t_ref: a proven floor); returns the largest proven T found."""
+    from planner.search.mixdp import fill_table, value_dp
+    base = float(tab.sync[d_lo:d_hi + 1].min()) + tab.upd
+    if not math.isfinite(t_ref) or t_ref <= base:
+        return t_ref
+    hi = DP_SPAN * t_ref
+    table = fill_table(tab, pr, t_ref - base, hi - base)
+    cap_term = float(pr.y @ tab.grp.caps)
+    n = float(tab.n_mb)
+
+    def proven(t: float) -> bool:
+        mu = value_dp(tab, pr, table, t - base)
+        if not np.isfinite(mu):
+            return True
+        return cap_term + (d_hi * mu if mu >= 0 else d_lo * mu) < n * (1 - 1e-9)
+
+    if proven(hi):
+        return hi
+    lo = t_ref
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return lo
+
+
+def column_y(unit: _Unit, t: float, d_lo: int, d_hi: int) -> np.ndarray | None:
+    """Pool prices from the restricted master LP max sum_c n_c m_c(T') s.t. d_lo <= sum n_c <= d_hi,
+    sum n_c u_c <= caps, over columns added by pricing (scipy.optimize.linprog, HiGHS). None: the LP failed."""
+    try:
+        from scipy.optimize import linprog
+    except ImportError:         # the "lp" extra is not installed: no prices beyond y = 0 (still a valid bound)
+        log.warning("scipy is not installed: the bound on Sailor's space uses y = 0 only (looser)")
+        return None
+    tab = unit.tab
+    t_prime = t - float(tab.sync[d_lo:d_hi + 1].min()) - tab.upd
+    caps = tab.grp.caps.astype(float)
+    y = None
+    for _ in range(CG_ROUNDS):
+        cols = [np.array(c) for c in unit.cols]
+        m = np.array([chain_count(tab, c, t_prime) for c in cols], dtype=float)
+        keep = m >= 1
+        cols = [c for c, k in zip(cols, keep) if k]
+        m = m[keep]
+        u = np.array([usage(tab, c) for c in cols]).T                  # [P, C]
+        # a column using no pool and paying N micro-batches keeps the LP feasible when the pools cannot
+        # hold d_lo pipelines of the known chains (its duals are still pool prices y >= 0)
+        u = np.hstack([u, np.zeros((len(caps), 1))])
+        m = np.append(m, -float(tab.n_mb))
+        cols = cols + [None]
+        a_ub = np.vstack([u, np.ones((1, len(cols))), -np.ones((1, len(cols)))])
+        b_ub = np.concatenate([caps, [d_hi, -d_lo]])
+        res = linprog(-m, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+        if res.status != 0:
+            return y
+        y = np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0)
+        before = len(unit.cols)
+        pr = price(tab, y)
+        for ch in pr.chains:
+            if ch[0] >= 0:
+                unit.cols.setdefault(tuple(int(g) for g in ch))
+        if len(unit.cols) == before:
+            break
+    return y
+
+
+def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace | None = None,
+                       time_limit_s: float | None = 120.0) -> SpaceBound | None:
+    """The bound of the module docstring (None: no (S, b) has a group fitting every stage)."""
+    from planner.baselines.spaces import PLANNERS
+    t0 = time.perf_counter()
+    space = space or PLANNERS["sailor-space"]
+    cluster = cluster.nonempty()
+    tables = Tables(ctx, replace(space, recompute=(False,), distributed_optimizer=(False,)))
+    options = sailor_space_options(ctx, cluster, space)
+    mbs_all = sorted({m for o in options.values() for m, _ in o if gbs % m == 0})
+    max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
+    units: list[_Unit] = []
+    heap: list = []
+    tps = sorted({t for o in options.values() for _, t in o})
+    for s_num in range(1, max_s + 1):
+        for mbs, tp_min in ((m, t) for m in mbs_all for t in tps):
+            tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min)
+            if tab is None:
+                continue
+            unit = _Unit(tab)
+            units.append(unit)
+            i = unit.add(np.zeros(len(tab.grp.caps)))
+            node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
+            heapq.heappush(heap, (node.key(), id(node), node))
+    if not heap:
+        return None
+    done = 0
+    complete = True
+    while True:
+        _, _, node = heapq.heappop(heap)
+        unit = units[node.unit]
+        tab = unit.tab
+        if not math.isfinite(node.floor):
+            complete = True
+            break
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            complete = False
+            break
+        done += 1
+        if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
+            # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
+            # would not see them (alternating ahead factors)
+            y = column_y(unit, node.floor * (1 + CG_AHEAD[node.cg_runs % len(CG_AHEAD)]), node.d_lo, node.d_hi)
+            node.cg_at, node.cg_runs = node.floor, node.cg_runs + 1
+            if y is not None:
+                i = unit.add(y)
+                node.ys.append(i)
+                node.floor = max(node.floor, node_floor(tab, unit.priced[i], node.d_lo, node.d_hi))
+            heapq.heappush(heap, (node.key(), id(node), node))
+            continue
+        if node.ys and (node.dp_at < 0 or (node.floor > node.dp_at * (1 + 1e-6) and node.dp_runs < CG_REPEAT)):
+            node.dp_at, node.dp_runs = node.floor, node.dp_runs + 1
+            node.floor = max(node.floor, node_floor_dp(tab, unit.priced[node.ys[-1]], node.d_lo, node.d_hi,
+                                                       node.floor))
+            heapq.heappush(heap, (node.key(), id(node), node))
+            continue
+        if node.d_lo < node.d_hi:
+            edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
+            for lo, hi in zip(edges[:-1], edges[1:] - 1):
+                f = max([node.floor] + [node_floor(tab, unit.priced[i], int(lo), int(hi)) for i in node.ys])
+                child = _Node(node.unit, int(lo), int(hi), f, list(node.ys))
+                heapq.heappush(heap, (child.key(), id(child), child))
+            continue
+        break           # a single D, its floor stable under column generation: the smallest floor left
+    log.info("sailor-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", node.floor,
+             tab.s_num, tab.mbs, node.d_lo, node.d_hi, done, complete)
+    return SpaceBound(node.floor, tab.s_num, tab.mbs, node.d_lo, node.d_hi, complete, done,
+                      time.perf_counter() - t0)

@@ -1,0 +1,251 @@
+"""Per (S, micro-batch size) tables for the bound on Sailor's whole space (:mod:`planner.search.mixbound`).
+
+Contract: :func:`mix_unit` returns, for S stages on Sailor's split (the L layers even, the extra layers on the
+last stages) at micro-batch size b, per (group, stage) the simulator's compute per micro-batch, the largest
+in-flight count at which the stage fits, the optimizer step; per group pair a floor on one boundary crossing;
+and per replica count D a floor on the gradient sync and the optimizer step that EVERY plan of Sailor's space
+with (S, b, D) pays, whatever mix of groups its stages hold (docs/PLANNER.md section 7). numpy only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.network import Endpoint
+from planner.plan import Plan, Replica, Stage
+from planner.search.bound import link_floor, p2p_floor
+from planner.search.chaintab import ChainGroups, chain_groups, stage_core
+from planner.search.netvec import link_time
+from planner.search.tasks import Tables
+from planner.simulator import formulas as F
+from planner.simulator.memory import replica_memory, usable_bytes
+from planner.simulator.settings import SimContext
+from planner.simulator.stage import all_replica_costs
+from planner.simulator.time import p2p_transfer_s
+
+REL = 1e-12     # float slack: a comparison is relaxed by this much so that rounding can only loosen the bound
+
+
+@dataclass(frozen=True)
+class MixUnit:
+    """One (S, b): groups (type, zone, TP), their pools and TP; per (group, stage) ``comp`` (seconds per
+    micro-batch), ``kmax`` (the most micro-batches in flight at which the replica fits, 0: never); ``p2p``
+    [G, G] a floor on one crossing a -> b; ``sync`` [D + 1] a floor on the gradient sync of a plan with D
+    pipelines (index D); ``upd`` the optimizer-step floor."""
+
+    s_num: int
+    mbs: int
+    n_mb: int
+    grp: ChainGroups
+    comp: np.ndarray
+    kmax: np.ndarray
+    p2p: np.ndarray
+    sync: np.ndarray
+    upd: float
+    d_max: int
+
+    @property
+    def usable(self) -> np.ndarray:
+        return self.kmax >= 1
+
+
+def even_last(num_layers: int, s_num: int) -> np.ndarray:
+    q, r = divmod(num_layers, s_num)
+    return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+
+
+def _kmax(ctx: SimContext, grp: ChainGroups, counts: np.ndarray, mbs: int, fits: np.ndarray, precision: str
+          ) -> np.ndarray:
+    """[G, S] the most in-flight micro-batches (<= S - s) at which each replica fits: S - s where
+    ``stage_core`` says it fits; else from ``replica_memory`` on a one-pipeline plan of the group at one and
+    at S micro-batches (memory is affine in the in-flight count, ``memory_terms``); relaxed by REL."""
+    s_num = counts.shape[1]
+    left = s_num - np.arange(s_num)
+    out = np.where(fits, left[None, :], 0).astype(np.int64)
+    done: dict[tuple[str, int], np.ndarray] = {}
+    for gi, (g, z, tp) in enumerate(grp.names):
+        if fits[gi].all():
+            continue
+        if (g, tp) not in done:
+            mem = []
+            for m in (1, s_num):
+                stages, first = [], 0
+                for s, n in enumerate(counts[0]):
+                    stages.append(Stage(first, int(n), (Replica(g, tp, z),)))
+                    first += int(n)
+                plan = Plan(num_layers=int(counts.sum()), stages=tuple(stages), micro_batch_size=mbs,
+                            global_batch_size=mbs * m, microbatches_per_pipeline=(m,), precision=precision)
+                mem.append(np.array([replica_memory(plan, ctx, row[0]).total_bytes
+                                     for row in all_replica_costs(plan, ctx)]))
+            cap = usable_bytes(ctx, g) * (1 + REL)
+            slope = np.where(left > 1, (mem[1] - mem[0]) / np.maximum(left - 1, 1), 0.0)
+            k = np.where(mem[0] <= cap, left, 0)
+            for s in range(s_num):
+                if mem[0][s] <= cap and left[s] > 1 and slope[s] > 0:
+                    k[s] = min(left[s], int(np.floor((cap - mem[0][s]) / slope[s] * (1 + REL))) + 1)
+            done[(g, tp)] = k
+        out[gi] = np.where(fits[gi], out[gi], done[(g, tp)])
+    return out
+
+
+def _endpoint(ctx: SimContext, g: str, z: str) -> Endpoint:
+    return Endpoint(g, z, ctx.node_size(g))
+
+
+def _p2p(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, mbs: int, precision: str) -> np.ndarray:
+    """[G, G] one crossing's seconds as ``p2p_transfer_s`` times it (the smaller of both TP patterns); where
+    the context declares node sizes per replica, the link floor of ``bound.p2p_floor`` instead."""
+    n_g = len(grp.names)
+    elem = F.bytes_per_element(precision)
+    if ctx.replica_node_gpus:
+        return np.full((n_g, n_g), p2p_floor(ctx, link_floor(ctx, cluster), mbs, elem))
+    nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
+    out = np.zeros((n_g, n_g))
+    for a, (ga, za, ta) in enumerate(grp.names):
+        for b, (gb, zb, tb) in enumerate(grp.names):
+            ts = []
+            for all_tp in (True, False):
+                try:
+                    ts.append(p2p_transfer_s(ctx, _endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), ta, tb, nbytes,
+                                             all_tp))
+                except Exception:       # a refused size: simulate raises for every plan sending it
+                    ts.append(np.inf)
+            out[a, b] = min(ts)
+    return out
+
+
+_RINGS: dict[tuple, np.ndarray] = {}
+
+
+def _key(link) -> tuple:
+    return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s, link.shared)
+
+
+def _ring(links, n: np.ndarray, nbytes: float) -> np.ndarray:
+    """Smallest ring all-reduce over n members (``F.ring_s`` of one chunk ``nbytes / n``) over ``links``
+    (a ring's time is the largest over its edges: at least the smallest edge's); memoised by the links'
+    timings, the size and the member counts."""
+    n = np.asarray(n, dtype=float)
+    key = (tuple(sorted(_key(l) for l in links)), float(nbytes), n.tobytes())
+    if key not in _RINGS:
+        if len(_RINGS) > 20000:
+            _RINGS.clear()
+        _RINGS[key] = _ring_raw(links, n, nbytes)
+    return _RINGS[key]
+
+
+def _ring_raw(links, n: np.ndarray, nbytes: float) -> np.ndarray:
+    safe = np.maximum(n, 1.0)
+    best = np.full(n.shape, np.inf)
+    for link in links:
+        best = np.minimum(best, F.ring_s(n, link_time(link, nbytes / safe)))
+    return np.where(n > 1, best, 0.0)
+
+
+def _distinct(links: list) -> list:
+    """The links of different timing (labels aside): each is timed once."""
+    out = {}
+    for l in links:
+        out.setdefault(_key(l), l)
+    return list(out.values())
+
+
+def _suffix_min(a: np.ndarray) -> np.ndarray:
+    return np.minimum.accumulate(a[::-1])[::-1]
+
+
+def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: int) -> np.ndarray:
+    """[len(d)] the fewest zones a stage of D replicas of the groups ``usable`` spans: its replicas hold
+    >= D x tp_min GPUs of those groups' pools, so it spans at least the fewest zones whose largest pools hold
+    that many (inf: no zones can)."""
+    caps: dict[str, int] = {}
+    pools = {int(grp.pool[i]) for i in np.nonzero(usable)[0]}
+    for i in np.nonzero(usable)[0]:
+        caps.setdefault(grp.names[i][1], 0)
+    for p in pools:
+        z = next(grp.names[i][1] for i in np.nonzero(usable)[0] if grp.pool[i] == p)
+        caps[z] += int(grp.caps[p])
+    cum = np.cumsum(sorted(caps.values(), reverse=True))
+    need = np.searchsorted(cum, d * tp_min, side="left") + 1.0
+    return np.where(d * tp_min > cum[-1], np.inf, need)
+
+
+def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
+                      cluster: ClusterSpec, tp_min: int = 1) -> np.ndarray:
+    """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
+    >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
+    zones: the largest zone's reduce + broadcast, 1.5 rings over >= ceil(D / z) members, plus the leaders'
+    ring over z cross-zone members). Per-replica node sizes: the link floors of ``bound.link_floor``."""
+    from planner.network import Link
+    d = np.arange(d_max + 1, dtype=float)
+    idx = np.nonzero(usable)[0]
+    names = [grp.names[i] for i in idx]
+    zones = sorted({z for _, z, _ in names})
+    concs = sorted({t for _, _, t in names})
+    same, cross = [], []
+    if ctx.replica_node_gpus:
+        floor = [Link(bw, lat) for lat, bw in link_floor(ctx, cluster)]
+        same, cross = floor, floor
+    else:
+        seen = set()
+        for ga, za, _ in names:
+            for gb, zb, _ in names:
+                for c in concs:
+                    key = (ga, za, gb, zb, c)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    link = ctx.network.link(_endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), concurrent=c)
+                    (same if za == zb else cross).append(link)
+        same, cross = _distinct(same), _distinct(cross)
+    z_min = _zones_needed(grp, usable, d, tp_min)
+    # a ring spanning >= 2 zones has a cross-zone edge (its time is the largest over its edges)
+    flat = np.where(z_min >= 2, _ring(cross, d, grad_b) if cross else np.inf, _ring(same + cross, d, grad_b))
+    best = flat
+    inner_all = _suffix_min(F.zone_reduce_broadcast_s(_ring(same, d, grad_b))) if same else np.zeros_like(d)
+    for z in range(2, len(zones) + 1):
+        n_in = np.ceil(d / z)
+        inner = inner_all[np.minimum(n_in.astype(int), d_max)]     # >= ceil(D / z) members
+        inner = np.where(n_in > 1, inner, 0.0)
+        lead = float(_ring(cross, np.array([float(z)]), grad_b)[0]) if cross else np.inf
+        best = np.where((d >= z) & (z >= z_min), np.minimum(best, inner + lead), best)
+    return np.where(d > 1, best, 0.0)
+
+
+def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict, gbs: int, s_num: int, mbs: int,
+             precision: str = "fp32", tp_min: int = 1) -> MixUnit | None:
+    """The tables of one (S, b) for the plans whose smallest TP degree is ``tp_min`` (groups of smaller TP are
+    left out; some replica has TP ``tp_min``, so the stage holding it reduces that TP's gradient). None: no
+    group at b, some stage fits on no group, or no group of TP ``tp_min`` fits anywhere."""
+    grp = chain_groups(cluster, options, mbs, ctx)
+    if not grp.names or gbs % mbs:
+        return None
+    n_mb = gbs // mbs
+    counts = even_last(ctx.model.num_layers, s_num)
+    d_max = min(n_mb, cluster.total_gpus // s_num)
+    if d_max < 1:
+        return None
+    core = stage_core(ctx, tables, grp, mbs, counts, False, max(d_max, 1), precision, False)
+    kmax = _kmax(ctx, grp, counts, mbs, core.fits, precision)
+    kmax[grp.tp < tp_min] = 0
+    usable = kmax >= 1
+    exact = usable & (grp.tp == tp_min)[:, None]
+    if not usable.any(axis=0).all() or not exact.any():
+        return None
+    per_stage, with_min = [], []
+    for s in range(s_num):
+        grad_b = float(F.grad_bytes(core.params[usable[:, s], s].min()))
+        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, tp_min))
+        if exact[:, s].any():      # this stage holds the TP-tp_min replica: its sync reduces that TP's gradient
+            grad_t = float(F.grad_bytes(core.params[exact[:, s], s].min()))
+            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, tp_min))
+    per_stage = np.array(per_stage)
+    if ctx.settings.dp_sync_waits_for_all:      # the slowest stage's sync, >= the one holding TP tp_min
+        sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
+    else:                                       # stage 0's (no backward left to hide it)
+        sync = per_stage[0]
+    upd = float(max(core.upd[usable[:, s], s].min() for s in range(s_num)))
+    p2p = _p2p(ctx, cluster, grp, mbs, precision)
+    return MixUnit(s_num, mbs, n_mb, grp, core.comp, kmax, p2p, sync, upd, d_max)
