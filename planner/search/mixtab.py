@@ -15,7 +15,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.network import Endpoint
 from planner.plan import Plan, Replica, Stage
-from planner.search.bound import link_floor, p2p_floor
+from planner.search.linkfloor import link_floor, p2p_floor
 from planner.search.chaintab import ChainGroups, chain_groups, stage_core
 from planner.search.netvec import link_time
 from planner.search.tasks import Tables
