@@ -258,6 +258,16 @@ def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, al
     return np.where(np.isnan(g), np.inf, g).min(axis=1, initial=np.inf)
 
 
+def _d_grid(levels: np.ndarray, d_max: np.ndarray, n_mb: int, ratio: float, s_num: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """([K', J], [K', J]): per level a geometric grid of D (ratio ``ratio`` from 1, last point min(D_max, N))
+    and K(D) / S = (N / D - 1) T / S at its points."""
+    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)
+    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
+    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])
+    return grid, (n_mb / grid - 1) * levels[:, None] / s_num
+
+
 def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, allowed: np.ndarray,
                     comp: np.ndarray, rate: np.ndarray, n_mb: int, ratio: float = 1.2,
                     it_f: np.ndarray | None = None, cheap_r: np.ndarray | None = None) -> np.ndarray:
@@ -268,11 +278,7 @@ def _cauchy_schwarz(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray
     non-increasing, so on [D_i, D_i+1] of a geometric grid the key is >= D_i a(D_i) Q(D_i+1). With ``it_f``
     (the level's iteration bound at every D) and ``cheap_r`` (its cheapest rate sum): R it >= max(Q(D),
     cheap_r it_f) and D it >= max(D a(D), D it_f), both factors as monotone as before (2.6, round 2)."""
-    s_num = comp.shape[1]
-    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
-    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
-    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])                # [K', J]
-    k_term = (n_mb / grid - 1) * levels[:, None] / s_num                                   # [K', J]
+    grid, k_term = _d_grid(levels, d_max, n_mb, ratio, comp.shape[1])
     c = np.where(allowed, comp[None], np.inf)                                             # [K', G, S]
     with np.errstate(invalid="ignore"):
         root = np.sqrt(rate[None, None, :, None] * (c[:, None] + k_term[:, :, None, None]))  # [K', J, G, S]
@@ -294,11 +300,7 @@ def _holder(levels: np.ndarray, d_max: np.ndarray, allowed: np.ndarray, comp: np
     x_s^(2/3) <= (sum_s r_s)^(1/3) (sum_s x_s)^(2/3), so R it^2 >= H(D)^3, H(D) = sum_s min_g r_g^(1/3)
     (c_g,s + K(D) / S)^(2/3) over the level's allowed groups; H is non-increasing in D, so on [D_i, D_i+1]
     of a geometric grid (last point min(D_max, N)) D R it^2 >= D_i H(D_i+1)^3."""
-    s_num = comp.shape[1]
-    hi = np.maximum(np.minimum(d_max, n_mb), 1.0)                                          # [K']
-    steps = int(np.ceil(np.log(max(float(hi.max()), 1.0)) / np.log(ratio))) + 1
-    grid = np.minimum(ratio ** np.arange(steps + 1)[None, :], hi[:, None])                # [K', J]
-    k_term = (n_mb / grid - 1) * levels[:, None] / s_num                                   # [K', J]
+    grid, k_term = _d_grid(levels, d_max, n_mb, ratio, comp.shape[1])
     c = np.where(allowed, comp[None], np.inf)                                             # [K', G, S]
     with np.errstate(invalid="ignore"):
         x = (c[:, None] + k_term[:, :, None, None]) ** (2.0 / 3.0)                          # [K', J, G, S]

@@ -97,6 +97,20 @@ class _Unit:
         return len(self.priced) - 1
 
 
+def _largest_proven(proven, lo: float, hi: float, iters: int, rel: float) -> float:
+    """Bisection for the largest T in [lo, hi] with ``proven(T)`` (monotone: true below some point), given
+    ``proven(lo)``; returns the largest proven point found (itself a proven floor)."""
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= rel * hi:
+            break
+    return lo
+
+
 def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) -> float:
     """The largest T (to bisection precision, always a proven one) at which the relaxation with ``pr.y`` shows
     no plan with D in [d_lo, d_hi] iterates within T; inf: none at any T."""
@@ -129,19 +143,9 @@ def node_floor(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, iters: int = 60) 
         if not np.isfinite(mu) or cap_term + (d_hi * mu if mu >= 0 else d_lo * mu) < n * (1 - 1e-9):
             return math.inf
         return t_hi
-    lo, hi = 0.0, t_hi
     if not proven(base):
         return 0.0
-    lo = base
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if proven(mid):
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-10 * hi:
-            break
-    return lo
+    return _largest_proven(proven, base, t_hi, iters, 1e-10)
 
 
 def node_floor_dp(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, t_ref: float, iters: int = 40) -> float:
@@ -164,16 +168,7 @@ def node_floor_dp(tab: MixUnit, pr: Priced, d_lo: int, d_hi: int, t_ref: float, 
 
     if proven(hi):
         return hi
-    lo = t_ref
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if proven(mid):
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * hi:
-            break
-    return lo
+    return _largest_proven(proven, t_ref, hi, iters, 1e-9)
 
 
 def column_y(unit: _Unit, t: float, d_lo: int, d_hi: int) -> np.ndarray | None:

@@ -13,20 +13,15 @@ from itertools import product
 import numpy as np
 import pytest
 
-from planner.model import ModelSpec
-from planner.search import Objective, SearchSpace, plan_search
+from planner.search import SearchSpace, plan_search
 from planner.search import chainfloor, chains
 from planner.search.chaintab import stage_tab
 from planner.search.chainvalue import min_d_a2
 from planner.search.netvec import LinkCache
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from tests.planner.chain_cases import random_chain_case
 
-MODEL = ModelSpec("valfloor2", num_layers=5, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
-                  vocab_size=1024, max_position_embeddings=2048)
-SPACE = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False, True),
-                    distributed_optimizer=(False, True), chain_segments=3)
-VALUE = Objective("value")
+from tests.planner.test_value_objective_h11v import MODEL, SPACE, VALUE  # noqa: E402  (one case family)
 
 
 def test_min_d_a2_floor_is_below_the_grid():
@@ -45,8 +40,7 @@ def test_min_d_a2_floor_is_below_the_grid():
 def _units(seed: int):
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, SPACE)
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
         gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)

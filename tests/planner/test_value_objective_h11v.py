@@ -19,7 +19,7 @@ from planner.search.chaintab import range_tab, stage_tab
 from planner.search.chainrest import rest_floor
 from planner.search.chainvalue import min_d_a2, min_d_seg2
 from planner.search.netvec import LinkCache
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from tests.planner.chain_cases import random_chain_case
 
 MODEL = ModelSpec("valfloor", num_layers=5, hidden_size=512, num_heads=8, ffn_hidden_size=2048, seq_length=2048,
@@ -56,8 +56,7 @@ def _runs(row: np.ndarray) -> tuple[list[int], list[int]]:
 def _check_case(seed: int, unit_min: list | None = None) -> int:
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, SPACE)
     checked = 0
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
@@ -109,8 +108,7 @@ def test_rest_floor_is_below_every_unsearched_chain(seed):
     unit_min: list[float] = []
     _check_case(seed, unit_min)
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, SPACE)
     for start in range(0, len(unit_min) + 1, 3):
         rest = rest_floor(ctx, cluster, Tables(ctx, SPACE), LinkCache(ctx), options, gbs, VALUE, SPACE, start)
         assert rest <= min(unit_min[start:], default=np.inf) * (1 + 1e-12)
@@ -142,8 +140,7 @@ def test_search_same_with_and_without_value_bounds(seed, monkeypatch):
 def test_tied_skip_keeps_every_key_at_or_below_the_threshold(seed):
     ctx, cluster, gbs, objective = random_chain_case(MODEL, 9000 + seed, 9, (4, 8, 16, 32))
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
-    options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), SPACE)
-               for g in cluster.gpu_types()}
+    options = cluster_options(ctx, cluster, SPACE)
     compared = 0
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
