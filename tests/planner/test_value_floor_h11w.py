@@ -13,7 +13,6 @@ from itertools import product
 import numpy as np
 import pytest
 
-from planner.search import SearchSpace, plan_search
 from planner.search import chainfloor, chains
 from planner.search.chaintab import stage_tab
 from planner.search.chainvalue import min_d_a2
@@ -21,7 +20,7 @@ from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, cluster_options
 from tests.planner.chain_cases import random_chain_case
 
-from tests.planner.test_value_objective_h11v import MODEL, SPACE, VALUE  # noqa: E402  (one case family)
+from tests.planner.test_value_objective_h11v import MODEL, SPACE, VALUE, assert_same_top3  # noqa: E402  (one case family)
 
 
 def test_min_d_a2_floor_is_below_the_grid():
@@ -139,11 +138,4 @@ def _off(m):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_search_same_with_and_without_round2(seed, monkeypatch):
-    ctx, cluster, gbs, _ = random_chain_case(MODEL, 8000 + seed, 9, (4, 8, 16, 32))
-    space = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), chain_segments=3)
-    on = plan_search(ctx, cluster, gbs, VALUE, space, top_k=3)
-    with monkeypatch.context() as m:
-        _off(m)
-        off = plan_search(ctx, cluster, gbs, VALUE, space, top_k=3)
-    assert [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
-        [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+    assert_same_top3(seed, monkeypatch, _off)

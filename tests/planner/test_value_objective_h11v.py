@@ -124,16 +124,22 @@ def _off(monkeypatch):
     monkeypatch.setattr(chainfloor, "_value_floors", lambda *a, **k: -np.inf)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_search_same_with_and_without_value_bounds(seed, monkeypatch):
+def assert_same_top3(seed: int, monkeypatch, switch_off) -> None:
+    """``plan_search`` under ``value`` returns the same top 3 on random case ``seed`` with the bounds that
+    ``switch_off(monkeypatch context)`` disables as without them."""
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 8000 + seed, 9, (4, 8, 16, 32))
     space = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), chain_segments=3)
     on = plan_search(ctx, cluster, gbs, VALUE, space, top_k=3)
     with monkeypatch.context() as m:
-        _off(m)
+        switch_off(m)
         off = plan_search(ctx, cluster, gbs, VALUE, space, top_k=3)
     assert [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
         [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_same_with_and_without_value_bounds(seed, monkeypatch):
+    assert_same_top3(seed, monkeypatch, _off)
 
 
 @pytest.mark.parametrize("seed", range(12))
