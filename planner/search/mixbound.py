@@ -4,7 +4,7 @@ Contract: :func:`sailor_space_bound(ctx, cluster, gbs, space)` returns a :class:
 ``iteration_s`` is < ``simulate(plan, ctx).iteration_time_s`` for EVERY plan of Sailor's space on ``cluster``
 that ``simulate`` says fits: S stages on Sailor's split (the L layers even, the extra layers on the last stages),
 the same D on every stage, one micro-batch size b, each replica a (type, zone, TP) group whose (b, TP) is an
-option of ``space`` (:func:`planner.search.tasks.mbs_tp_options`; default the ``sailor-space`` comparator's),
+option of ``space`` (:func:`planner.search.tasks.cluster_options`; default the ``sailor-space`` comparator's),
 any mix of groups in a stage, any micro-batch counts, no recomputation, no distributed optimizer. So
 1 / ``iteration_s`` is an upper bound on (b)'s throughput. docs/PLANNER.md section 7 is the proof.
 
@@ -30,7 +30,7 @@ from planner.cluster import ClusterSpec
 from planner.search.mixprice import Priced, chain_count, price, usage, value
 from planner.search.mixtab import MixUnit, mix_unit
 from planner.search.space import SearchSpace
-from planner.search.tasks import Tables, mbs_tp_options
+from planner.search.tasks import Tables, cluster_options
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,6 @@ class _Node:
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
-
-
-def sailor_space_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -> dict:
-    opts = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-            for g in cluster.gpu_types()}
-    return {g: o for g, o in opts.items() if o}
 
 
 class _Unit:
@@ -219,7 +213,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     space = space or PLANNERS["sailor-space"]
     cluster = cluster.nonempty()
     tables = Tables(ctx, replace(space, recompute=(False,), distributed_optimizer=(False,)))
-    options = sailor_space_options(ctx, cluster, space)
+    options = cluster_options(ctx, cluster, space)
     mbs_all = sorted({m for o in options.values() for m, _ in o if gbs % m == 0})
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     units: list[_Unit] = []
