@@ -20,7 +20,8 @@ from planner.search.netvec import LinkCache
 from planner.search.tasks import Tables, cluster_options
 from tests.planner.chain_cases import random_chain_case
 
-from tests.planner.test_value_objective_h11v import MODEL, SPACE, VALUE, assert_same_top3  # noqa: E402  (one case family)
+from tests.planner.test_value_objective_h11v import (MODEL, SPACE, VALUE, assert_same_top3,  # one case family
+                                                      best_value_keys, multi_segment_chains)
 
 
 def test_min_d_a2_floor_is_below_the_grid():
@@ -42,17 +43,11 @@ def _units(seed: int):
     options = cluster_options(ctx, cluster, SPACE)
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
-        gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)
-        gs = gs[tab.fits[gs, np.arange(s_num)].all(axis=1)]
-        gs = gs[(gs[:, 1:] != gs[:, :-1]).any(axis=1)] if s_num > 1 else gs[:0]      # >= 2 segments
+        gs = multi_segment_chains(tab, grp, s_num)
         if len(gs) == 0:
             continue
         sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
-        best = np.full(len(gs), np.inf)
-        for d, sel, _, _, _, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, VALUE, False):
-            if dist and d < 1:
-                continue
-            best[sel] = np.minimum(best[sel], keys)
+        best = best_value_keys(ctx, sc, tab, n_mb, s_num, dist)
         yield tab, grp, n_mb, s_num, gs, best
 
 

@@ -53,6 +53,23 @@ def _runs(row: np.ndarray) -> tuple[list[int], list[int]]:
     return bounds + [len(row)], seq
 
 
+def multi_segment_chains(tab, grp, s_num: int) -> np.ndarray:
+    """[C, S]: every chain (a group per stage) of >= 2 segments whose every stage fits."""
+    gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)
+    gs = gs[tab.fits[gs, np.arange(s_num)].all(axis=1)]
+    return gs[(gs[:, 1:] != gs[:, :-1]).any(axis=1)] if s_num > 1 else gs[:0]
+
+
+def best_value_keys(ctx, sc, tab, n_mb: int, s_num: int, dist: bool) -> np.ndarray:
+    """[C]: each scored chain's smallest value key over every D that ``iterate_d`` scores (D >= 1)."""
+    best = np.full(len(sc.gs), np.inf)
+    for d, sel, _, _, _, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, VALUE, False):
+        if dist and d < 1:
+            continue
+        best[sel] = np.minimum(best[sel], keys)
+    return best
+
+
 def _check_case(seed: int, unit_min: list | None = None) -> int:
     ctx, cluster, gbs, _ = random_chain_case(MODEL, 7000 + seed, 9, (4, 8, 16, 32, 64))
     tables, cache = Tables(ctx, SPACE), LinkCache(ctx)
@@ -60,19 +77,13 @@ def _check_case(seed: int, unit_min: list | None = None) -> int:
     checked = 0
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in chains.chain_units(ctx, cluster, options, gbs, SPACE):
         tab = stage_tab(ctx, cache, tables, grp, mbs, counts, rc, d_cap, SPACE.precision, dist)
-        gs = np.array(list(product(range(len(grp.names)), repeat=s_num)), dtype=np.int64).reshape(-1, s_num)
-        gs = gs[tab.fits[gs, np.arange(s_num)].all(axis=1)]
-        gs = gs[(gs[:, 1:] != gs[:, :-1]).any(axis=1)] if s_num > 1 else gs[:0]      # >= 2 segments
+        gs = multi_segment_chains(tab, grp, s_num)
         if unit_min is not None:
             unit_min.append(np.inf)
         if len(gs) == 0:
             continue
         sc = chains.score_chains(ctx, tab, grp, gs, n_mb)
-        best = np.full(len(gs), np.inf)
-        for d, sel, _, _, _, keys in chains.iterate_d(ctx, sc, tab, n_mb, s_num, VALUE, False):
-            if dist and d < 1:
-                continue
-            best[sel] = np.minimum(best[sel], keys)
+        best = best_value_keys(ctx, sc, tab, n_mb, s_num, dist)
         if unit_min is not None:
             unit_min[-1] = float(best[np.array([len(_runs(r)[1]) <= SPACE.chain_segments for r in gs])].min())
         lb = chains.chain_lower_keys(sc, n_mb, s_num, VALUE, dist)
