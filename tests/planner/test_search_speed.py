@@ -35,11 +35,10 @@ def test_cheap_bounds_equal_task_bound_bit_for_bit(gpus: str, objective: Objecti
     ctx = api.context_for(api.make_context(bundle, None), cluster)
     space, gbs = SearchSpace(), 256
     tables, cache = T.Tables(ctx, space), LinkCache(ctx)
-    options = {g: T.mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
-               for g in cluster.gpu_types()}
+    options = T.cluster_options(ctx, cluster, space)
     checked = finite = 0
     for s_num, mbs, rc in product((1, 2, 3, 5), (1, 2, 4), (False, True)):
-        choices = {g: [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
+        choices = {g: [t for m, t in options.get(g, []) if m == mbs and caps_for(cluster, g, t, s_num)
                        and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in options}
         for k in range(1, len(options) + 1):
             for subset in combinations(sorted(options), k):
