@@ -8,12 +8,14 @@ which bounds every chain of its unit and segment count (2.1, 2.6), inf when none
 """
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.chainfloor import unit_floors
-from planner.search.chains import _Linked, chain_units
-from planner.search.chaintab import stage_core, with_pairs
+from planner.search.chains import chain_units
+from planner.search.chaintab import Linked
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.tasks import Tables
@@ -25,15 +27,10 @@ def rest_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
                start: int, threshold: float = np.inf) -> float:
     """min over the units from ``start`` on of their :func:`unit_floors` (segment counts 2 ..)."""
     out = np.inf
-    for ui, (s_num, counts, mbs, n_mb, grp, d_cap, rc, dist) in enumerate(chain_units(ctx, cluster, options, gbs,
-                                                                                      space)):
-        if ui < start:
-            continue
-        tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
-                         mbs, space.precision)
-        if objective.kind == "value":       # the stage-0 sync term (2.6)
-            tab = _Linked(ctx, cache, grp, tab).full()
+    units = islice(chain_units(ctx, cluster, options, gbs, space), start, None)
+    for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in units:
+        tab = Linked(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist).for_floors(objective)
         floors = unit_floors(tab, grp, n_mb, objective, min(space.chain_segments, s_num), threshold,
-                             extra=True)     # the Hoelder term and the lazy rounds (2.6, round 2)
+                             extra=True)     # with the Hoelder term (2.6, round 2)
         out = min(out, float(floors[2:].min(initial=np.inf)))
     return out

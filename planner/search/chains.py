@@ -27,11 +27,10 @@ from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
 from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
-from planner.search.chaintab import (ChainGroups, RangeTab, StageTab, chain_groups, range_tab, stage_core, stage_tab,
-                                     with_pairs, with_sync)
+from planner.search.chaintab import ChainGroups, Linked, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
-from planner.search.tasks import Tables
+from planner.search.tasks import Tables, even_last
 from planner.search.tied import TiedSync
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -270,8 +269,7 @@ def chain_units(ctx: SimContext, cluster: ClusterSpec, options: dict[str, list[t
     max_s = min(L, space.max_stages or L)
     mbs_all = sorted({m for o in options.values() for m, _ in o})
     for s_num in range(2, max_s + 1):
-        q, r = divmod(L, s_num)
-        counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+        counts = even_last(L, s_num)
         for mbs in mbs_all:
             if gbs % mbs:
                 continue
@@ -301,12 +299,9 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             where[:] = [ui]
         if stop():
             return False
-        tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, space.precision, dist),
-                         mbs, space.precision)
-        n_max = min(space.chain_segments, s_num)
-        linked = _Linked(ctx, cache, grp, tab)
-        floors = unit_floors(linked.full() if objective.kind == "value" else tab, grp, n_mb, objective, n_max,
-                             best.threshold())
+        linked = Linked(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
+        tab, n_max = linked.tab, min(space.chain_segments, s_num)
+        floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_max, best.threshold())
         if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
             continue
         rt = range_tab(tab)
@@ -326,19 +321,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
     return True
 
 
-class _Linked:
-    """The unit's tables; the sync table is built on first use (only units with a chain left to score)."""
-
-    def __init__(self, ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab) -> None:
-        self.ctx, self.cache, self.grp, self.tab, self._full = ctx, cache, grp, tab, None
-
-    def full(self) -> StageTab:
-        if self._full is None:
-            self._full = with_sync(self.ctx, self.cache, self.grp, self.tab)
-        return self._full
-
-
-def _score_cut(ctx, linked: _Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
+def _score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
                dist=False) -> None:
     sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)

@@ -6,6 +6,7 @@ fit (with the distributed optimizer: the smallest replica count at which the sta
 replica count, and per group pair the p2p seconds and egress USD (the simulator's formulas on the same
 links); :func:`range_tab` gives per stage range lo..hi-1 whether every stage fits and the largest and
 summed compute and the slowest optimizer step.
+:class:`Linked` holds one chain unit's core and pair tables and adds the sync table on first use.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.space import Objective
 from planner.search.tasks import Tables
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -178,3 +180,23 @@ def range_tab(tab: StageTab) -> RangeTab:
         csum[lo, lo + 1:] = np.cumsum(tab.comp[:, lo:], axis=1).T
         upd[lo, lo + 1:] = np.maximum.accumulate(tab.upd_floor[:, lo:], axis=1).T
     return RangeTab(fits, cmax, csum, upd)
+
+
+class Linked:
+    """One unit's tables: :func:`stage_core` with the pair tables; the sync table is built on first use (only
+    units with a chain left to score, or whose floor needs it)."""
+
+    def __init__(self, ctx: SimContext, cache: LinkCache, tables: Tables, grp: ChainGroups, mbs: int,
+                 counts: np.ndarray, rc: bool, d_cap: int, precision: str, dist: bool) -> None:
+        self.ctx, self.cache, self.grp, self._full = ctx, cache, grp, None
+        self.tab = with_pairs(ctx, cache, grp, stage_core(ctx, tables, grp, mbs, counts, rc, d_cap, precision, dist),
+                              mbs, precision)
+
+    def full(self) -> StageTab:
+        if self._full is None:
+            self._full = with_sync(self.ctx, self.cache, self.grp, self.tab)
+        return self._full
+
+    def for_floors(self, objective: Objective) -> StageTab:
+        """The tables :func:`unit_floors` takes: with the sync table under ``value`` (its stage-0 sync term, 2.6)."""
+        return self.full() if objective.kind == "value" else self.tab

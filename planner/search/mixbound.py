@@ -28,7 +28,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.mixprice import Priced, chain_count, price, usage, value
-from planner.search.mixtab import MixUnit, mix_unit
+from planner.search.mixtab import MixMemo, MixUnit, mix_unit
 from planner.search.space import SearchSpace
 from planner.search.tasks import Tables, cluster_options
 from planner.simulator.settings import SimContext
@@ -219,9 +219,10 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     units: list[_Unit] = []
     heap: list = []
     tps = sorted({t for o in options.values() for _, t in o})
+    memo = MixMemo()
     for s_num in range(1, max_s + 1):
         for mbs, tp_min in ((m, t) for m in mbs_all for t in tps):
-            tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min)
+            tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min, memo)
             if tab is None:
                 continue
             unit = _Unit(tab)

@@ -8,17 +8,18 @@ with (S, b, D) pays, whatever mix of groups its stages hold (docs/PLANNER.md sec
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.network import Endpoint
+from planner.errors import InputError
+from planner.network import Endpoint, Link
 from planner.plan import Plan, Replica, Stage
 from planner.search.linkfloor import link_floor, p2p_floor
 from planner.search.chaintab import ChainGroups, chain_groups, stage_core
 from planner.search.netvec import link_time
-from planner.search.tasks import Tables
+from planner.search.tasks import Tables, even_last
 from planner.simulator import formulas as F
 from planner.simulator.memory import replica_memory, usable_bytes
 from planner.simulator.settings import SimContext
@@ -51,9 +52,15 @@ class MixUnit:
         return self.kmax >= 1
 
 
-def even_last(num_layers: int, s_num: int) -> np.ndarray:
-    q, r = divmod(num_layers, s_num)
-    return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+@dataclass
+class MixMemo:
+    """What :func:`mix_unit` reuses across the units of one bound: the ring floors (by the links' timings, the
+    size and the member counts), the p2p table per micro-batch size, and the core tables and in-flight counts
+    per (S, micro-batch size), which do not depend on the smallest TP degree."""
+
+    rings: dict = field(default_factory=dict)
+    p2p: dict = field(default_factory=dict)
+    core: dict = field(default_factory=dict)
 
 
 def _kmax(ctx: SimContext, grp: ChainGroups, counts: np.ndarray, mbs: int, fits: np.ndarray, precision: str
@@ -110,30 +117,25 @@ def _p2p(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, mbs: int, prec
                 try:
                     ts.append(p2p_transfer_s(ctx, _endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), ta, tb, nbytes,
                                              all_tp))
-                except Exception:       # a refused size: simulate raises for every plan sending it
+                except InputError:      # a refused size or no link: simulate raises for every plan sending it
                     ts.append(np.inf)
             out[a, b] = min(ts)
     return out
-
-
-_RINGS: dict[tuple, np.ndarray] = {}
 
 
 def _key(link) -> tuple:
     return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s, link.shared)
 
 
-def _ring(links, n: np.ndarray, nbytes: float) -> np.ndarray:
+def _ring(memo: dict, links, n: np.ndarray, nbytes: float) -> np.ndarray:
     """Smallest ring all-reduce over n members (``F.ring_s`` of one chunk ``nbytes / n``) over ``links``
-    (a ring's time is the largest over its edges: at least the smallest edge's); memoised by the links'
-    timings, the size and the member counts."""
+    (a ring's time is the largest over its edges: at least the smallest edge's); kept in ``memo`` by the
+    links' timings, the size and the member counts."""
     n = np.asarray(n, dtype=float)
     key = (tuple(sorted(_key(l) for l in links)), float(nbytes), n.tobytes())
-    if key not in _RINGS:
-        if len(_RINGS) > 20000:
-            _RINGS.clear()
-        _RINGS[key] = _ring_raw(links, n, nbytes)
-    return _RINGS[key]
+    if key not in memo:
+        memo[key] = _ring_raw(links, n, nbytes)
+    return memo[key]
 
 
 def _ring_raw(links, n: np.ndarray, nbytes: float) -> np.ndarray:
@@ -160,25 +162,21 @@ def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: i
     """[len(d)] the fewest zones a stage of D replicas of the groups ``usable`` spans: its replicas hold
     >= D x tp_min GPUs of those groups' pools, so it spans at least the fewest zones whose largest pools hold
     that many (inf: no zones can)."""
+    pool_zone = {int(grp.pool[i]): grp.names[i][1] for i in np.nonzero(usable)[0]}
     caps: dict[str, int] = {}
-    pools = {int(grp.pool[i]) for i in np.nonzero(usable)[0]}
-    for i in np.nonzero(usable)[0]:
-        caps.setdefault(grp.names[i][1], 0)
-    for p in pools:
-        z = next(grp.names[i][1] for i in np.nonzero(usable)[0] if grp.pool[i] == p)
-        caps[z] += int(grp.caps[p])
+    for p, z in pool_zone.items():
+        caps[z] = caps.get(z, 0) + int(grp.caps[p])
     cum = np.cumsum(sorted(caps.values(), reverse=True))
     need = np.searchsorted(cum, d * tp_min, side="left") + 1.0
     return np.where(d * tp_min > cum[-1], np.inf, need)
 
 
 def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
-                      cluster: ClusterSpec, tp_min: int = 1) -> np.ndarray:
+                      cluster: ClusterSpec, rings: dict, tp_min: int = 1) -> np.ndarray:
     """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
     >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
     zones: the largest zone's reduce + broadcast, 1.5 rings over >= ceil(D / z) members, plus the leaders'
     ring over z cross-zone members). Per-replica node sizes: the link floors of ``bound.link_floor``."""
-    from planner.network import Link
     d = np.arange(d_max + 1, dtype=float)
     idx = np.nonzero(usable)[0]
     names = [grp.names[i] for i in idx]
@@ -202,23 +200,25 @@ def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, gra
         same, cross = _distinct(same), _distinct(cross)
     z_min = _zones_needed(grp, usable, d, tp_min)
     # a ring spanning >= 2 zones has a cross-zone edge (its time is the largest over its edges)
-    flat = np.where(z_min >= 2, _ring(cross, d, grad_b) if cross else np.inf, _ring(same + cross, d, grad_b))
+    flat = np.where(z_min >= 2, _ring(rings, cross, d, grad_b) if cross else np.inf, _ring(rings, same + cross, d, grad_b))
     best = flat
-    inner_all = _suffix_min(F.zone_reduce_broadcast_s(_ring(same, d, grad_b))) if same else np.zeros_like(d)
+    inner_all = _suffix_min(F.zone_reduce_broadcast_s(_ring(rings, same, d, grad_b))) if same else np.zeros_like(d)
     for z in range(2, len(zones) + 1):
         n_in = np.ceil(d / z)
         inner = inner_all[np.minimum(n_in.astype(int), d_max)]     # >= ceil(D / z) members
         inner = np.where(n_in > 1, inner, 0.0)
-        lead = float(_ring(cross, np.array([float(z)]), grad_b)[0]) if cross else np.inf
+        lead = float(_ring(rings, cross, np.array([float(z)]), grad_b)[0]) if cross else np.inf
         best = np.where((d >= z) & (z >= z_min), np.minimum(best, inner + lead), best)
     return np.where(d > 1, best, 0.0)
 
 
 def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict, gbs: int, s_num: int, mbs: int,
-             precision: str = "fp32", tp_min: int = 1) -> MixUnit | None:
+             precision: str = "fp32", tp_min: int = 1, memo: MixMemo | None = None) -> MixUnit | None:
     """The tables of one (S, b) for the plans whose smallest TP degree is ``tp_min`` (groups of smaller TP are
     left out; some replica has TP ``tp_min``, so the stage holding it reduces that TP's gradient). None: no
-    group at b, some stage fits on no group, or no group of TP ``tp_min`` fits anywhere."""
+    group at b, some stage fits on no group, or no group of TP ``tp_min`` fits anywhere. ``memo``: shared by
+    the units of one bound (a fresh one by default)."""
+    memo = memo if memo is not None else MixMemo()
     grp = chain_groups(cluster, options, mbs, ctx)
     if not grp.names or gbs % mbs:
         return None
@@ -227,9 +227,11 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
     d_max = min(n_mb, cluster.total_gpus // s_num)
     if d_max < 1:
         return None
-    core = stage_core(ctx, tables, grp, mbs, counts, False, max(d_max, 1), precision, False)
-    kmax = _kmax(ctx, grp, counts, mbs, core.fits, precision)
-    kmax[grp.tp < tp_min] = 0
+    if (s_num, mbs) not in memo.core:
+        core = stage_core(ctx, tables, grp, mbs, counts, False, max(d_max, 1), precision, False)
+        memo.core[(s_num, mbs)] = (core, _kmax(ctx, grp, counts, mbs, core.fits, precision))
+    core, kmax = memo.core[(s_num, mbs)]
+    kmax = np.where((grp.tp < tp_min)[:, None], 0, kmax)
     usable = kmax >= 1
     exact = usable & (grp.tp == tp_min)[:, None]
     if not usable.any(axis=0).all() or not exact.any():
@@ -237,15 +239,16 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
     per_stage, with_min = [], []
     for s in range(s_num):
         grad_b = float(F.grad_bytes(core.params[usable[:, s], s].min()))
-        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, tp_min))
+        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, memo.rings, tp_min))
         if exact[:, s].any():      # this stage holds the TP-tp_min replica: its sync reduces that TP's gradient
             grad_t = float(F.grad_bytes(core.params[exact[:, s], s].min()))
-            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, tp_min))
+            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, memo.rings, tp_min))
     per_stage = np.array(per_stage)
     if ctx.settings.dp_sync_waits_for_all:      # the slowest stage's sync, >= the one holding TP tp_min
         sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
     else:                                       # stage 0's (no backward left to hide it)
         sync = per_stage[0]
     upd = float(max(core.upd[usable[:, s], s].min() for s in range(s_num)))
-    p2p = _p2p(ctx, cluster, grp, mbs, precision)
-    return MixUnit(s_num, mbs, n_mb, grp, core.comp, kmax, p2p, sync, upd, d_max)
+    if mbs not in memo.p2p:
+        memo.p2p[mbs] = _p2p(ctx, cluster, grp, mbs, precision)
+    return MixUnit(s_num, mbs, n_mb, grp, core.comp, kmax, memo.p2p[mbs], sync, upd, d_max)

@@ -67,6 +67,12 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     return {g: o for g, o in options.items() if o}
 
 
+def even_last(num_layers: int, s_num: int) -> np.ndarray:
+    """[1, S] Sailor's split: the layers evenly over S stages, the extra layers on the last stages."""
+    q, r = divmod(num_layers, s_num)
+    return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+
+
 def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | None:
     if space.split == "family":
         return split_family(num_layers, s_num)
@@ -75,8 +81,7 @@ def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | 
             return None
         return np.full((1, s_num), num_layers // s_num, dtype=np.int64)
     if space.split == "even_last":
-        q, r = divmod(num_layers, s_num)
-        return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+        return even_last(num_layers, s_num)
     ids = np.array_split(np.arange(num_layers + 2), s_num)
     counts = [len(x) for x in ids]
     counts[0] -= 1
