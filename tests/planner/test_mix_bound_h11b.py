@@ -73,38 +73,32 @@ def _random_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
         yield sailor_plan_of(even_last_split(L, s_num), pipes, mbs, gbs, counts)
 
 
-@pytest.mark.parametrize("case", _cases(6, 1), ids=lambda c: c.name)
-def test_bound_below_the_exact_b_and_the_comparator(ctxs, case):
-    """bound <= the exact (b) of the enumeration (D <= 3; the bound covers every D) and <= (b'), within
-    ``LOOSEST`` of (b')."""
+def _check_against_the_enumeration(ctxs, case, max_d: int, loosest: float) -> None:
+    """bound <= the exact (b) of the enumeration (D <= ``max_d``; the bound covers every D) and <= (b'),
+    within ``loosest`` of (b')."""
     ctx = ctxs[case.ctx_name]
     cluster = parse_gpus(case.gpus, ctx.catalog)
     obj = Objective("throughput")
     bd = _bound(ctx, cluster, case.gbs)
-    b, plan, _ = sailor_full_space_best(ctx, cluster, case.gbs, obj, 3, (1, 2), (1, 2), max_d=2)
+    b, plan, _ = sailor_full_space_best(ctx, cluster, case.gbs, obj, 3, (1, 2), (1, 2), max_d=max_d)
     b1 = _search_key(ctx, cluster, case.gbs, obj, SPACE)
     if bd is None:
         assert plan is None and b1 == float("inf")
         return
     assert bd.iteration_s <= b * (1 + REL)
     assert bd.iteration_s <= b1 * (1 + REL)
-    assert b1 <= bd.iteration_s * LOOSEST
+    assert b1 <= bd.iteration_s * loosest
+
+
+@pytest.mark.parametrize("case", _cases(6, 1), ids=lambda c: c.name)
+def test_bound_below_the_exact_b_and_the_comparator(ctxs, case):
+    _check_against_the_enumeration(ctxs, case, 2, LOOSEST)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", _cases(16, 1)[6:] + _cases(8, 3), ids=lambda c: c.name)
 def test_bound_below_the_exact_b_more(ctxs, case):
-    ctx = ctxs[case.ctx_name]
-    cluster = parse_gpus(case.gpus, ctx.catalog)
-    obj = Objective("throughput")
-    bd = _bound(ctx, cluster, case.gbs)
-    b, plan, _ = sailor_full_space_best(ctx, cluster, case.gbs, obj, 3, (1, 2), (1, 2), max_d=3)
-    b1 = _search_key(ctx, cluster, case.gbs, obj, SPACE)
-    if bd is None:
-        assert plan is None
-        return
-    assert bd.iteration_s <= b * (1 + REL) and bd.iteration_s <= b1 * (1 + REL)
-    assert b1 <= bd.iteration_s * LOOSEST_SLOW
+    _check_against_the_enumeration(ctxs, case, 3, LOOSEST_SLOW)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
