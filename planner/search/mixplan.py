@@ -37,7 +37,8 @@ from planner.simulator.time import p2p_seconds
 log = logging.getLogger(__name__)
 Group = tuple[str, str, int]            # (GPU type, zone, TP)
 Chain = tuple[Group, ...]               # one group per stage
-MAX_EVALS = 32                          # plans simulated per local search (deterministic budget)
+MAX_EVALS = 32                          # plans tried per local search (deterministic budget) ...
+MAX_WORK = 4000                         # ... and replicas simulated (D x S per plan simulated)
 MAX_ZONE_PERMS = 6                      # zone permutations tried per base chain
 REL_GAIN = 1e-9                         # a move is kept only if it improves the key by more than this
 
@@ -183,10 +184,12 @@ def water_fill(ctx: SimContext, plan: Plan) -> tuple[tuple[int, ...], float]:
 
 
 def score(ctx: SimContext, shape: Shape, pipes: list[Chain], objective: Objective,
-          model_name: str | None = None, beat: float = np.inf) -> tuple[MixCandidate, Plan, Estimate] | None:
+          model_name: str | None = None, beat: float = np.inf, tally: list[int] | None = None
+          ) -> tuple[MixCandidate, Plan, Estimate] | None:
     """The candidate of ``pipes`` with water-filled counts as ``simulate`` scores it; None where D > N, the
     plan does not fit or the objective's constraints exclude it, or (throughput objective) where its
-    pipelines alone take at least ``beat`` seconds (iteration >= largest makespan, so it cannot beat it)."""
+    pipelines alone take at least ``beat`` seconds (iteration >= largest makespan, so it cannot beat it).
+    ``tally[0]`` grows by D x S for every plan simulated."""
     n = shape.gbs // shape.mbs
     d = len(pipes)
     if d == 0 or d > n:
@@ -199,6 +202,8 @@ def score(ctx: SimContext, shape: Shape, pipes: list[Chain], objective: Objectiv
         return None
     plan = plan_of(shape, pipes, counts, num_layers, model_name)
     est = simulate(plan, ctx)
+    if tally is not None:
+        tally[0] += d * len(shape.split)
     if not est.fits_in_memory:
         return None
     it, usd, gpus = est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus
@@ -288,9 +293,10 @@ def _replace(pipes: list[Chain], old: Chain, new: Chain, k: int) -> list[Chain]:
 
 def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective,
             options: dict[str, list[tuple[int, int]]], base: Candidate, max_evals: int = MAX_EVALS,
-            stop: Callable[[], bool] = lambda: False) -> MixCandidate | None:
+            max_work: int = MAX_WORK, stop: Callable[[], bool] = lambda: False) -> MixCandidate | None:
     """First-improvement local search from ``base`` over the moves of :func:`_moves` (at most ``max_evals``
-    plans simulated, or until ``stop()``); the best mixed plan strictly better than ``base`` (None: none
+    plans tried and ``max_work`` replicas simulated (plans pruned by their makespan cost nothing there), or
+    until ``stop()``); the best mixed plan strictly better than ``base`` (None: none
     found). Every plan it returns respects the pool capacities and was scored by ``simulate``."""
     shape = Shape.of(base, gbs)
     n_mb = gbs // base.mbs
@@ -300,10 +306,10 @@ def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objectiv
     groups = [(g, z, tp) for (g, z) in caps for m, tp in options.get(g, ()) if m == base.mbs]
     pipes = pipelines_of(base)
     chains = candidate_chains(pipes, groups, base.num_stages)
-    best_key, found, evals = base.key, None, 0
+    best_key, found, evals, work = base.key, None, 0, [0]
     seen: set[tuple] = {tuple(pipes)}
     improved = True
-    while improved and evals < max_evals:
+    while improved and evals < max_evals and work[0] < max_work:
         improved = False
         used = usage(pipes)
         free = {p: caps[p] - used.get(p, 0) for p in caps}
@@ -311,15 +317,15 @@ def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objectiv
             key = tuple(new)
             if key in seen:
                 continue
-            if evals >= max_evals or stop():
+            if evals >= max_evals or work[0] >= max_work or stop():
                 return found
             seen.add(key)
             evals += 1
-            res = score(ctx, shape, new, objective, beat=best_key)
+            res = score(ctx, shape, new, objective, beat=best_key, tally=work)
             if res is not None and res[0].key < best_key * (1 - REL_GAIN):
                 found, best_key, pipes, improved = res[0], res[0].key, new, True
                 break
-    log.info("mixed plans: %d evaluated, best %s", evals, "none" if found is None else f"{found.key:.6g}")
+    log.info("mixed plans: %d tried, %d replicas simulated, best %s", evals, work[0], "none" if found is None else f"{found.key:.6g}")
     return found
 
 
