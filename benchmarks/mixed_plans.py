@@ -1,9 +1,9 @@
 """Mixed plans (docs/PLANNER.md 8): the search with and without the local search for mixed plans, per setup.
 
 For each setup of ``planner_vs_sailor.setups()`` (``--only`` substrings), runs ``plan_search`` in one process
-with the ``ours`` space twice, ``mixed=False`` then ``mixed=True`` (the same time limit), and prints the
-best plan's it/s (or $/iteration under the cost objective), the gain, whether the winner mixes chains, and
-both search times. Every plan is re-checked by ``simulate`` (the engine's verify).
+with the ``ours`` space (or ``--planner sailor-space``) twice, ``mixed=False`` then ``mixed=True`` (the same
+time limit), and prints the best plan's it/s (or $/iteration under the cost objective), the gain, whether the
+winner mixes chains, both search times and whether it keeps one TP per (stage, type) (Sailor's rule). Every plan is re-checked by ``simulate`` (the engine's verify).
 
     python benchmarks/mixed_plans.py --sailor-data ../shared/data/sailor [--only "Fig8b 128+384"] [--time-limit 60]
 """
@@ -24,13 +24,21 @@ from planner_bound import _context, _objective  # noqa: E402
 from planner_vs_sailor import setups  # noqa: E402
 
 
-def run(st, data: str, limit_s: float) -> dict:
+def one_tp_per_stage_type(cand) -> bool:
+    """Sailor's rule (benchmarks/sailor_full_space.py): one TP degree per (stage, GPU type)."""
+    from planner.search.mixplan import pipelines_of
+    pipes = pipelines_of(cand)
+    return all(len({tp for g2, _, tp in (c[s] for c in pipes) if g2 == g}) == 1
+               for s in range(cand.num_stages) for g in {c[s][0] for c in pipes})
+
+
+def run(st, data: str, limit_s: float, planner: str = "ours") -> dict:
     from planner.api import search_space, PlanRequest
     from planner.search import plan_search
-    from planner.search.mixplan import is_mixed
     ctx, cluster, gbs = _context(st, data)
     objective = _objective(st)
-    req = PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective, planner="ours", comparator=False)
+    req = PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective, planner=planner,
+                      comparator=False)
     space = replace(search_space(req), tie_embeddings=ctx.model.tied_embeddings)
     out = {}
     for mixed in (False, True):
@@ -46,12 +54,16 @@ def main() -> int:
     ap.add_argument("--sailor-data", default=str(ROOT.parent / "shared" / "data" / "sailor"))
     ap.add_argument("--only", action="append", default=[], help="setup name substring (repeatable)")
     ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--planner", default="ours", help="ours (default) or sailor-space: (b') and mixed plans "
+                    "from it (Sailor's split, no recomputation / distributed optimizer; 'rule' says whether the "
+                    "winner keeps one TP per (stage, type), so whether it lies in Sailor's space)")
     args = ap.parse_args()
     rows = [st for st in setups() if not args.only or any(o in st.name for o in args.only)]
     load0 = os.getloadavg()[0]
-    print(f"{'setup':24s} {'before':>9s} {'mixed':>9s} {'gain':>7s} {'mixes':>5s} {'s before':>8s} {'s mixed':>8s}")
+    print(f"{'setup':24s} {'before':>9s} {'mixed':>9s} {'gain':>7s} {'mixes':>5s} {'s before':>8s} "
+          f"{'s mixed':>8s} rule")
     for st in rows:
-        r = run(st, args.sailor_data, args.time_limit)
+        r = run(st, args.sailor_data, args.time_limit, args.planner)
         (c0, t0, _), (c1, t1, _) = r[False], r[True]
         if c0 is None:
             print(f"{st.name:24s} no plan")
@@ -61,7 +73,8 @@ def main() -> int:
         v1 = c1.cost_usd if cost else 1 / c1.iteration_s
         gain = v0 / v1 if cost else v1 / v0
         mixes = "yes" if getattr(c1, "mix", ()) and len(c1.mix) > 1 else "no"
-        print(f"{st.name:24s} {v0:9.4f} {v1:9.4f} {gain:7.4f} {mixes:>5s} {t0:8.2f} {t1:8.2f}", flush=True)
+        rule = "yes" if one_tp_per_stage_type(c1) else "no"
+        print(f"{st.name:24s} {v0:9.4f} {v1:9.4f} {gain:7.4f} {mixes:>5s} {t0:8.2f} {t1:8.2f} {rule:>4s}", flush=True)
         if mixes == "yes":
             txt = " + ".join(f"{n} x " + ">".join(f"{g[0]}{tp}{z[-1]}" for g, z, tp in ch) for ch, n in c1.mix)
             print(f"    S{c1.num_stages} b{c1.mbs}: {txt}")

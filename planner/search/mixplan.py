@@ -27,7 +27,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.plan import Plan, Replica, Stage
-from planner.search.space import Candidate, Objective, SearchSpace
+from planner.search.space import Candidate, Objective
 from planner.simulator import Estimate, simulate
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -137,7 +137,7 @@ def water_fill(ctx: SimContext, plan: Plan) -> tuple[tuple[int, ...], float]:
     replica costs and p2p times, computed once per distinct pipeline), and that smallest largest makespan:
     the smallest t with ``sum_j #{m : T_j(m) <= t} >= N``, then the surplus taken back from the pipelines
     whose last micro-batch ends latest. ``simulate``'s iteration is at least that makespan."""
-    s_num, d = plan.num_stages, plan.dp_degree
+    d = plan.dp_degree
     n = plan.global_batch_size // plan.micro_batch_size
     top = n - d + 1
     over = ctx.settings.per_microbatch_overhead_s
@@ -325,7 +325,8 @@ def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objectiv
             if res is not None and res[0].key < best_key * (1 - REL_GAIN):
                 found, best_key, pipes, improved = res[0], res[0].key, new, True
                 break
-    log.info("mixed plans: %d tried, %d replicas simulated, best %s", evals, work[0], "none" if found is None else f"{found.key:.6g}")
+    log.info("mixed plans: %d tried, %d replicas simulated, best %s", evals, work[0],
+             "none" if found is None else f"{found.key:.6g}")
     return found
 
 

@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sailor_full_space import Case, contexts, random_cases, sailor_full_space_best  # noqa: E402
+from sailor_full_space import contexts, random_cases, sailor_full_space_best  # noqa: E402
 
 from planner.baselines.spaces import PLANNERS  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
