@@ -60,7 +60,7 @@ def main() -> int:
     args = ap.parse_args()
     rows = [st for st in setups() if not args.only or any(o in st.name for o in args.only)]
     load0 = os.getloadavg()[0]
-    print(f"{'setup':24s} {'before':>9s} {'mixed':>9s} {'gain':>7s} {'mixes':>5s} {'s before':>8s} "
+    print(f"{'setup':24s} {'before':>9s} {'mixed':>9s} {'gain':>9s} {'mixes':>5s} {'s before':>8s} "
           f"{'s mixed':>8s} rule")
     for st in rows:
         r = run(st, args.sailor_data, args.time_limit, args.planner)
@@ -74,7 +74,7 @@ def main() -> int:
         gain = v0 / v1 if cost else v1 / v0
         mixes = "yes" if getattr(c1, "mix", ()) and len(c1.mix) > 1 else "no"
         rule = "yes" if one_tp_per_stage_type(c1) else "no"
-        print(f"{st.name:24s} {v0:9.4f} {v1:9.4f} {gain:7.4f} {mixes:>5s} {t0:8.2f} {t1:8.2f} {rule:>4s}", flush=True)
+        print(f"{st.name:24s} {v0:9.4f} {v1:9.4f} {gain:9.6f} {mixes:>5s} {t0:8.2f} {t1:8.2f} {rule:>4s}", flush=True)
         if mixes == "yes":
             txt = " + ".join(f"{n} x " + ">".join(f"{g[0]}{tp}{z[-1]}" for g, z, tp in ch) for ch, n in c1.mix)
             print(f"    S{c1.num_stages} b{c1.mbs}: {txt}")
