@@ -1,13 +1,15 @@
-"""Primal plans from section 7's LP (docs/PLANNER.md 8.4): are the bound's mixed chains real plans?
+"""Primal plans from section 7's LP (docs/PLANNER.md 8.3): are the bound's mixed chains real plans?
 
 For a setup and an (S, micro-batch) node, builds the bound's tables (``mixtab.mix_unit``, Sailor's split, no
 recomputation, no distributed optimizer), and for each D given and each target T on a grid (0.7 .. 1.3 x
-ours' iteration time) runs the bound's column generation (``mixbound.column_y``) and solves the restricted
-master LP ``max sum_c n_c m_c(T')`` s.t. ``sum n_c = D``, ``sum n_c u_c <= caps`` (scipy HiGHS). At the first T
-where the LP can run all N micro-batches, its weights are rounded down and then up by largest fraction while
-the pools allow, the pipelines built (chain = the LP column), their counts water-filled and the plan scored by
-``simulate`` (:func:`planner.search.mixplan.score`); the local search of section 8 is then run from it.
-Prints the plan's it/s next to ours. An experiment (it reads mixbound's private ``_Unit``), not a planner.
+ours' iteration time) runs the bound's column generation (``mixbound.column_y``, called until it adds no
+column, at most CG_CALLS times) and solves the restricted master LP ``max sum_c n_c m_c(T')`` s.t.
+``sum n_c = D``, ``sum n_c u_c <= caps`` (scipy HiGHS). At the first T where the LP can run all N
+micro-batches, its weights are rounded down and then up by largest fraction while the pools allow, the
+pipelines built (chain = the LP column), their counts water-filled and the plan scored by ``simulate``
+(:func:`planner.search.mixplan.score`); the local search of section 8 is then run from it. Prints the plan's
+it/s next to ours, and how many of the N micro-batches the LP covers at T = ours' iteration. An experiment
+(it reads mixbound's private ``_Unit``), not a planner.
 
     python benchmarks/mixed_lp_primal.py --sailor-data ../shared/data/sailor --setup "Fig8b 128+384" \
         --stages 7 --mbs 1 --d 32,45,60
@@ -29,6 +31,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from planner_bound import _context  # noqa: E402
 from planner_vs_sailor import setups  # noqa: E402
+
+
+CG_CALLS = 6        # column_y calls per T (8 rounds each) while columns are still added
 
 
 def _master(unit, t: float, d: int):
@@ -96,9 +101,18 @@ def main() -> int:
     print(f"{st.name}: ours {1 / ours.iteration_s:.4f} it/s; node S={args.stages} b={args.mbs} tp_min={args.tp_min}")
     for d in (int(v) for v in args.d.split(",")):
         t0 = time.perf_counter()
+        at_ours = None
         for t in np.linspace(0.7, 1.3, 13) * ours.iteration_s:
-            column_y(unit, t, d, d)
+            for _ in range(CG_CALLS):           # column generation until no new column (or CG_CALLS calls)
+                before = len(unit.cols)
+                column_y(unit, t, d, d)
+                if len(unit.cols) == before:
+                    break
             val, x, cols = _master(unit, t, d)
+            if at_ours is None and t >= ours.iteration_s * (1 - 1e-9):
+                at_ours = val
+                print(f"  D={d}: at T = ours' iteration the LP runs {max(val, 0):.0f} of N = {tab.n_mb} "
+                      f"micro-batches ({len(unit.cols)} columns)")
             if val < tab.n_mb:
                 continue
             pipes = _round(tab, x, cols, d)
