@@ -1,7 +1,7 @@
 """Mixed plans (docs/PLANNER.md 8): the search with and without the local search for mixed plans, per setup.
 
 For each setup of ``planner_vs_sailor.setups()`` (``--only`` substrings), runs ``plan_search`` in one process
-with the ``ours`` space (or ``--planner sailor-space``) twice, ``mixed=False`` then ``mixed=True`` (the same
+with the ``ours`` space (or ``--planner sailor-space``) twice, ``mixed_plans`` off then on (the same
 time limit), and prints the best plan's it/s (or $/iteration under the cost objective), the gain, whether the
 winner mixes chains, both search times and whether it keeps one TP per (stage, type) (Sailor's rule). Every plan is re-checked by ``simulate`` (the engine's verify).
 
@@ -26,8 +26,7 @@ from planner_vs_sailor import setups  # noqa: E402
 
 def one_tp_per_stage_type(cand) -> bool:
     """Sailor's rule (benchmarks/sailor_full_space.py): one TP degree per (stage, GPU type)."""
-    from planner.search.mixplan import pipelines_of
-    pipes = pipelines_of(cand)
+    pipes = cand.pipeline_chains()
     return all(len({tp for g2, _, tp in (c[s] for c in pipes) if g2 == g}) == 1
                for s in range(cand.num_stages) for g in {c[s][0] for c in pipes})
 
@@ -43,7 +42,7 @@ def run(st, data: str, limit_s: float, planner: str = "ours") -> dict:
     out = {}
     for mixed in (False, True):
         t0 = time.perf_counter()
-        res = plan_search(ctx, cluster, gbs, objective, space, time_limit_s=limit_s, mixed=mixed)
+        res = plan_search(ctx, cluster, gbs, objective, replace(space, mixed_plans=mixed), time_limit_s=limit_s)
         c = res.best
         out[mixed] = (c, time.perf_counter() - t0, res.stats.complete)
     return out

@@ -50,6 +50,7 @@ class PlanRequest:
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
+    mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -58,9 +59,11 @@ class PlanRequest:
         if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
                 or not 1 <= self.chain_segments <= 8:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
-        for name in ("recompute", "distributed_optimizer"):
+        for name in ("recompute", "distributed_optimizer", "mixed_plans"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.mixed_plans and self.planner != "ours":
+            raise InputError(f"--mixed-plans applies to --planner ours only, got --planner {self.planner}")
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
         t = self.time_limit_s
@@ -88,7 +91,7 @@ def search_space(request: PlanRequest) -> SearchSpace:
     from planner.baselines.spaces import baseline_space
     return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
                           chain_segments=request.chain_segments,
-                          distributed_optimizer=request.distributed_optimizer)
+                          distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

@@ -74,14 +74,19 @@ def search_outcome(rep: dict) -> dict:
     with the best plan so far and the bound on every plan it did not search (``gap``: the objective key of
     the plan over that bound, >= 1; for throughput how many times faster the best plan could still be)."""
     st = rep["stats"]
+    # "mixed_plan": the plan came from the local search after the exact one (docs/PLANNER.md 8)
+    mixed = {"mixed_plan": True} if rep["candidate"].mix else {}
     if getattr(st, "complete", True):
-        return {"complete": True}
+        return {"complete": True, **mixed}
     key, lb = rep["candidate"].key, st.lower_bound_key
-    return {"complete": False, "time_limit_s": st.time_limit_s, "objective_key": key, "lower_bound_key": lb,
+    return {"complete": False, **mixed, "time_limit_s": st.time_limit_s, "objective_key": key, "lower_bound_key": lb,
             "gap": key / lb if lb and lb > 0 else None}
 
 
 def outcome_line(out: dict, objective: Objective) -> str:
+    if out["complete"] and out.get("mixed_plan"):
+        return ("search finished (exact search), then the local search for mixed plans found this one, better "
+                "than the exact search's best by more than 0.1 % (heuristic: docs/PLANNER.md 8)")
     if out["complete"]:
         return "search finished: this is the best plan of the declared space (exact search)"
     what = {"throughput": "s/iteration", "cost": "$/iteration", "value": "s x $ per iteration^2"}[objective.kind]
@@ -139,15 +144,22 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     for table in stage_tables(est, title):
         console.print(table)
     parts, j = [], 0
+
+    def span(counts) -> str:  # noqa: ANN001
+        return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
+
     if cand.chain:
-        counts = cand.microbatches
-        rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
-        parts.append("every pipeline " + " -> ".join(f"{g}@{z} TP {tp}" for g, z, tp in cand.chain) + f": {rng}")
+        parts.append("every pipeline " + " -> ".join(f"{g}@{z} TP {tp}" for g, z, tp in cand.chain)
+                     + f": {span(cand.microbatches)}")
+    for chain, n in cand.mix:            # a mixed plan (docs/PLANNER.md 8): runs of pipelines on one chain
+        groups = list(dict.fromkeys(chain))
+        label = " -> ".join(f"{g}@{z} TP {tp}" for g, z, tp in chain) if len(groups) > 1 else \
+            "{}@{} TP {}".format(*groups[0])
+        parts.append(f"{n} x {label}: {span(cand.microbatches[j:j + n])}")
+        j += n
     for pu in cand.pools:
-        counts = cand.microbatches[j:j + pu.pipelines]
+        parts.append(f"{pu.gpu_type}@{pu.zone}: {span(cand.microbatches[j:j + pu.pipelines])}")
         j += pu.pipelines
-        rng = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}..{max(counts)}"
-        parts.append(f"{pu.gpu_type}@{pu.zone}: {rng}")
     console.print("micro-batches per pipeline: " + ", ".join(parts), markup=False)
     console.print(f"activation recomputation {'on' if cand.recompute else 'off'}; distributed optimizer "
                   + (f"on (optimizer states and step sharded over the {cand.num_pipelines} replicas of every stage)"

@@ -53,6 +53,10 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-distributed-optimizer", action="store_true",
                    help="do not search the distributed optimizer (optimizer states and step sharded over the data-"
                         "parallel replicas; searched by default in --planner ours)")
+    p.add_argument("--mixed-plans", action="store_true",
+                   help="after the exact search, also run a bounded local search for mixed plans (stages shared by "
+                        "pipelines of different chains, as Sailor's planner may return; heuristic, docs/PLANNER.md "
+                        "8; --planner ours only)")
     p.add_argument("--top", type=int, default=1, metavar="K",
                    help="also report the K best plans the search kept (its dominance rules keep the optimum, "
                         "not every runner-up: docs/PLANNER.md 2.1)")
@@ -96,7 +100,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
                        comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
-                       distributed_optimizer=not args.no_distributed_optimizer,
+                       distributed_optimizer=not args.no_distributed_optimizer, mixed_plans=args.mixed_plans,
                        time_limit_s=time_limit_s(args))
 
 

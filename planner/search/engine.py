@@ -37,7 +37,7 @@ CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them b
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
                 space: SearchSpace = SearchSpace(), top_k: int = 1, progress: Progress | None = None,
-                verify: bool = True, time_limit_s: float | None = None, mixed: bool = False) -> SearchResult:
+                verify: bool = True, time_limit_s: float | None = None) -> SearchResult:
     """Best ``top_k`` candidates of the declared space under ``objective`` (empty list: nothing feasible).
 
     ``time_limit_s``: stop the search once this many seconds have passed *and* a plan is held; the result
@@ -49,9 +49,9 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     count must equal the evaluator's within relative 1e-9 (:func:`planner.search.verify.check_candidates`,
     raising :class:`planner.errors.InternalError` otherwise).
 
-    ``mixed``: after the search, a local search for mixed plans (stages shared by pipelines of different
-    chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8) from the best plan found; it only adds
-    candidates, scored by ``simulate`` (off by default: ``build_plan`` does not build them yet)."""
+    ``space.mixed_plans``: after the search, a bounded local search for mixed plans (stages shared by
+    pipelines of different chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8) from the best plan found;
+    it only adds candidates, scored by ``simulate``."""
     t0 = time.perf_counter()
     cluster = cluster.nonempty()
     if cluster.total_gpus == 0:
@@ -103,7 +103,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         for q in queues:
             q.build_all()
     stats.tasks = sum(q.built for q in queues)
-    if mixed and best.has_plan() and not space.single_zone and not budget.expired():   # section 8
+    if space.mixed_plans and best.has_plan() and not space.single_zone and not budget.expired():   # section 8
         from planner.search.mixplan import improve
         base = min(best.sorted()[:1] + best.incumbents, key=lambda c: c.key)
         mix = improve(ctx, cluster, gbs, objective, options, base, stop=budget.expired)
@@ -111,9 +111,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
             best.push(mix)
     found = _finish(best, stats, remaining, time_limit_s, tables)
     if verify:
-        from planner.search.mixplan import check_mixed, is_mixed
-        check_candidates(ctx, [c for c in found if not is_mixed(c)], gbs)
-        check_mixed(ctx, [c for c in found if is_mixed(c)], gbs)
+        check_candidates(ctx, found, gbs)
     return SearchResult(found, stats, time.perf_counter() - t0)
 
 

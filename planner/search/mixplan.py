@@ -26,7 +26,8 @@ from typing import Callable
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.plan import Plan, Replica, Stage
+from planner.plan import Plan
+from planner.search.build import layout_plan
 from planner.search.space import Candidate, Objective
 from planner.simulator import Estimate, simulate
 from planner.simulator import formulas as F
@@ -41,35 +42,13 @@ MAX_EVALS = 32                          # plans tried per local search (determin
 MAX_WORK = 4000                         # ... and replicas simulated (D x S per plan simulated)
 MAX_ZONE_PERMS = 6                      # zone permutations tried per base chain
 REL_GAIN = 1e-9                         # a move is kept only if it improves the key by more than this
-
-
-@dataclass(frozen=True)
-class MixCandidate(Candidate):
-    """A candidate whose pipelines follow several chains: ``mix`` lists (chain, pipelines) runs in pipeline
-    order (``pools`` and ``chain`` stay empty); :func:`build_mixed_plan` builds its plan."""
-
-    mix: tuple[tuple[Chain, int], ...] = ()
-
-    def gpus_by_pool(self) -> dict[tuple[str, str], int]:
-        out: dict[tuple[str, str], int] = {}
-        for chain, n in self.mix:
-            for g, z, tp in chain:
-                out[(g, z)] = out.get((g, z), 0) + tp * n
-        return out
+MIN_GAIN = 1e-3                         # a mixed plan is returned only if it beats the base by more than this: it
+                                        # is harder to run (more chains, often cross-zone p2p and more egress) and
+                                        # a gain below 0.1 % is far inside the simulator's error
 
 
 def is_mixed(cand: Candidate) -> bool:
-    return bool(getattr(cand, "mix", ()))
-
-
-def pipelines_of(cand: Candidate) -> list[Chain]:
-    """The chain of every pipeline of ``cand`` in pipeline order (as :func:`planner.search.build.build_plan`
-    lays them out)."""
-    if is_mixed(cand):
-        return [c for c, n in cand.mix for _ in range(n)]      # type: ignore[attr-defined]
-    if cand.chain:
-        return [tuple(cand.chain)] * cand.num_pipelines
-    return [((p.gpu_type, p.zone, p.tp),) * cand.num_stages for p in cand.pools for _ in range(p.pipelines)]
+    return bool(cand.mix)
 
 
 def _runs(pipes: list[Chain]) -> tuple[tuple[Chain, int], ...]:
@@ -113,22 +92,7 @@ class Shape:
 def plan_of(shape: Shape, pipes: list[Chain], counts: tuple[int, ...], num_layers: int,
             model_name: str | None) -> Plan:
     """The plan running pipeline j on ``pipes[j]`` with ``counts[j]`` micro-batches."""
-    stages, first = [], 0
-    for s, n in enumerate(shape.split):
-        reps = tuple(Replica(gpu_type=c[s][0], tp=c[s][2], zone=c[s][1]) for c in pipes)
-        stages.append(Stage(first_layer=first, num_layers=n, replicas=reps))
-        first += n
-    uniform = len(set(counts)) == 1 and counts[0] * len(counts) * shape.mbs == shape.gbs
-    return Plan(num_layers=num_layers, stages=tuple(stages), micro_batch_size=shape.mbs,
-                global_batch_size=shape.gbs, precision=shape.precision, optimizer=shape.optimizer,
-                recompute_activations=shape.recompute, tie_embeddings=shape.tie_embeddings,
-                distributed_optimizer=shape.distributed_optimizer,
-                microbatches_per_pipeline=None if uniform else tuple(counts), model=model_name)
-
-
-def build_mixed_plan(cand: MixCandidate, num_layers: int, gbs: int, model_name: str | None) -> Plan:
-    """The plan of a :class:`MixCandidate` (what ``simulate`` scored)."""
-    return plan_of(Shape.of(cand, gbs), pipelines_of(cand), tuple(cand.microbatches), num_layers, model_name)
+    return layout_plan(shape.split, pipes, counts, shape, num_layers, shape.gbs, model_name)
 
 
 def water_fill(ctx: SimContext, plan: Plan) -> tuple[tuple[int, ...], float]:
@@ -185,7 +149,7 @@ def water_fill(ctx: SimContext, plan: Plan) -> tuple[tuple[int, ...], float]:
 
 def score(ctx: SimContext, shape: Shape, pipes: list[Chain], objective: Objective,
           model_name: str | None = None, beat: float = np.inf, tally: list[int] | None = None
-          ) -> tuple[MixCandidate, Plan, Estimate] | None:
+          ) -> tuple[Candidate, Plan, Estimate] | None:
     """The candidate of ``pipes`` with water-filled counts as ``simulate`` scores it; None where D > N, the
     plan does not fit or the objective's constraints exclude it, or (throughput objective) where its
     pipelines alone take at least ``beat`` seconds (iteration >= largest makespan, so it cannot beat it).
@@ -209,7 +173,7 @@ def score(ctx: SimContext, shape: Shape, pipes: list[Chain], objective: Objectiv
     it, usd, gpus = est.iteration_time_s, est.cost_per_iteration_usd, est.num_gpus
     if not bool(objective.allows(it, usd, gpus)):
         return None
-    cand = MixCandidate(key=float(objective.key(it, usd)), num_stages=len(shape.split), mbs=shape.mbs,
+    cand = Candidate(key=float(objective.key(it, usd)), num_stages=len(shape.split), mbs=shape.mbs,
                         layers_per_stage=shape.split, pools=(), microbatches=counts, iteration_s=it,
                         cost_usd=usd, gpus=gpus, precision=shape.precision, optimizer=shape.optimizer,
                         recompute=shape.recompute, tie_embeddings=shape.tie_embeddings,
@@ -293,18 +257,19 @@ def _replace(pipes: list[Chain], old: Chain, new: Chain, k: int) -> list[Chain]:
 
 def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective,
             options: dict[str, list[tuple[int, int]]], base: Candidate, max_evals: int = MAX_EVALS,
-            max_work: int = MAX_WORK, stop: Callable[[], bool] = lambda: False) -> MixCandidate | None:
+            max_work: int = MAX_WORK, stop: Callable[[], bool] = lambda: False,
+            min_gain: float | None = None) -> Candidate | None:
     """First-improvement local search from ``base`` over the moves of :func:`_moves` (at most ``max_evals``
     plans tried and ``max_work`` replicas simulated (plans pruned by their makespan cost nothing there), or
-    until ``stop()``); the best mixed plan strictly better than ``base`` (None: none
-    found). Every plan it returns respects the pool capacities and was scored by ``simulate``."""
+    until ``stop()``); the best mixed plan found if it beats ``base``'s key by more than the relative
+    ``min_gain`` (default :data:`MIN_GAIN`), else None. Every plan it returns respects the pool capacities and was scored by ``simulate``."""
     shape = Shape.of(base, gbs)
     n_mb = gbs // base.mbs
     caps: dict[tuple[str, str], int] = {}
     for p in cluster.pools:
         caps[(p.gpu_type, p.zone)] = caps.get((p.gpu_type, p.zone), 0) + p.count
     groups = [(g, z, tp) for (g, z) in caps for m, tp in options.get(g, ()) if m == base.mbs]
-    pipes = pipelines_of(base)
+    pipes = base.pipeline_chains()
     chains = candidate_chains(pipes, groups, base.num_stages)
     best_key, found, evals, work = base.key, None, 0, [0]
     seen: set[tuple] = {tuple(pipes)}
@@ -318,7 +283,8 @@ def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objectiv
             if key in seen:
                 continue
             if evals >= max_evals or work[0] >= max_work or stop():
-                return found
+                improved = False
+                break
             seen.add(key)
             evals += 1
             res = score(ctx, shape, new, objective, beat=best_key, tally=work)
@@ -327,14 +293,6 @@ def improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objectiv
                 break
     log.info("mixed plans: %d tried, %d replicas simulated, best %s", evals, work[0],
              "none" if found is None else f"{found.key:.6g}")
-    return found
+    gain = MIN_GAIN if min_gain is None else min_gain
+    return found if found is not None and found.key < base.key * (1 - gain) else None
 
-
-def check_mixed(ctx: SimContext, cands: list[Candidate], gbs: int) -> None:
-    """The engine's production check (:mod:`planner.search.verify`) for mixed candidates: rebuilt by
-    :func:`build_mixed_plan`, simulated, and compared term by term (InternalError on a disagreement)."""
-    from planner.search.verify import check_candidate, search_replica_peaks
-    for cand in cands:
-        plan = build_mixed_plan(cand, ctx.model.num_layers, gbs, ctx.model.name)   # type: ignore[arg-type]
-        est = simulate(plan, ctx)
-        check_candidate(cand, plan, est, peaks=search_replica_peaks(ctx, cand, plan))

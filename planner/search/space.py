@@ -72,7 +72,10 @@ class SearchSpace:
       at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline);
     - ``tie_embeddings``: plans tie the input and output embeddings (the model ties them): with one stage
       the head holds no matrix, with several the last stage holds a copy whose gradient is all-reduced
-      with the first stage's (:mod:`planner.search.tied`).
+      with the first stage's (:mod:`planner.search.tied`);
+    - ``mixed_plans``: after the exact search, a bounded local search for *mixed* plans (stages shared by
+      pipelines of different chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8); heuristic, it only
+      adds candidates.
     """
 
     max_stages: int | None = None
@@ -89,8 +92,11 @@ class SearchSpace:
     distributed_optimizer: tuple[bool, ...] = (False, True)
     chain_segments: int = 3
     tie_embeddings: bool = False
+    mixed_plans: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mixed_plans, bool):
+            raise InputError(f"mixed_plans must be true or false, got {self.mixed_plans!r}")
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
             raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
         if not self.recompute or any(not isinstance(r, bool) for r in self.recompute):
@@ -131,17 +137,28 @@ class Candidate:
     chain: tuple[tuple[str, str, int], ...] = ()   # chain plan: (gpu type, zone, tp) of every stage; pools = ()
     tie_embeddings: bool = False            # from the SearchSpace
     distributed_optimizer: bool = False     # optimizer states and step sharded over the D replicas
+    # mixed plan (docs/PLANNER.md 8): (chain, pipelines) runs in pipeline order; pools = () and chain = ()
+    mix: tuple[tuple[tuple[tuple[str, str, int], ...], int], ...] = ()
 
     @property
     def num_pipelines(self) -> int:
         return len(self.microbatches)
 
+    def pipeline_chains(self) -> list[tuple[tuple[str, str, int], ...]]:
+        """The (GPU type, zone, TP) of every stage of every pipeline, in pipeline order (pipeline j is replica
+        j of every stage): the one layout rule of pool, chain and mixed candidates."""
+        if self.mix:
+            return [c for c, n in self.mix for _ in range(n)]
+        if self.chain:
+            return [tuple(self.chain)] * self.num_pipelines
+        return [((p.gpu_type, p.zone, p.tp),) * self.num_stages for p in self.pools for _ in range(p.pipelines)]
+
     def gpus_by_pool(self) -> dict[tuple[str, str], int]:
         """GPUs the candidate uses per (gpu type, zone)."""
         out: dict[tuple[str, str], int] = {}
-        if self.chain:
-            for g, z, tp in self.chain:
-                out[(g, z)] = out.get((g, z), 0) + tp * self.num_pipelines
+        for chain, n in self.mix or ((self.chain, self.num_pipelines),):
+            for g, z, tp in chain:
+                out[(g, z)] = out.get((g, z), 0) + tp * n
         for p in self.pools:
             out[(p.gpu_type, p.zone)] = out.get((p.gpu_type, p.zone), 0) + p.pipelines * p.tp * self.num_stages
         return out

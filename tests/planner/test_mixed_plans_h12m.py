@@ -8,6 +8,7 @@ than without; on the known mixing case the local search from (b') finds a plan m
 as the exact (b); the engine's production check catches a mixed candidate whose scores were tampered with."""
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -24,7 +25,8 @@ from sailor_full_space import contexts, random_cases, sailor_full_space_best  # 
 from planner.baselines.spaces import PLANNERS  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
 from planner.errors import InternalError  # noqa: E402
-from planner.search import Objective, plan_search  # noqa: E402
+from planner.search import Objective, build_plan, plan_search  # noqa: E402
+from planner.search.verify import check_candidates  # noqa: E402
 from planner.search import mixplan as M  # noqa: E402
 from planner.search.tasks import cluster_options  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
@@ -53,7 +55,7 @@ def _caps(cluster) -> dict:
 
 def _check_mixed(ctx, cluster, gbs, base, cand) -> None:
     """``cand`` is scored as simulate scores its plan, within the pools, of the base's shape."""
-    plan = M.build_mixed_plan(cand, ctx.model.num_layers, gbs, None)
+    plan = build_plan(cand, ctx.model.num_layers, gbs, None)
     est = simulate(plan, ctx)
     assert math.isclose(cand.iteration_s, est.iteration_time_s, rel_tol=1e-9, abs_tol=0.0)
     assert math.isclose(cand.cost_usd, est.cost_per_iteration_usd, rel_tol=1e-9, abs_tol=0.0)
@@ -66,7 +68,7 @@ def _check_mixed(ctx, cluster, gbs, base, cand) -> None:
     assert tuple(st.num_layers for st in plan.stages) == tuple(base.layers_per_stage)
     assert plan.micro_batch_size == base.mbs
     assert min(plan.microbatch_counts) >= 1 and sum(plan.microbatch_counts) * base.mbs == gbs
-    pipes = M.pipelines_of(cand)
+    pipes = cand.pipeline_chains()
     assert len(pipes) == d and all(len(c) == plan.num_stages for c in pipes)
 
 
@@ -87,24 +89,28 @@ def test_known_mixing_case_from_the_comparator_reaches_the_exact_b(ctxs):
     space = _space("sailor-space", max_stages=2)
     base = plan_search(ctx, cluster, gbs, objective, space).best
     assert base.key > b * (1 + 1e-6)                  # (b') alone misses it
-    found = M.improve(ctx, cluster, gbs, objective, cluster_options(ctx, cluster, space), base)
+    found = M.improve(ctx, cluster, gbs, objective, cluster_options(ctx, cluster, space), base, min_gain=0.0)
     assert found is not None and found.key <= b * (1 + 1e-9)
     assert len({c for c, _ in found.mix}) >= 2 and any(len(set(c)) > 1 for c, _ in found.mix)
     _check_mixed(ctx, cluster, gbs, base, found)
 
 
-def test_plan_search_with_mixed_plans_improves_the_known_case_and_passes_its_check(ctxs):
-    """``plan_search(mixed=True)`` on the mixing case returns a mixed plan better than without (ours' family
-    split), and the engine's check passes on it; the same candidate with a tampered iteration time fails it."""
+def test_plan_search_with_mixed_plans_improves_the_known_case_and_passes_its_check(ctxs, monkeypatch):
+    """``plan_search`` with ``mixed_plans`` on the mixing case: the mixed plan beats the plain one by less than
+    ``MIN_GAIN``, so by default the plain plan is returned; with ``MIN_GAIN`` 0 the mixed plan is returned, the
+    engine's check passes on it, and the same candidate with a tampered iteration time fails it."""
     ctx, cluster, gbs = _mixing_case(ctxs)
     space = _space("ours", max_stages=2)
     plain = plan_search(ctx, cluster, gbs, Objective(), space).best
-    mixed = plan_search(ctx, cluster, gbs, Objective(), space, mixed=True).best
-    assert M.is_mixed(mixed) and mixed.key < plain.key
+    kept = plan_search(ctx, cluster, gbs, Objective(), replace(space, mixed_plans=True)).best
+    assert not M.is_mixed(kept) and kept.key == plain.key
+    monkeypatch.setattr(M, "MIN_GAIN", 0.0)
+    mixed = plan_search(ctx, cluster, gbs, Objective(), replace(space, mixed_plans=True)).best
+    assert M.is_mixed(mixed) and plain.key * (1 - 1e-3) <= mixed.key < plain.key
     _check_mixed(ctx, cluster, gbs, plain, mixed)
-    M.check_mixed(ctx, [mixed], gbs)
+    check_candidates(ctx, [mixed], gbs)
     with pytest.raises(InternalError):
-        M.check_mixed(ctx, [replace(mixed, iteration_s=mixed.iteration_s * 1.001)], gbs)
+        check_candidates(ctx, [replace(mixed, iteration_s=mixed.iteration_s * 1.001)], gbs)
 
 
 def test_every_move_is_scored_as_simulate_and_within_the_pools(ctxs):
@@ -120,7 +126,7 @@ def test_every_move_is_scored_as_simulate_and_within_the_pools(ctxs):
             if res.best is None:
                 continue
             base = res.best
-            pipes = M.pipelines_of(base)
+            pipes = base.pipeline_chains()
             caps = _caps(cluster)
             used = M.usage(pipes)
             free = {p: caps[p] - used.get(p, 0) for p in caps}
@@ -133,7 +139,7 @@ def test_every_move_is_scored_as_simulate_and_within_the_pools(ctxs):
                 if res2 is None:
                     continue
                 _check_mixed(ctx, cluster, case.gbs, base, res2[0])
-                assert M.pipelines_of(res2[0]) == new
+                assert res2[0].pipeline_chains() == new
                 checked += 1
     assert checked >= 20
 
@@ -165,7 +171,7 @@ def _random_check(ctxs, n: int, seed: int, max_d: int) -> int:
         b, _, _ = sailor_full_space_best(ctx, cluster, case.gbs, objective, 3, (1, 2), (1, 2), max_d)
         space = _space("ours")
         plain = plan_search(ctx, cluster, case.gbs, objective, space).best
-        mixed = plan_search(ctx, cluster, case.gbs, objective, space, mixed=True).best
+        mixed = plan_search(ctx, cluster, case.gbs, objective, replace(space, mixed_plans=True)).best
         if plain is None:
             assert mixed is None and b == math.inf
             continue
@@ -188,3 +194,39 @@ def test_random_small_clusters_never_worse_and_at_least_the_exact_b(ctxs, seed):
 @pytest.mark.parametrize("seed", [4, 5, 6])
 def test_random_small_clusters_more_slow(ctxs, seed):
     _random_check(ctxs, 24, seed, 3)
+
+
+FIG12 = ",".join(f"{g}@{z}=128" for g in (A, V) for z in (ZA, ZB))
+
+
+def test_sailor_plan_mixed_plans_flag_prints_writes_and_simulates_the_mixed_plan(capsys, tmp_path, monkeypatch):
+    """``sailor-plan --mixed-plans`` (Fig12's cluster, ``MIN_GAIN`` 0 so that its 0.02 % mixed plan is kept):
+    the text lists the pipelines per chain and says the plan came from the local search; ``--json`` says
+    ``mixed_plan``; the written plan mixes chains in a stage and ``sailor-sim`` scores it as the search did.
+    Without the flag the plan is the exact search's; with ``--planner grid`` the flag is one error line, exit 2."""
+    from planner.cli_plan import main
+    from planner.cli_sim import main as sim_main
+    from planner.plan import Plan
+    data = ["--sailor-data", str(SAILOR), "--model", "OPT-350", "--gpus", FIG12,
+            "--max-cost-per-iter", "1.2", "--no-comparator"]
+    assert main(data) == 0
+    plain = capsys.readouterr().out
+    assert "(exact search)" in plain and "local search" not in plain
+    monkeypatch.setattr(M, "MIN_GAIN", 0.0)
+    assert main(data + ["--mixed-plans"]) == 0
+    text = capsys.readouterr().out
+    assert "local search for mixed plans" in text and " x A100-40@" in text.replace("\n", " ")
+    path = tmp_path / "plan.json"
+    assert main(data + ["--mixed-plans", "--json", "-o", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out.split("plan written")[0])
+    assert out["search"] == {"complete": True, "mixed_plan": True}
+    plan = Plan.load(path)
+    pipes = {tuple((st.replicas[j].gpu_type, st.replicas[j].zone, st.replicas[j].tp) for st in plan.stages)
+             for j in range(len(plan.stages[0].replicas))}
+    assert len({p for p in pipes if len(set(p)) > 1}) >= 1 and len(pipes) >= 2      # chains of several shapes
+    assert sim_main([str(path), *data[:4], "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["iteration_time_s"] == pytest.approx(out["estimate"]["iteration_time_s"], rel=1e-12)
+    assert main(data + ["--mixed-plans", "--planner", "grid"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --mixed-plans applies to --planner ours only, got --planner grid"]
