@@ -12,6 +12,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
+from planner.search.midcaps import cap_bound_splits, cap_vectors
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
@@ -64,7 +65,14 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     cluster's and the context's GPUs per node (:func:`mbs_tp_options`); types with none are left out."""
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
-    return {g: o for g, o in options.items() if o}
+    options = {g: o for g, o in options.items() if o}
+    _LAST_OPTIONS[id(ctx)] = (ctx, space, options)
+    return options
+
+
+# The options cluster_options last returned per context (the context kept, so an id is never reused): a
+# Tables built without options takes them for its cap-bound splits (midcaps) the first time it reads a split.
+_LAST_OPTIONS: dict[int, tuple[SimContext, SearchSpace, dict[str, list[tuple[int, int]]]]] = {}
 
 
 def even_last(num_layers: int, s_num: int) -> np.ndarray:
@@ -103,14 +111,38 @@ class SplitStats:
 
 
 class Tables:
-    """Caches of type tables and per-split stage arrays."""
+    """Caches of type tables and per-split stage arrays. ``options`` (per GPU type its (micro-batch size, TP)
+    pairs, :func:`cluster_options`): the split family gains the cap-bound middles of their tasks
+    (:mod:`planner.search.midcaps`); None: those :func:`cluster_options` last returned for ``ctx`` and an equal
+    space when the first split is read, else the family alone."""
 
-    def __init__(self, ctx: SimContext, space: SearchSpace) -> None:
+    def __init__(self, ctx: SimContext, space: SearchSpace,
+                 options: dict[str, list[tuple[int, int]]] | None = None) -> None:
         self.ctx, self.space = ctx, space
+        self.options = options
         self._tt: dict[tuple[str, int, int], TypeTable] = {}
         self._arr: dict[tuple[str, int, int, int, bool], StageArrays | None] = {}
         self.min_overflow_bytes: float | None = None
         self.memo: dict[tuple, object] = {}       # the engine's per-pool models, shared across tasks
+
+    def splits(self, s_num: int) -> np.ndarray | None:
+        """[K, S] the layer splits of depth ``s_num`` every task searches: :func:`splits_for`, and for the
+        split family the cap-bound middles of the options' tasks after them (docs/PLANNER.md 2.1, "Uneven
+        middle stages"; :mod:`planner.search.midcaps`)."""
+        key = ("splits", s_num)
+        if key not in self.memo:
+            base = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            if self.options is None:
+                hit = _LAST_OPTIONS.get(id(self.ctx))
+                self.options = hit[2] if hit is not None and hit[0] is self.ctx and hit[1] == self.space else {}
+            if base is not None and self.space.split == "family" and self.options and s_num >= 4:
+                extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
+                                         cap_vectors(self.ctx, self, self.options, s_num), base)
+                if len(extra):
+                    base = np.concatenate([base, extra])
+                    base.flags.writeable = False
+            self.memo[key] = base
+        return self.memo[key]
 
     def table(self, g: str, tp: int, mbs: int) -> TypeTable:
         key = (g, tp, mbs)
@@ -121,7 +153,7 @@ class Tables:
     def arrays(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool = False) -> StageArrays | None:
         key = (g, tp, mbs, s_num, recompute)
         if key not in self._arr:
-            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            counts = self.splits(s_num)
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
@@ -177,7 +209,7 @@ class Tables:
             self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), index)
         if key not in self._arr:
             if counts is None:
-                counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+                counts = self.splits(s_num)
             tkey = ("dmin-terms", g, tp, mbs, key[4], recompute)     # shared by every fine-shard count
             if tkey not in self._arr:
                 self._arr[tkey] = memory_terms_of(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
@@ -195,7 +227,7 @@ class Tables:
         ``s_num`` stages ((None, 0, None): no splits, or one with an empty stage)."""
         ikey = ("grid-index", s_num)
         if ikey not in self.memo:
-            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            counts = self.splits(s_num)
             index = None if counts is None else grid_index(counts)
             self.memo[ikey] = (index, 0, None) if index is None else \
                 (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
@@ -289,7 +321,7 @@ class Tables:
             return None
         key = ("split-row", counts.tobytes(), counts.shape)
         if key not in self.memo:
-            splits = splits_for(self.space, self.ctx.model.num_layers, counts.shape[1])
+            splits = self.splits(counts.shape[1])
             hit = [] if splits is None else np.nonzero((splits == counts).all(axis=1))[0]
             self.memo[key] = int(hit[0]) if len(hit) else None
         return self.memo[key]

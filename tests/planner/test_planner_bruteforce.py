@@ -79,15 +79,22 @@ def _plan(split, replicas, mbs, gbs, counts, recompute=False, dist=False, precis
                 distributed_optimizer=dist, precision=precision)
 
 
+def any_split(split: tuple[int, ...]) -> bool:
+    """Every contiguous split with >= 1 layer per stage: the pool plans' split rule (docs/PLANNER.md 1, item 4;
+    the search holds an optimum of every one through the split family and the cap-bound middles)."""
+    return min(split) >= 1
+
+
 def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts,
-               recompute_opts=(False, True), dist_opts=(False, True), precision="fp32"):
+               recompute_opts=(False, True), dist_opts=(False, True), precision="fp32", split_rule=any_split):
     """Every (split, mbs, pools with pipeline counts, recompute, distributed optimizer) of the space whose
-    memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count)."""
+    memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count).
+    ``split_rule``: the pool plans' splits (default every contiguous split; :func:`in_family`: the family)."""
     L = ctx.model.num_layers
     types = cluster.gpu_types()
     zones = {g: sorted(p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0) for g in types}
     for S in range(1, min(L, max_stages) + 1):
-        for split in filter(in_family, compositions(L, S)):
+        for split in filter(split_rule, compositions(L, S)):
             for mbs, rc, do in product(mbs_opts, recompute_opts, dist_opts):
                 if gbs % mbs:
                     continue
