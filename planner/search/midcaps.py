@@ -15,6 +15,8 @@ costs time, never exactness. Pure given the context: memory from :mod:`planner.s
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+from functools import lru_cache
 from itertools import combinations, product
 import math
 
@@ -26,45 +28,55 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 
-def _probe(num_layers: int, s_num: int) -> np.ndarray:
-    """[C, S] splits whose middle stages all hold c = 1 .. L - S + 1 layers (first and last: one layer; a
-    middle stage's memory reads only its own layer count and position)."""
-    top = num_layers - s_num + 1
-    out = np.ones((top, s_num), dtype=np.int64)
-    out[:, 1:-1] = np.arange(1, top + 1)[:, None]
+def _probe(num_layers: int) -> np.ndarray:
+    """[L - 2, L] splits of L stages whose middle stages all hold c = 1 .. L - 2 layers (first and last: one
+    layer). A middle stage's memory reads only its own layer count and the micro-batches it keeps in flight,
+    so middle stage s of this probe (L - s in flight) stands for middle stage s - (L - S) of every depth S."""
+    out = np.ones((max(num_layers - 2, 1), num_layers), dtype=np.int64)
+    out[:, 1:-1] = np.arange(1, out.shape[0] + 1)[:, None]
     return out
 
 
 def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool,
               dist: bool, shards: int = 1) -> np.ndarray:
-    """[C, S - 2] per middle layer count c (row c - 1) and middle stage: the smallest replica count D at which
-    that stage fits on (g, tp, mbs) (plain: 1 where it fits, :data:`NEVER` where not), made non-decreasing in c
-    (a cap is a prefix of fitting counts)."""
-    key = ("midcap", g, tp, mbs, s_num, recompute, dist, shards)
+    """[C, S - 2] per middle layer count c (row c - 1, C = L - S + 1) and middle stage: the smallest replica
+    count D at which that stage fits on (g, tp, mbs) with S - s micro-batches in flight (plain: 1 where it fits,
+    :data:`NEVER` where not), made non-decreasing in c (a cap is a prefix of fitting counts)."""
+    key = ("midcap", g, tp, mbs, recompute, dist, shards)
+    L = ctx.model.num_layers
     if key not in tables.memo:
         sp = tables.space
-        counts = _probe(ctx.model.num_layers, s_num)
+        counts = _probe(L)
         tt = tables.table(g, tp, mbs)
         terms = memory_terms_of(ctx, tt, counts, sp.precision, sp.optimizer, recompute, sp.tie_embeddings)
         if dist:
             d = dist_min_dp(ctx, tt, counts, sp.precision, sp.optimizer, recompute, shards, sp.tie_embeddings, terms)
         else:
             d = np.where(F.memory_total(terms) <= tt.usable_bytes, 1, NEVER)
-        tables.memo[key] = np.maximum.accumulate(np.asarray(d, dtype=np.int64)[:, 1:-1], axis=0)
+        tables.memo[key] = np.maximum.accumulate(np.asarray(d, dtype=np.int64), axis=0)
+    return tables.memo[key][:L - s_num + 1, L - s_num + 1:L - 1]
+
+
+def _type_steps(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool, dist: bool,
+                shards: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(replica count D, caps at D) at every D where (g, tp)'s caps change, D ascending (plain: D = 1 only)."""
+    key = ("midcap-steps", g, tp, mbs, s_num, recompute, dist, shards)
+    if key not in tables.memo:
+        m = type_dmin(ctx, tables, g, tp, mbs, s_num, recompute, dist, shards)
+        levels = np.unique(m)
+        levels = levels[levels < NEVER] if dist else np.array([1])
+        caps = (m[None, :, :] <= levels[:, None, None]).sum(axis=1) if len(levels) else np.zeros((0, m.shape[1]))
+        tables.memo[key] = tuple(zip(levels.tolist(), map(tuple, caps.tolist())))
     return tables.memo[key]
-
-
-def _caps_at(dmins: list[np.ndarray], d: int) -> tuple[int, ...]:
-    """The cap vector at replica count d: per middle stage the most layers every type holds."""
-    return tuple(int(x) for x in np.min([(m <= d).sum(axis=0) for m in dmins], axis=0))
 
 
 def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int
                 ) -> set[tuple[int, ...]]:
     """Every cap vector (length S - 2) of a pool-plan task of depth S over ``options`` that binds somewhere
     (some cap below L - S + 1, the largest middle stage; a cap of 0: no middle fits, left out). Tasks as
-    :func:`planner.search.tasks.unit_tasks` forms them (type subsets up to ``max_gpu_types``, one TP per type)
-    without the pool-capacity filter, a superset."""
+    :func:`planner.search.tasks.unit_tasks` forms them (type subsets up to ``max_gpu_types``, one TP per type,
+    every TP of the options: a superset of what the TP rule and the pool capacities keep); with the
+    distributed optimizer the caps at every replica count D >= 1 (they change only where some type's do)."""
     sp = tables.space
     top = ctx.model.num_layers - s_num + 1
     if s_num < 4 or top < 2:
@@ -73,35 +85,84 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
     max_types = min(len(types), sp.max_gpu_types or len(types))
     out: set[tuple[int, ...]] = set()
     for mbs in sorted({m for g in types for m, _ in options[g]}):
-        # every TP (tp_rule "min_fit" keeps one per type after filters: a subset of these)
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
         for rc, dist in product(sp.recompute, sp.distributed_optimizer):
             for k in range(1, max_types + 1):
                 for subset in combinations(types, k):
                     for tps in product(*(choices[g] for g in subset)):
                         lcm = math.lcm(*tps)
-                        dmins = [type_dmin(ctx, tables, g, t, mbs, s_num, rc, dist, lcm // t if dist else 1)
+                        steps = [_type_steps(ctx, tables, g, t, mbs, s_num, rc, dist, lcm // t if dist else 1)
                                  for g, t in zip(subset, tps)]
-                        levels = sorted({int(x) for m in dmins for x in np.unique(m) if x < NEVER}) or [1]
-                        for d in levels:
-                            cap = _caps_at(dmins, d)
-                            if min(cap) >= 1 and min(cap) < top:
+                        if any(not st for st in steps):
+                            continue
+                        if len(steps) == 1:
+                            out.update(c for _, c in steps[0] if 1 <= min(c) < top)
+                            continue
+                        for d in sorted({d for st in steps for d, _ in st}):
+                            at = [bisect_right(st, (d, BIG)) - 1 for st in steps]     # each type's caps at d
+                            if min(at) < 0:
+                                continue
+                            cap = tuple(map(min, zip(*(st[i][1] for st, i in zip(steps, at)))))
+                            if 1 <= min(cap) < top:
                                 out.add(cap)
     return out
 
 
-def cap_bound_middles(total: int, caps: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """:func:`front_loaded` under ``caps`` at every level where it differs from the cap-free middle of that level
-    (a cap binds), ``total`` layers on ``len(caps)`` middle stages."""
+BIG = (1 << 62,)      # sorts after every caps tuple
+
+# Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): higher levels
+# trade a larger largest stage for smaller round trips, as the cap-free higher staircases do, and stay outside.
+LOWEST_ONLY = True
+
+
+@lru_cache(maxsize=1 << 16)
+def cap_bound_middles(total: int, caps: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The front-loaded middles (:func:`front_loaded`) under ``caps`` the family lacks, ``total`` layers on
+    ``len(caps)`` middle stages: none where the family's staircase (level ``ceil(total / n)``) fits under the
+    caps; else the one at the lowest level that fits (with :data:`LOWEST_ONLY` False: at every level where a
+    cap binds). Levels up to ``min(caps)`` have no binding cap, and above ``max(caps)`` every level gives the
+    middle of level ``max(caps)``."""
     n = len(caps)
     free = [total] * n
+    m0 = -(-total // n)
+    if LOWEST_ONLY:
+        stair = front_loaded(total, free, m0)
+        if all(c <= u for c, u in zip(stair, caps)):
+            return ()
+        if min(caps) < 1 or sum(caps) < total:
+            return ()
+        level = m0
+        while sum(min(u, level) for u in caps) < total:
+            level += 1
+        return (front_loaded(total, caps, level),)
     out = []
-    for level in range(-(-total // n), total - n + 2):
-        if min(caps) >= level:
-            continue                # no cap binds at this level
+    for level in range(max(m0, min(caps) + 1), min(total - n + 1, max(caps)) + 1):
         c = front_loaded(total, caps, level)
         if c is not None and c != front_loaded(total, free, level):
             out.append(c)
+    return tuple(out)
+
+
+def lowest_middles(total: int, caps: np.ndarray) -> np.ndarray:
+    """[V', n] :func:`cap_bound_middles` (with :data:`LOWEST_ONLY`) of every row of ``caps`` ([V, n]) at once
+    (repeats possible): rows whose family staircase fits, or where no middle fits, give none."""
+    n = caps.shape[1]
+    caps = np.minimum(caps, total - n + 1)
+    m0 = -(-total // n)
+    stair = np.array(front_loaded(total, [total] * n, m0))
+    need = ~(caps >= stair).all(axis=1) & (caps.min(axis=1) >= 1) & (caps.sum(axis=1) >= total)
+    caps = caps[need]
+    if not len(caps):
+        return np.zeros((0, n), dtype=np.int64)
+    levels = np.arange(m0, total - n + 2)
+    room = np.minimum(caps[:, None, :], levels[None, :, None]).sum(axis=2)      # [V, levels]
+    level = levels[np.argmax(room >= total, axis=1)]
+    room = np.minimum(caps, level[:, None])
+    out = np.zeros_like(caps)
+    used = np.zeros(len(caps), dtype=np.int64)
+    for s in range(n):                              # front_loaded, row by row at once
+        out[:, s] = np.minimum(room[:, s], total - used - (n - 1 - s))
+        used += out[:, s]
     return out
 
 
@@ -109,10 +170,17 @@ def cap_bound_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], fa
     """[K, S] the splits of :func:`cap_bound_middles` for every cap vector, every first and last stage size,
     less those in ``family``; sorted."""
     L, n = num_layers, s_num - 2
-    have = {tuple(int(x) for x in r) for r in family}
+    if not caps:
+        return np.zeros((0, s_num), dtype=np.int64)
+    have = {tuple(r) for r in family.tolist()}
+    arr = np.array(sorted(caps), dtype=np.int64)
     rows: set[tuple[int, ...]] = set()
     for total in range(n, L - 1):
-        mids = {m for cap in caps for m in cap_bound_middles(total, cap)}
+        if LOWEST_ONLY:
+            mids = set(map(tuple, lowest_middles(total, arr).tolist()))
+        else:
+            clipped = {tuple(min(x, total - n + 1) for x in cap) for cap in caps}
+            mids = {m for cap in clipped for m in cap_bound_middles(total, cap)}
         for m in mids:
             for a in range(1, L - total):
                 row = (a,) + m + (L - total - a,)
