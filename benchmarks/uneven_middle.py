@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         w = max(res, key=lambda r: (r.family_ratio, r.old_ratio))
         print(f"{args.seed + i:>5} {len(res):>7} {sum(r.old_ratio > 1 + REL for r in res):>9} "
               f"{max(r.old_ratio for r in res):>9.4f} {sum(r.family_ratio > 1 + REL for r in res):>9} "
-              f"{w.family_ratio:>9.4f} {sum(r.search_ratio > 1 + REL for r in res):>9} {max(r.rule_ratio for r in res):>8.6f}  S={w.s_num} D={w.replicas} "
+              f"{w.family_ratio:>9.4f} {sum(r.search_ratio > 1 + REL for r in res):>9} "
+              f"{max(r.rule_ratio for r in res):>8.6f}  S={w.s_num} D={w.replicas} "
               f"{w.best_split} vs {w.family_split}; {case.label}", flush=True)
 
     def loss(attr: str) -> str:
@@ -238,17 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     fixed = [r.old_ratio for r in res_all if r.old_ratio > 1 + REL and r.family_ratio <= 1 + REL]
     left = [r for r in res_all if r.family_ratio > 1 + REL]
     free = sum(_cap_free(r.best_split) for r in left)
+    lo, hi = min((r.family_ratio for r in left), default=1.0), max((r.family_ratio for r in left), default=1.0)
     print(f"recovered by the staircase: {len(fixed)} structures, earlier family's loss "
-          f"{min(fixed, default=1.0):.4f}-{max(fixed, default=1.0):.4f}x; still lost: {len(left)} (x"
-          f"{min((r.family_ratio for r in left), default=1.0):.4f}-{max((r.family_ratio for r in left), default=1.0):.4f}),"
-          f" {free} of them a cap-free front-loaded middle (a higher staircase), {len(left) - free} needing memory caps")
+          f"{min(fixed, default=1.0):.4f}-{max(fixed, default=1.0):.4f}x; the family still loses {len(left)} (x"
+          f"{lo:.4f}-{hi:.4f}), {free} of them a cap-free front-loaded middle (a higher staircase), "
+          f"{len(left) - free} needing memory caps")
     lost = [r for r in res_all if r.search_ratio > 1 + REL]
     print(f"the search's splits (family + cap-bound middles): still lost {len(lost)} (x"
           f"{max((r.search_ratio for r in lost), default=1.0):.4f}), {sum(_cap_free(r.best_split) for r in lost)} "
           f"of them a cap-free front-loaded middle; "
           + "; ".join(f"S={r.s_num} D={r.replicas} {r.best_split} vs {r.search_split}" for r in lost[:8]))
     print(f"summary: {n_cases} cases, {len(res_all)} structures (S = 4-5): best contiguous split beats the earlier "
-          f"family on {loss('old_ratio')}, the family on {loss('family_ratio')}, the search's splits on {loss('search_ratio')} (iteration time); "
+          f"family on {loss('old_ratio')}, the family on {loss('family_ratio')}, the search's splits on "
+          f"{loss('search_ratio')} (iteration time); "
           f"the front-loaded candidates miss it on {loss('rule_ratio')}; memory not monotone in a middle stage's "
           f"size and position on {sum(not r.monotone for r in res_all)}; {time.process_time() - t0:.0f} CPU s")
     return 0
