@@ -5,10 +5,12 @@ Contract: for one pipeline depth S and the search's (GPU type -> (micro-batch si
 :func:`cap_vectors` lists every per-middle-stage layer cap vector a pool-plan task can have: per task (types,
 TPs, micro-batch size, recomputation, distributed optimizer) the largest layer count middle stage s holds on
 every type of the task with S - s micro-batches in flight; with the distributed optimizer one vector per range of
-the replica count D over which it is constant (every D >= 1). :func:`cap_bound_splits` turns them into the
-splits :func:`planner.search.splits.middle_candidates` gives under those caps at the levels where a cap binds
-(a candidate equal to the cap-free one at its level is a staircase: the family holds the lowest one, higher
-ones stay outside, 2.1 (b)), every first and last stage size, less those already in the family. The search
+the replica count D over which it is constant (every D >= 1). :func:`cap_bound_splits` turns them into
+splits: per middle layer total R whose family staircase does not fit under a vector, the
+:func:`planner.search.splits.front_loaded` middle at the lowest level that fits (the first of
+:func:`planner.search.splits.middle_candidates`; higher levels trade a larger largest stage for smaller round
+trips and stay outside, as the cap-free higher staircases do: 2.1 (b)), with every first and last stage size,
+less those already in the family. The search
 adds them to the family's splits of that depth (:meth:`planner.search.tasks.Tables.splits`); they go through
 the same evaluator and memory checks as every other split, so a vector that is a superset of a task's needs
 costs time, never exactness. Pure given the context: memory from :mod:`planner.search.tables`' formulas.

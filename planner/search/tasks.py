@@ -66,12 +66,15 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
     options = {g: o for g, o in options.items() if o}
+    if len(_LAST_OPTIONS) > 64:
+        _LAST_OPTIONS.clear()
     _LAST_OPTIONS[id(ctx)] = (ctx, space, options)
     return options
 
 
 # The options cluster_options last returned per context (the context kept, so an id is never reused): a
-# Tables built without options takes them for its cap-bound splits (midcaps) the first time it reads a split.
+# Tables built without options takes them for its cap-bound splits (midcaps) the first time it reads a split
+# (plan_search builds its Tables before it calls cluster_options; passing them to Tables is the cleaner way).
 _LAST_OPTIONS: dict[int, tuple[SimContext, SearchSpace, dict[str, list[tuple[int, int]]]]] = {}
 
 
