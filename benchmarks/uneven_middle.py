@@ -187,7 +187,7 @@ def search_splits(case: Case, s_num: int) -> set[tuple[int, ...]]:
     space = SearchSpace(max_stages=5, mbs_options=(1,), tp_options=(1,), recompute=(case.recompute,),
                         distributed_optimizer=(case.dist,), chain_segments=1)
     cluster = parse_gpus(",".join(f"{g}@{z}={n}" for g, z, n in case.pools), case.ctx.catalog)
-    tables = Tables(case.ctx, space, cluster_options(case.ctx, cluster, space))
+    tables = Tables(case.ctx, space, cluster_options(case.ctx, cluster, space), cluster)
     return {tuple(int(x) for x in row) for row in tables.splits(s_num)}
 
 

@@ -68,14 +68,14 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     options = {g: o for g, o in options.items() if o}
     if len(_LAST_OPTIONS) > 64:
         _LAST_OPTIONS.clear()
-    _LAST_OPTIONS[id(ctx)] = (ctx, space, options)
+    _LAST_OPTIONS[id(ctx)] = (ctx, space, options, cluster)
     return options
 
 
 # The options cluster_options last returned per context (the context kept, so an id is never reused): a
 # Tables built without options takes them for its cap-bound splits (midcaps) the first time it reads a split
 # (plan_search builds its Tables before it calls cluster_options; passing them to Tables is the cleaner way).
-_LAST_OPTIONS: dict[int, tuple[SimContext, SearchSpace, dict[str, list[tuple[int, int]]]]] = {}
+_LAST_OPTIONS: dict[int, tuple[SimContext, SearchSpace, dict[str, list[tuple[int, int]]], ClusterSpec]] = {}
 
 
 def even_last(num_layers: int, s_num: int) -> np.ndarray:
@@ -115,14 +115,15 @@ class SplitStats:
 
 class Tables:
     """Caches of type tables and per-split stage arrays. ``options`` (per GPU type its (micro-batch size, TP)
-    pairs, :func:`cluster_options`): the split family gains the cap-bound middles of their tasks
-    (:mod:`planner.search.midcaps`); None: those :func:`cluster_options` last returned for ``ctx`` and an equal
-    space when the first split is read, else the family alone."""
+    pairs, :func:`cluster_options`) and ``cluster`` (whose pools bound the TPs and pipeline counts, None: no
+    bound): the split family gains the cap-bound middles of their tasks (:mod:`planner.search.midcaps`);
+    options None: those :func:`cluster_options` last returned for ``ctx`` and an equal space (with its
+    cluster) when the first split is read, else the family alone."""
 
     def __init__(self, ctx: SimContext, space: SearchSpace,
-                 options: dict[str, list[tuple[int, int]]] | None = None) -> None:
+                 options: dict[str, list[tuple[int, int]]] | None = None, cluster: ClusterSpec | None = None) -> None:
         self.ctx, self.space = ctx, space
-        self.options = options
+        self.options, self.cluster = options, cluster
         self._tt: dict[tuple[str, int, int], TypeTable] = {}
         self._arr: dict[tuple[str, int, int, int, bool], StageArrays | None] = {}
         self.min_overflow_bytes: float | None = None
@@ -137,10 +138,13 @@ class Tables:
             base = splits_for(self.space, self.ctx.model.num_layers, s_num)
             if self.options is None:
                 hit = _LAST_OPTIONS.get(id(self.ctx))
-                self.options = hit[2] if hit is not None and hit[0] is self.ctx and hit[1] == self.space else {}
+                if hit is not None and hit[0] is self.ctx and hit[1] == self.space:
+                    self.options, self.cluster = hit[2], hit[3]
+                else:
+                    self.options = {}
             if base is not None and self.space.split == "family" and self.options and s_num >= 4:
                 extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
-                                         cap_vectors(self.ctx, self, self.options, s_num), base)
+                                         cap_vectors(self.ctx, self, self.options, s_num, self.cluster), base)
                 if len(extra):
                     base = np.concatenate([base, extra])
                     base.flags.writeable = False
