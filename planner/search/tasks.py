@@ -13,6 +13,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
+from planner.search.splitlist import even_last, last_options, remember_options, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
@@ -20,7 +21,7 @@ from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
                                   gathered_stage_arrays, grid_index)
 from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
-                                   split_family, stage_arrays)
+                                   stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -66,40 +67,8 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     options = {g: mbs_tp_options(ctx, g, min(cluster.gpus_per_node(g), ctx.node_size(g)), space)
                for g in cluster.gpu_types()}
     options = {g: o for g, o in options.items() if o}
-    if len(_LAST_OPTIONS) > 64:
-        _LAST_OPTIONS.clear()
-    _LAST_OPTIONS[id(ctx)] = (ctx, space, options, cluster)
+    remember_options(ctx, space, options, cluster)
     return options
-
-
-# The options cluster_options last returned per context (the context kept, so an id is never reused): a
-# Tables built without options takes them for its cap-bound splits (midcaps) the first time it reads a split
-# (plan_search builds its Tables before it calls cluster_options; passing them to Tables is the cleaner way).
-_LAST_OPTIONS: dict[int, tuple[SimContext, SearchSpace, dict[str, list[tuple[int, int]]], ClusterSpec]] = {}
-
-
-def even_last(num_layers: int, s_num: int) -> np.ndarray:
-    """[1, S] Sailor's split: the layers evenly over S stages, the extra layers on the last stages."""
-    q, r = divmod(num_layers, s_num)
-    return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
-
-
-def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | None:
-    if space.split == "family":
-        return split_family(num_layers, s_num)
-    if space.split == "even":
-        if num_layers % s_num:
-            return None
-        return np.full((1, s_num), num_layers // s_num, dtype=np.int64)
-    if space.split == "even_last":
-        return even_last(num_layers, s_num)
-    ids = np.array_split(np.arange(num_layers + 2), s_num)
-    counts = [len(x) for x in ids]
-    counts[0] -= 1
-    counts[-1] -= 1
-    if any(c < 1 for c in counts) and s_num > 1:
-        return None
-    return np.array([counts], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -137,11 +106,7 @@ class Tables:
         if key not in self.memo:
             base = splits_for(self.space, self.ctx.model.num_layers, s_num)
             if self.options is None:
-                hit = _LAST_OPTIONS.get(id(self.ctx))
-                if hit is not None and hit[0] is self.ctx and hit[1] == self.space:
-                    self.options, self.cluster = hit[2], hit[3]
-                else:
-                    self.options = {}
+                self.options, self.cluster = last_options(self.ctx, self.space)
             if base is not None and self.space.split == "family" and self.options and s_num >= 4:
                 extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
                                          cap_vectors(self.ctx, self, self.options, s_num, self.cluster), base)
