@@ -4,12 +4,16 @@ For random small cases (5-8 layers, S = 4 or 5 stages, GPU memory near what an e
 runtime presets, recomputation and the distributed optimizer on or off) every pool-plan *structure* (S, the
 pipelines of every (type, zone) pool, recomputation, distributed optimizer; micro-batch counts as even as
 possible) is scored by :func:`planner.simulator.simulate` on every composition of the layers into S stages.
-Written independently of the search (it reads only ``simulate``, the split list
-``planner.search.tables.split_family`` and the candidate rule ``planner.search.splits``). Per structure:
+Written independently of the search (it reads only ``simulate``, the split lists
+``planner.search.tables.split_family`` and ``Tables.splits`` and the candidate rule ``planner.search.splits``).
+Per structure:
 
 - ``old``: the best split of the family declared before the staircases (first and last free, middle stages
   even with the larger ones last) over the best of all splits;
 - ``now``: the same for the declared family (``split_family``: the old one plus the staircases);
+- ``search``: the same for the splits the search visits for the case's tasks
+  (:meth:`planner.search.tasks.Tables.splits`: the family plus the cap-bound middles of
+  :mod:`planner.search.midcaps`, whose caps the search computes itself, not read off these simulations);
 - ``rule``: the worst over (first, last) of the best split whose middle is one of
   ``planner.search.splits.middle_candidates`` at the per-stage memory caps read off the same simulations, over
   the best split with that first and last (docs/PLANNER.md 2.1, "Uneven middle stages").
@@ -38,7 +42,9 @@ from planner.network import NetworkModel  # noqa: E402
 from planner.plan import Plan, Replica, Stage  # noqa: E402
 from planner.profiles import ProfileStore  # noqa: E402
 from planner.search.splits import middle_candidates  # noqa: E402
+from planner.search.space import SearchSpace  # noqa: E402
 from planner.search.tables import split_family  # noqa: E402
+from planner.search.tasks import Tables, cluster_options  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED, SimContext  # noqa: E402
 
@@ -126,12 +132,14 @@ class StructureResult:
     s_num: int
     replicas: int
     old_ratio: float           # best split of the earlier family / best split (inf: none of them fits)
-    family_ratio: float        # best declared split (split_family) / best split (inf: none fits, some split does)
+    family_ratio: float        # best split of the family (split_family) / best split (inf: none fits, some split does)
     rule_ratio: float          # worst over (first, last) of best front-loaded / best (1.0: the rule holds)
     best_split: tuple[int, ...]
     family_split: tuple[int, ...] | None
     monotone: bool             # memory fits are monotone in a middle stage's size and position
     groups: int                # (first, last) pairs with a fitting split
+    search_ratio: float = 1.0  # best split the search visits (Tables.splits) / best split
+    search_split: tuple[int, ...] | None = None
 
 
 def structure(case: Case, s_num: int, replicas, key: str = "time") -> StructureResult | None:
@@ -157,6 +165,9 @@ def structure(case: Case, s_num: int, replicas, key: str = "time") -> StructureR
     old = [scored[sp] for sp in scored if in_old_family(sp)]
     fam = [sp for sp in scored if sp in declared]
     fam_best = min(fam, key=scored.get) if fam else None
+    visited = search_splits(case, s_num)
+    srch = [sp for sp in scored if sp in visited]
+    srch_best = min(srch, key=scored.get) if srch else None
     rule, groups = 1.0, 0
     for a, c in {(sp[0], sp[-1]) for sp in scored}:
         groups += 1
@@ -166,7 +177,18 @@ def structure(case: Case, s_num: int, replicas, key: str = "time") -> StructureR
         rule = max(rule, got / top)
     inf = float("inf")
     return StructureResult(s_num, d, min(old) / scored[best] if old else inf,
-                           scored[fam_best] / scored[best] if fam else inf, rule, best, fam_best, monotone, groups)
+                           scored[fam_best] / scored[best] if fam else inf, rule, best, fam_best, monotone, groups,
+                           scored[srch_best] / scored[best] if srch else inf, srch_best)
+
+
+def search_splits(case: Case, s_num: int) -> set[tuple[int, ...]]:
+    """The splits of depth ``s_num`` the search visits for the case (its cluster, micro-batch 1, TP 1, the case's
+    recomputation and distributed optimizer)."""
+    space = SearchSpace(max_stages=5, mbs_options=(1,), tp_options=(1,), recompute=(case.recompute,),
+                        distributed_optimizer=(case.dist,), chain_segments=1)
+    cluster = parse_gpus(",".join(f"{g}@{z}={n}" for g, z, n in case.pools), case.ctx.catalog)
+    tables = Tables(case.ctx, space, cluster_options(case.ctx, cluster, space), cluster)
+    return {tuple(int(x) for x in row) for row in tables.splits(s_num)}
 
 
 def _cap_free(split: tuple[int, ...]) -> bool:
@@ -195,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.process_time()
     res_all: list[StructureResult] = []
     n_cases = 0
-    print(f"{'case':>5} {'structs':>7} {'old loses':>9} {'worst old':>9} {'now loses':>9} {'worst now':>9} "
-          f"{'rule':>8}  best split vs best declared split (worst structure); case")
+    print(f"{'case':>5} {'structs':>7} {'old loses':>9} {'worst old':>9} {'fam loses':>9} {'worst fam':>9} "
+          f"{'srch lose':>9} {'rule':>8}  best split vs best family split (worst structure); case")
     for i in range(args.cases):
         case = random_case(args.seed + i)
         res = run_case(case)
@@ -207,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         w = max(res, key=lambda r: (r.family_ratio, r.old_ratio))
         print(f"{args.seed + i:>5} {len(res):>7} {sum(r.old_ratio > 1 + REL for r in res):>9} "
               f"{max(r.old_ratio for r in res):>9.4f} {sum(r.family_ratio > 1 + REL for r in res):>9} "
-              f"{w.family_ratio:>9.4f} {max(r.rule_ratio for r in res):>8.6f}  S={w.s_num} D={w.replicas} "
+              f"{w.family_ratio:>9.4f} {sum(r.search_ratio > 1 + REL for r in res):>9} "
+              f"{max(r.rule_ratio for r in res):>8.6f}  S={w.s_num} D={w.replicas} "
               f"{w.best_split} vs {w.family_split}; {case.label}", flush=True)
 
     def loss(attr: str) -> str:
@@ -216,12 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     fixed = [r.old_ratio for r in res_all if r.old_ratio > 1 + REL and r.family_ratio <= 1 + REL]
     left = [r for r in res_all if r.family_ratio > 1 + REL]
     free = sum(_cap_free(r.best_split) for r in left)
+    lo, hi = min((r.family_ratio for r in left), default=1.0), max((r.family_ratio for r in left), default=1.0)
     print(f"recovered by the staircase: {len(fixed)} structures, earlier family's loss "
-          f"{min(fixed, default=1.0):.4f}-{max(fixed, default=1.0):.4f}x; still lost: {len(left)} (x"
-          f"{min((r.family_ratio for r in left), default=1.0):.4f}-{max((r.family_ratio for r in left), default=1.0):.4f}),"
-          f" {free} of them a cap-free front-loaded middle (a higher staircase), {len(left) - free} needing memory caps")
+          f"{min(fixed, default=1.0):.4f}-{max(fixed, default=1.0):.4f}x; the family still loses {len(left)} (x"
+          f"{lo:.4f}-{hi:.4f}), {free} of them a cap-free front-loaded middle (a higher staircase), "
+          f"{len(left) - free} needing memory caps")
+    lost = [r for r in res_all if r.search_ratio > 1 + REL]
+    print(f"the search's splits (family + cap-bound middles): still lost {len(lost)} (x"
+          f"{max((r.search_ratio for r in lost), default=1.0):.4f}), {sum(_cap_free(r.best_split) for r in lost)} "
+          f"of them a cap-free front-loaded middle; "
+          + "; ".join(f"S={r.s_num} D={r.replicas} {r.best_split} vs {r.search_split}" for r in lost[:8]))
     print(f"summary: {n_cases} cases, {len(res_all)} structures (S = 4-5): best contiguous split beats the earlier "
-          f"family on {loss('old_ratio')}, the declared family on {loss('family_ratio')} (iteration time); "
+          f"family on {loss('old_ratio')}, the family on {loss('family_ratio')}, the search's splits on "
+          f"{loss('search_ratio')} (iteration time); "
           f"the front-loaded candidates miss it on {loss('rule_ratio')}; memory not monotone in a middle stage's "
           f"size and position on {sum(not r.monotone for r in res_all)}; {time.process_time() - t0:.0f} CPU s")
     return 0

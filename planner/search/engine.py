@@ -59,8 +59,8 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     budget = Budget(time_limit_s, progress, t0)
     stats = SearchStats()
     cache = LinkCache(ctx)
-    tables = Tables(ctx, space)
     options = cluster_options(ctx, cluster, space)
+    tables = Tables(ctx, space, options, cluster)
     zones = cluster.zones()
     clusters = [cluster] if not space.single_zone else [
         ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]

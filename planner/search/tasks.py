@@ -12,6 +12,8 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
+from planner.search.midcaps import cap_bound_splits, cap_vectors
+from planner.search.splitlist import even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
@@ -19,7 +21,7 @@ from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
                                   gathered_stage_arrays, grid_index)
 from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
-                                   split_family, stage_arrays)
+                                   stage_arrays)
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
@@ -67,30 +69,6 @@ def cluster_options(ctx: SimContext, cluster: ClusterSpec, space: SearchSpace) -
     return {g: o for g, o in options.items() if o}
 
 
-def even_last(num_layers: int, s_num: int) -> np.ndarray:
-    """[1, S] Sailor's split: the layers evenly over S stages, the extra layers on the last stages."""
-    q, r = divmod(num_layers, s_num)
-    return np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
-
-
-def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | None:
-    if space.split == "family":
-        return split_family(num_layers, s_num)
-    if space.split == "even":
-        if num_layers % s_num:
-            return None
-        return np.full((1, s_num), num_layers // s_num, dtype=np.int64)
-    if space.split == "even_last":
-        return even_last(num_layers, s_num)
-    ids = np.array_split(np.arange(num_layers + 2), s_num)
-    counts = [len(x) for x in ids]
-    counts[0] -= 1
-    counts[-1] -= 1
-    if any(c < 1 for c in counts) and s_num > 1:
-        return None
-    return np.array([counts], dtype=np.int64)
-
-
 @dataclass(frozen=True)
 class SplitStats:
     """Per split ([K]) of one (type, TP, micro-batch, S, recompute): the slowest stage's optimizer step, the
@@ -103,14 +81,35 @@ class SplitStats:
 
 
 class Tables:
-    """Caches of type tables and per-split stage arrays."""
+    """Caches of type tables and per-split stage arrays. ``options`` (per GPU type its (micro-batch size, TP)
+    pairs, :func:`cluster_options`) and ``cluster`` (whose pools bound the TPs and pipeline counts, None: no
+    bound): the split family gains the cap-bound middles of their tasks (:mod:`planner.search.midcaps`);
+    options None: the family alone."""
 
-    def __init__(self, ctx: SimContext, space: SearchSpace) -> None:
+    def __init__(self, ctx: SimContext, space: SearchSpace,
+                 options: dict[str, list[tuple[int, int]]] | None = None, cluster: ClusterSpec | None = None) -> None:
         self.ctx, self.space = ctx, space
+        self.options, self.cluster = options, cluster
         self._tt: dict[tuple[str, int, int], TypeTable] = {}
         self._arr: dict[tuple[str, int, int, int, bool], StageArrays | None] = {}
         self.min_overflow_bytes: float | None = None
         self.memo: dict[tuple, object] = {}       # the engine's per-pool models, shared across tasks
+
+    def splits(self, s_num: int) -> np.ndarray | None:
+        """[K, S] the layer splits of depth ``s_num`` every task searches: :func:`splits_for`, and for the
+        split family the cap-bound middles of the options' tasks after them (docs/PLANNER.md 2.1, "Uneven
+        middle stages"; :mod:`planner.search.midcaps`)."""
+        key = ("splits", s_num)
+        if key not in self.memo:
+            base = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            if base is not None and self.space.split == "family" and self.options and s_num >= 4:
+                extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
+                                         cap_vectors(self.ctx, self, self.options, s_num, self.cluster), base)
+                if len(extra):
+                    base = np.concatenate([base, extra])
+                    base.flags.writeable = False
+            self.memo[key] = base
+        return self.memo[key]
 
     def table(self, g: str, tp: int, mbs: int) -> TypeTable:
         key = (g, tp, mbs)
@@ -121,7 +120,7 @@ class Tables:
     def arrays(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool = False) -> StageArrays | None:
         key = (g, tp, mbs, s_num, recompute)
         if key not in self._arr:
-            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            counts = self.splits(s_num)
             arr = None
             if counts is not None:
                 tt = self.table(g, tp, mbs)
@@ -177,7 +176,7 @@ class Tables:
             self._arr[key] = np.take(grids.block(self._arr[fkey], s_num), index)
         if key not in self._arr:
             if counts is None:
-                counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+                counts = self.splits(s_num)
             tkey = ("dmin-terms", g, tp, mbs, key[4], recompute)     # shared by every fine-shard count
             if tkey not in self._arr:
                 self._arr[tkey] = memory_terms_of(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
@@ -195,7 +194,7 @@ class Tables:
         ``s_num`` stages ((None, 0, None): no splits, or one with an empty stage)."""
         ikey = ("grid-index", s_num)
         if ikey not in self.memo:
-            counts = splits_for(self.space, self.ctx.model.num_layers, s_num)
+            counts = self.splits(s_num)
             index = None if counts is None else grid_index(counts)
             self.memo[ikey] = (index, 0, None) if index is None else \
                 (index, int(counts.max()), compute_index(counts, self.ctx.model.num_layers))
@@ -289,7 +288,7 @@ class Tables:
             return None
         key = ("split-row", counts.tobytes(), counts.shape)
         if key not in self.memo:
-            splits = splits_for(self.space, self.ctx.model.num_layers, counts.shape[1])
+            splits = self.splits(counts.shape[1])
             hit = [] if splits is None else np.nonzero((splits == counts).all(axis=1))[0]
             self.memo[key] = int(hit[0]) if len(hit) else None
         return self.memo[key]

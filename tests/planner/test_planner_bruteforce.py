@@ -79,15 +79,22 @@ def _plan(split, replicas, mbs, gbs, counts, recompute=False, dist=False, precis
                 distributed_optimizer=dist, precision=precision)
 
 
+def any_split(split: tuple[int, ...]) -> bool:
+    """Every contiguous split with >= 1 layer per stage: the pool plans' split rule (docs/PLANNER.md 1, item 4;
+    the search holds an optimum of every one through the split family and the cap-bound middles)."""
+    return min(split) >= 1
+
+
 def structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, max_stages: int, mbs_opts, tp_opts,
-               recompute_opts=(False, True), dist_opts=(False, True), precision="fp32"):
+               recompute_opts=(False, True), dist_opts=(False, True), precision="fp32", split_rule=any_split):
     """Every (split, mbs, pools with pipeline counts, recompute, distributed optimizer) of the space whose
-    memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count)."""
+    memory fits (S - s in flight; with the distributed optimizer at the structure's own replica count).
+    ``split_rule``: the pool plans' splits (default every contiguous split; :func:`in_family`: the family)."""
     L = ctx.model.num_layers
     types = cluster.gpu_types()
     zones = {g: sorted(p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0) for g in types}
     for S in range(1, min(L, max_stages) + 1):
-        for split in filter(in_family, compositions(L, S)):
+        for split in filter(split_rule, compositions(L, S)):
             for mbs, rc, do in product(mbs_opts, recompute_opts, dist_opts):
                 if gbs % mbs:
                     continue
@@ -382,3 +389,28 @@ def test_recompute_is_chosen_when_memory_demands_it():
     assert best is not None and best.recompute
     assert simulate(build_plan(best, 4, 8, None), ctx).fits_in_memory
     check_exact(ctx, cluster, 8, Objective("throughput"), max_stages=4, mbs_opts=(1,), tp_opts=(1, 2))
+
+
+@pytest.mark.parametrize("seed,pools,objective", [
+    (1066, None, Objective("throughput")),
+    (1109, (("V100-16", "us-a", 5),), Objective("throughput")),
+    (1109, (("V100-16", "us-a", 5),), Objective("cost")),
+    (1292, None, Objective("cost", min_throughput_iters_per_s=0.5)),
+])
+def test_search_matches_brute_force_where_memory_caps_bind_a_middle_stage(seed, pools, objective):
+    """8 layers, up to 5 stages, memory near an even pipeline's need (cases of benchmarks/uneven_middle.py):
+    the search's split list holds cap-bound middles here (checked), and it equals the brute force over every
+    contiguous split, chain plans included."""
+    from dataclasses import replace as _replace
+
+    from benchmarks.uneven_middle import random_case
+    from planner.search import tasks as T
+    case = random_case(seed)
+    case = _replace(case, pools=pools or tuple((g, z, min(n, 6)) for g, z, n in case.pools[:2]))
+    cluster = parse_gpus(",".join(f"{g}@{z}={n}" for g, z, n in case.pools), case.ctx.catalog)
+    space = SearchSpace(max_stages=5, mbs_options=(1,), tp_options=(1,), recompute=(case.recompute,),
+                        distributed_optimizer=(case.dist,))
+    tables = T.Tables(case.ctx, space, T.cluster_options(case.ctx, cluster, space), cluster)
+    assert len(tables.splits(5)) > len(T.splits_for(space, case.ctx.model.num_layers, 5))
+    check_exact(case.ctx, cluster, case.gbs, objective, max_stages=5, mbs_opts=(1,), tp_opts=(1,),
+                recompute=(case.recompute,), dist=(case.dist,))

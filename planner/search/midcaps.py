@@ -1,0 +1,223 @@
+"""Cap-bound middle stages: the layer splits a pool plan needs beyond the split family when memory caps the
+early middle stages (docs/PLANNER.md 1 item 4 and 2.1, "Uneven middle stages").
+
+Contract: for one pipeline depth S and the search's (GPU type -> (micro-batch size, TP) options),
+:func:`cap_vectors` lists every per-middle-stage layer cap vector a pool-plan task can have: per task (types,
+TPs, micro-batch size, recomputation, distributed optimizer) the largest layer count middle stage s holds on
+every type of the task with S - s micro-batches in flight; with the distributed optimizer one vector per range of
+the replica count D over which it is constant (every D >= 1). :func:`cap_bound_splits` turns them into
+splits: per middle layer total R whose family staircase does not fit under a vector, the
+:func:`planner.search.splits.front_loaded` middle at the lowest level that fits (the first of
+:func:`planner.search.splits.middle_candidates`; higher levels trade a larger largest stage for smaller round
+trips and stay outside, as the cap-free higher staircases do: 2.1 (b)), with every first and last stage size,
+less those already in the family. The search
+adds them to the family's splits of that depth (:meth:`planner.search.tasks.Tables.splits`); they go through
+the same evaluator and memory checks as every other split, so a vector that is a superset of a task's needs
+costs time, never exactness. Pure given the context: memory from :mod:`planner.search.tables`' formulas.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from functools import lru_cache
+from itertools import combinations, product
+import math
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.caps import caps_for
+from planner.search.splits import front_loaded
+from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+
+def _probe(num_layers: int) -> np.ndarray:
+    """[L - 2, L] splits of L stages whose middle stages all hold c = 1 .. L - 2 layers (first and last: one
+    layer). A middle stage's memory reads only its own layer count and the micro-batches it keeps in flight,
+    so middle stage s of this probe (L - s in flight) stands for middle stage s - (L - S) of every depth S."""
+    out = np.ones((max(num_layers - 2, 1), num_layers), dtype=np.int64)
+    out[:, 1:-1] = np.arange(1, out.shape[0] + 1)[:, None]
+    return out
+
+
+def _dmin(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
+          inflight: np.ndarray, recompute: bool, dist: bool, shards: int) -> np.ndarray:
+    """[C, columns] the smallest D at which each probe stage fits (plain: 1 or :data:`NEVER`), made
+    non-decreasing in the layer count (rows)."""
+    sp = tables.space
+    params = stage_params(tt, counts, first, last, head_params(tt, 2, sp.tie_embeddings))
+    terms = _memory_terms(ctx, tt, counts, params, first, last, sp.precision, sp.optimizer, recompute, inflight)
+    if dist:
+        d = dist_min_dp(ctx, tt, counts, sp.precision, sp.optimizer, recompute, shards, sp.tie_embeddings, terms,
+                        (first, last, params))
+    else:
+        d = np.where(F.memory_total(terms) <= tt.usable_bytes, 1, NEVER)
+    return np.maximum.accumulate(np.asarray(d, dtype=np.int64), axis=0)
+
+
+def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool,
+              dist: bool, shards: int = 1) -> np.ndarray:
+    """[C, S] per layer count c (row c - 1, C = L - S + 1) and stage: the smallest replica count D at which
+    that stage fits on (g, tp, mbs) with S - s micro-batches in flight (plain: 1 where it fits, :data:`NEVER`
+    where not), made non-decreasing in c (a cap is a prefix of fitting counts). Stage 0 holds the embedding
+    and S micro-batches in flight, stage S - 1 the head and one (S >= 2)."""
+    key = ("midcap", g, tp, mbs, recompute, dist, shards)
+    L = ctx.model.num_layers
+    if key not in tables.memo:
+        tt = tables.table(g, tp, mbs)
+        counts = _probe(L)
+        inflight = np.arange(L, 0, -1)
+        none = np.zeros((1, L), dtype=bool)
+        mid = _dmin(ctx, tables, tt, counts, none, none, inflight, recompute, dist, shards)
+        ends = np.repeat(np.arange(1, counts.shape[0] + 1)[:, None], L + 1, axis=1)
+        first = (np.arange(L + 1) < L)[None, :]             # columns 0 .. L - 1: a first stage, L - j in flight
+        last = ~first                                       # column L: a last stage, one in flight
+        end = _dmin(ctx, tables, tt, ends, first, last, np.append(inflight, 1), recompute, dist, shards)
+        tables.memo[key] = (mid, end)
+    mid, end = tables.memo[key]
+    c = L - s_num + 1
+    return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
+
+
+def _type_steps(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool, dist: bool,
+                shards: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(replica count D, caps at D) at every D where (g, tp)'s caps change, D ascending (plain: D = 1 only)."""
+    key = ("midcap-steps", g, tp, mbs, s_num, recompute, dist, shards)
+    if key not in tables.memo:
+        m = type_dmin(ctx, tables, g, tp, mbs, s_num, recompute, dist, shards)
+        levels = np.unique(m)
+        levels = levels[levels < NEVER] if dist else np.array([1])
+        caps = (m[None, :, :] <= levels[:, None, None]).sum(axis=1) if len(levels) else np.zeros((0, m.shape[1]))
+        tables.memo[key] = tuple(zip(levels.tolist(), map(tuple, caps.tolist())))
+    return tables.memo[key]
+
+
+def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int,
+                cluster: ClusterSpec | None = None) -> set[tuple[int, ...]]:
+    """Every cap vector (length S: first stage, middle stages, last stage) of a pool-plan task of depth S over
+    ``options`` whose middle caps bind somewhere (some below L - S + 1, the largest middle stage; a cap of 0:
+    no split fits, left out). Tasks as
+    :func:`planner.search.tasks.unit_tasks` forms them (type subsets up to ``max_gpu_types``, one TP per type,
+    every TP of the options: a superset of what the TP rule and the pool capacities keep); with the
+    distributed optimizer the caps at every replica count D >= 1 (they change only where some type's do).
+    ``cluster``: only TPs with room for a pipeline of S stages in some pool of the type, and D up to the
+    combination's pipeline capacity (:func:`planner.search.caps.caps_for`, as the tasks' rows)."""
+    sp = tables.space
+    top = ctx.model.num_layers - s_num + 1
+    if s_num < 4 or top < 2:
+        return set()
+    types = sorted(options)
+    max_types = min(len(types), sp.max_gpu_types or len(types))
+    out: set[tuple[int, ...]] = set()
+    for mbs in sorted({m for g in types for m, _ in options[g]}):
+        choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
+        room = {(g, t): 0 for g in types for t in choices[g]}
+        for g, t in room:
+            room[g, t] = NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s_num))
+        choices = {g: [t for t in c if room[g, t] > 0] for g, c in choices.items()}
+        for rc, dist in product(sp.recompute, sp.distributed_optimizer):
+            for k in range(1, max_types + 1):
+                for subset in combinations(types, k):
+                    for tps in product(*(choices[g] for g in subset)):
+                        lcm = math.lcm(*tps)
+                        steps = [_type_steps(ctx, tables, g, t, mbs, s_num, rc, dist, lcm // t if dist else 1)
+                                 for g, t in zip(subset, tps)]
+                        if any(not st for st in steps):
+                            continue
+                        dcap = sum(room[g, t] for g, t in zip(subset, tps))
+                        if len(steps) == 1:
+                            out.update(c for d, c in steps[0] if min(c) >= 1 and min(c[1:-1]) < top and d <= dcap)
+                            continue
+                        for d in sorted({d for st in steps for d, _ in st if d <= dcap}):
+                            at = [bisect_right(st, (d, BIG)) - 1 for st in steps]     # each type's caps at d
+                            if min(at) < 0:
+                                continue
+                            cap = tuple(map(min, zip(*(st[i][1] for st, i in zip(steps, at)))))
+                            if min(cap) >= 1 and min(cap[1:-1]) < top:
+                                out.add(cap)
+    return out
+
+
+BIG = (1 << 62,)      # sorts after every caps tuple
+
+# Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): higher levels
+# trade a larger largest stage for smaller round trips, as the cap-free higher staircases do, and stay outside.
+LOWEST_ONLY = True
+
+
+@lru_cache(maxsize=1 << 16)
+def cap_bound_middles(total: int, caps: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The front-loaded middles (:func:`front_loaded`) under ``caps`` the family lacks, ``total`` layers on
+    ``len(caps)`` middle stages: none where the family's staircase (level ``ceil(total / n)``) fits under the
+    caps; else the one at the lowest level that fits (with :data:`LOWEST_ONLY` False: at every level where a
+    cap binds). Levels up to ``min(caps)`` have no binding cap, and above ``max(caps)`` every level gives the
+    middle of level ``max(caps)``."""
+    n = len(caps)
+    free = [total] * n
+    m0 = -(-total // n)
+    if LOWEST_ONLY:
+        stair = front_loaded(total, free, m0)
+        if all(c <= u for c, u in zip(stair, caps)):
+            return ()
+        if min(caps) < 1 or sum(caps) < total:
+            return ()
+        level = m0
+        while sum(min(u, level) for u in caps) < total:
+            level += 1
+        return (front_loaded(total, caps, level),)
+    out = []
+    for level in range(max(m0, min(caps) + 1), min(total - n + 1, max(caps)) + 1):
+        c = front_loaded(total, caps, level)
+        if c is not None and c != front_loaded(total, free, level):
+            out.append(c)
+    return tuple(out)
+
+
+def lowest_middles(total: int, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([V', n] :func:`cap_bound_middles` (with :data:`LOWEST_ONLY`) of every row of ``caps`` ([V, n]) at once,
+    [V'] the rows they belong to): rows whose family staircase fits, or where no middle fits, give none."""
+    n = caps.shape[1]
+    caps = np.minimum(caps, total - n + 1)
+    m0 = -(-total // n)
+    stair = np.array(front_loaded(total, [total] * n, m0))
+    need = ~(caps >= stair).all(axis=1) & (caps.min(axis=1) >= 1) & (caps.sum(axis=1) >= total)
+    caps = caps[need]
+    if not len(caps):
+        return np.zeros((0, n), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    levels = np.arange(m0, total - n + 2)
+    room = np.minimum(caps[:, None, :], levels[None, :, None]).sum(axis=2)      # [V, levels]
+    level = levels[np.argmax(room >= total, axis=1)]
+    room = np.minimum(caps, level[:, None])
+    out = np.zeros_like(caps)
+    used = np.zeros(len(caps), dtype=np.int64)
+    for s in range(n):                              # front_loaded, row by row at once
+        out[:, s] = np.minimum(room[:, s], total - used - (n - 1 - s))
+        used += out[:, s]
+    return out, np.nonzero(need)[0]
+
+
+def cap_bound_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], family: np.ndarray) -> np.ndarray:
+    """[K, S] the splits of :func:`cap_bound_middles` for every cap vector (length S: first, middles, last) with
+    every first and last stage size within the vector's first and last caps, less those in ``family``;
+    sorted."""
+    L, n = num_layers, s_num - 2
+    if not caps:
+        return np.zeros((0, s_num), dtype=np.int64)
+    have = {tuple(r) for r in family.tolist()}
+    arr = np.array(sorted(caps), dtype=np.int64)
+    rows: set[tuple[int, ...]] = set()
+    for total in range(n, L - 1):
+        ends = L - total                            # first + last
+        if LOWEST_ONLY:
+            mids, at = lowest_middles(total, arr[:, 1:-1])
+            keys = set(zip(map(tuple, mids.tolist()), arr[at, 0].tolist(), arr[at, -1].tolist()))
+        else:
+            keys = {(m, cap[0], cap[-1]) for cap in caps
+                    for m in cap_bound_middles(total, tuple(min(x, total - n + 1) for x in cap[1:-1]))}
+        for m, a_cap, c_cap in keys:
+            for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
+                row = (a,) + m + (ends - a,)
+                if row not in have:
+                    rows.add(row)
+    return np.array(sorted(rows), dtype=np.int64).reshape(-1, s_num)
