@@ -1,0 +1,62 @@
+"""The *pool-budget* value floor of a chain unit's level (docs/PLANNER.md 2.6, round 3, session 12 h12v).
+
+A chain of exactly n segments puts each segment in one pool, so its largest pool share u is >= the mean
+segment share (1 / n) sum_s f_s, f_g = tp_g / cap_g; with D pipelines D u <= 1, hence the *budget*
+sum_s f_s <= n / D. For every lambda >= 0 the chain's rate R = sum_s r_s (r_g = tp_g usd_g) is then
+>= sum_s r_s + lambda (sum_s f_s - n / D) >= M(lambda) - lambda n / D, M(lambda) = sum_s min_g (r_g +
+lambda f_g) over the level's allowed groups; likewise its summed compute C >= sum_s min_g (c_g,s + mu f_g) -
+mu n / D for every mu >= 0 (Lagrangian relaxation: any multiplier gives a valid bound).
+
+Contract: :func:`budget_floor` is <= D R it^2 (<= the value key, egress and the tied all-reduce >= 0) of every
+chain of the level with n segments and D <= min(D_max, N) pipelines, for every such D.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LAMBDAS = np.geomspace(1e-3, 1e3, 25)      # multipliers, in units of the scale below (any >= 0 is valid)
+
+
+def _relaxed(cost: np.ndarray, f_g: np.ndarray, allowed: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """([K', L], [L]): per level and multiplier lambda = scale x LAMBDAS, sum_s min_g (cost[g, s] + lambda
+    f_g) over the allowed groups ([K', G, S]; ``cost`` [G, S]), and the multipliers."""
+    lam = scale * LAMBDAS
+    c = np.where(allowed, cost[None], np.inf)                                           # [K', G, S]
+    m = (c[:, None] + lam[None, :, None, None] * f_g[None, None, :, None]).min(axis=2)   # [K', L, S]
+    return m.sum(axis=2), lam
+
+
+def budget_floor(levels: np.ndarray, it_f: np.ndarray, d_hi: np.ndarray, extra: np.ndarray, allowed: np.ndarray,
+                 comp: np.ndarray, rate: np.ndarray, f_g: np.ndarray, n_seg: int, n_mb: int,
+                 sigma: np.ndarray | None = None) -> np.ndarray:
+    """[K']: per level T (``levels``), min over integer D in 1..``d_hi`` (<= min(D_max, N) of the level and
+    segment count) of D R_low(D) a(D)^2, with R_low(D) = max(cheapest rate sum, max_lambda M(lambda) -
+    lambda n / D), a(D) = max((N / D - 1) T + max(T, C_low(D)) + ``extra`` + sigma(D), it_f), C_low(D) =
+    max_mu (sum_s min_g (c_g,s + mu f_g) - mu n / D) (mu = 0: the smallest compute per stage), ``extra`` the
+    level's crossings + step floor and ``sigma`` ([K', Dcap + 1], or None: 0) a non-decreasing lower bound on
+    the stage syncs at D. Every chain of the level with n segments and D pipelines has iteration >= a(D)
+    (2.1 *chain iteration floor*, with its compute sum bounded under the budget) and rate >= R_low(D)."""
+    k_num = len(levels)
+    out = np.full(k_num, np.inf)
+    hi = int(np.nanmax(np.where(np.isfinite(d_hi), d_hi, 0), initial=0))
+    if k_num == 0 or hi < 1:
+        return out
+    d = np.arange(1, hi + 1, dtype=float)                                                  # [Dn]
+    r_scale = float(np.median(rate) / max(np.median(f_g), 1e-300))
+    c_fin = np.where(allowed, comp[None], np.inf)
+    c_scale = float(np.nanmedian(np.where(np.isfinite(c_fin), c_fin, np.nan)) / max(np.median(f_g), 1e-300))
+    m_r, lam = _relaxed(np.broadcast_to(rate[:, None], comp.shape), f_g, allowed, r_scale)
+    m_c, mu = _relaxed(comp, f_g, allowed, c_scale)
+    budget = n_seg / d                                                                     # [Dn]
+    cheap_r = np.where(allowed, rate[None, :, None], np.inf).min(axis=1).sum(axis=1)          # [K']
+    c_min = c_fin.min(axis=1).sum(axis=1)                                                  # [K']
+    r_low = np.maximum(cheap_r[:, None], (m_r[:, :, None] - lam[None, :, None] * budget[None, None]).max(axis=1))
+    c_low = np.maximum(c_min[:, None], (m_c[:, :, None] - mu[None, :, None] * budget[None, None]).max(axis=1))
+    a = (n_mb / d[None] - 1) * levels[:, None] + np.maximum(levels[:, None], c_low) + extra[:, None]
+    if sigma is not None:       # (D past the table: 0, a lower bound)
+        a = a + np.pad(sigma[:, 1:hi + 1], ((0, 0), (0, max(0, hi + 1 - sigma.shape[1]))))
+    a = np.maximum(a, it_f[:, None])
+    with np.errstate(invalid="ignore"):
+        g = np.where(d[None] <= d_hi[:, None], d[None] * r_low * a * a, np.inf)
+    g = np.where(np.isnan(g), np.inf, g)
+    return g.min(axis=1, initial=np.inf)
