@@ -60,3 +60,48 @@ def budget_floor(levels: np.ndarray, it_f: np.ndarray, d_hi: np.ndarray, extra: 
         g = np.where(d[None] <= d_hi[:, None], d[None] * r_low * a * a, np.inf)
     g = np.where(np.isnan(g), np.inf, g)
     return g.min(axis=1, initial=np.inf)
+
+
+def stage0_floor(levels: np.ndarray, it_f: np.ndarray, d_hi: np.ndarray, extra: np.ndarray, allowed: np.ndarray,
+                 comp: np.ndarray, rate: np.ndarray, f_g: np.ndarray, n_seg: int, n_mb: int, sync0: np.ndarray,
+                 n_lambda: int = 13) -> np.ndarray:
+    """[K']: :func:`budget_floor` with stage 0's group g0 fixed and then minimised over g0 (its rate, share,
+    compute and ring sync at D exact): per level, min over integer D in 1..``d_hi`` and allowed g0 of
+    D R a^2 with R = r_g0 + max(the rest's cheapest rates, max_lambda M'(lambda) - lambda (n / D - f_g0)),
+    C = c_g0,0 + max_mu (M'_c(mu) - mu (n / D - f_g0)) (M' over stages 1..S-1) and a = max((N / D - 1) T +
+    max(T, C) + ``extra`` + sync0[g0, D], it_f): stage 0 has no earlier backward to overlap its sync with,
+    so its ring at D (``sync0`` [G, Dcap + 1], the chain search's table) is in the iteration (2.6 (iv))."""
+    k_num, s_num = len(levels), comp.shape[1]
+    out = np.full(k_num, np.inf)
+    hi = int(min(np.nanmax(np.where(np.isfinite(d_hi), d_hi, 0), initial=0), sync0.shape[1] - 1))
+    if k_num == 0 or hi < 1 or s_num < 2:
+        return out
+    d = np.arange(1, hi + 1, dtype=float)
+    lam_u = np.geomspace(1e-2, 1e2, n_lambda)
+    rest = allowed[:, :, 1:]                                                                # [K', G, S - 1]
+    c_fin = np.where(rest, comp[None, :, 1:], np.inf)
+    r_scale = float(np.median(rate) / max(np.median(f_g), 1e-300))
+    c_scale = float(np.nanmedian(np.where(np.isfinite(c_fin), c_fin, np.nan)) / max(np.median(f_g), 1e-300))
+    with np.errstate(invalid="ignore"):
+        m_r = (np.where(rest, rate[None, :, None], np.inf)[:, None] + (r_scale * lam_u)[None, :, None, None]
+               * f_g[None, None, :, None]).min(axis=2).sum(axis=2)                            # [K', L]
+        m_c = (c_fin[:, None] + (c_scale * lam_u)[None, :, None, None] * f_g[None, None, :, None]
+               ).min(axis=2).sum(axis=2)
+    b = n_seg / d[None, :] - f_g[:, None]                                                    # [G, D] budget left
+    r0 = np.where(rest, rate[None, :, None], np.inf).min(axis=1).sum(axis=1)                 # [K']
+    c0 = c_fin.min(axis=1).sum(axis=1)
+    # [K', G, D]: max over the multipliers (any one gives a valid bound)
+    r_rest = np.maximum(r0[:, None, None], (m_r[:, :, None, None] - (r_scale * lam_u)[None, :, None, None]
+                                            * b[None, None]).max(axis=1))
+    c_rest = np.maximum(c0[:, None, None], (m_c[:, :, None, None] - (c_scale * lam_u)[None, :, None, None]
+                                            * b[None, None]).max(axis=1))
+    r_all = rate[None, :, None] + r_rest
+    c_all = comp[None, :, 0, None] + c_rest
+    lv = levels[:, None, None]
+    a = (n_mb / d[None, None] - 1) * lv + np.maximum(lv, c_all) + extra[:, None, None] + sync0[None, :, 1:hi + 1]
+    a = np.maximum(a, it_f[:, None, None])
+    ok = allowed[:, :, 0][:, :, None] & (d[None, None] <= d_hi[:, None, None])
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = np.where(ok, d[None, None] * r_all * a * a, np.inf)
+    g = np.where(np.isnan(g), np.inf, g)
+    return g.reshape(k_num, -1).min(axis=1, initial=np.inf)

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
-from planner.search.chainbudget import budget_floor
+from planner.search.chainbudget import budget_floor, stage0_floor
 from planner.search.chainvalue import min_d_a2
 from planner.search.rows import sorted_unique
 from planner.search.space import Objective
@@ -27,6 +27,7 @@ MAX_LEVELS = 16         # largest-compute levels given the dynamic programme (th
 SEG_FLOOR = True        # per segment count n, u >= (1 / n) sum_s min_g tp / cap (2.6, round 3); False: off (tests)
 SEG_SLACK = 1.0         # x n in that bound (> 1 weakens it; < 1 inflates it: tests only)
 BUDGET = 1.0            # x the pool-budget floor (chainbudget, 2.6 round 3); 0: off (tests only)
+STAGE0 = 1.0            # x the stage-0-coupled budget floor (chainbudget.stage0_floor); 0: off (tests only)
 IT_FLOOR = 1.0          # x it_T as a floor on a_T(D) at every D (2.6, session 11 round 2); 0: off (tests only)
 
 
@@ -242,6 +243,10 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
             rest = np.maximum(fill_step[near] - np.maximum(levels[near], c_min), 0.0)    # crossings + step
             bf = budget_floor(levels[near], it_f[near], np.minimum(d_max[near], n_mb), rest, allowed[near], comp,
                               rate[:, 0], f_g, n_seg, n_mb, sigma)
+            if sync0 is not None and STAGE0:
+                bf = np.maximum(bf, STAGE0 * stage0_floor(levels[near], it_f[near], np.minimum(d_max[near], n_mb),
+                                                          rest, allowed[near], comp, rate[:, 0], f_g, n_seg, n_mb,
+                                                          sync0))
             joint_k[near] = np.maximum(joint_k[near], BUDGET * bf[:, None])
         if comp is not None:
             cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb,

@@ -1,6 +1,7 @@
 """The value unit floor's round-3 terms (docs/PLANNER.md 2.6, session 12 h12v): per segment count n, the mean
 segment share as a pool-share bound (``chainfloor.iteration_levels(..., n_seg=n)``: a smaller D_max and a
-Lagrangian weight 1 / n) and the pool-budget floor (``chainbudget.budget_floor``). Brute force on random small
+Lagrangian weight 1 / n), the pool-budget floor (``chainbudget.budget_floor``) and its stage-0-coupled form
+(``chainbudget.stage0_floor``). Brute force on random small
 clusters (the h11v case family): for every fitting chain of n segments (every group per stage), its level's
 D_max bound is >= the chain's largest D, its iteration bound is <= its iteration at every D, and the budget
 floor is <= its best value key (``iterate_d``, every D); the unit floor is <= the best key of each segment count
@@ -43,6 +44,10 @@ def _check_case(seed: int) -> int:
             sigma = None if tab.sync is None else chainfloor._suffix_sync(allowed[:, :, 0], tab.sync[:, 0, :])
             bf = chainbudget.budget_floor(levels, it_f, np.minimum(d_max, n_mb), rest, allowed, comp, rate, f_g,
                                           n, n_mb, sigma) * chainfloor.BUDGET
+            if tab.sync is not None:
+                s0 = chainbudget.stage0_floor(levels, it_f, np.minimum(d_max, n_mb), rest, allowed, comp, rate,
+                                              f_g, n, n_mb, tab.sync[:, 0, :]) * chainfloor.STAGE0
+                bf = np.maximum(bf, s0)
             sel = np.flatnonzero((n_runs == n) & np.isfinite(best))
             lvl = np.searchsorted(levels, t_chain[sel])
             for i, k in zip(sel, lvl):
@@ -87,11 +92,13 @@ def _fails(monkeypatch, name: str, value) -> bool:
 def test_inflated_terms_fail(monkeypatch):
     assert _fails(monkeypatch, "SEG_SLACK", 0.5)     # u >= 2 x the mean segment share: false
     assert _fails(monkeypatch, "BUDGET", 1.5)
+    assert _fails(monkeypatch, "STAGE0", 1.5)
 
 
 def _off(m):
     m.setattr(chainfloor, "SEG_FLOOR", False)
     m.setattr(chainfloor, "BUDGET", 0.0)
+    m.setattr(chainfloor, "STAGE0", 0.0)
 
 
 @pytest.mark.parametrize("seed", range(12))
