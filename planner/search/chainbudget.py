@@ -105,3 +105,34 @@ def stage0_floor(levels: np.ndarray, it_f: np.ndarray, d_hi: np.ndarray, extra: 
         g = np.where(ok, d[None, None] * r_all * a * a, np.inf)
     g = np.where(np.isnan(g), np.inf, g)
     return g.reshape(k_num, -1).min(axis=1, initial=np.inf)
+
+
+def run_dmax(allowed: np.ndarray, tp: np.ndarray, cap_g: np.ndarray, n_seg: int, d_hi: np.ndarray) -> np.ndarray:
+    """[K]: per level (``allowed`` [K, G, S]: the groups each stage may take), the largest D <= ``d_hi`` at
+    which the S stages can be cut into at most ``n_seg`` runs, each on one group g allowed on all its stages and
+    at most floor(cap_g / (D tp_g)) stages long (0: none). A chain of n segments with D pipelines has such a cut
+    (its segments: D tp_g len / cap_g <= D u <= 1), so its D is <= the value (docs/PLANNER.md 2.6, round 3).
+    Feasibility at D is the greedy farthest-reach cover (optimal: from any stage inside a run the same group
+    reaches at least as far), non-increasing in D (shorter runs), so the largest D is found by bisection."""
+    k_num, _, s_num = allowed.shape
+    nb = np.full((k_num, allowed.shape[1], s_num + 1), s_num, dtype=np.int64)     # first stage >= s not allowed
+    for s in range(s_num - 1, -1, -1):
+        nb[:, :, s] = np.where(allowed[:, :, s], nb[:, :, s + 1], s)
+    ks = np.arange(k_num)
+
+    def feasible(d: np.ndarray) -> np.ndarray:
+        run = cap_g[None, :] // (np.maximum(d, 1)[:, None] * tp[None, :])            # [K, G]
+        pos = np.zeros(k_num, dtype=np.int64)
+        for _ in range(n_seg):
+            at = nb[ks, :, np.minimum(pos, s_num)]                                      # [K, G]
+            pos = np.maximum(pos, np.minimum(pos[:, None] + run, at).max(axis=1))
+        return pos >= s_num
+
+    lo = np.zeros(k_num, dtype=np.int64)                               # feasible (0: trivially) ...
+    hi = np.maximum(np.where(np.isfinite(d_hi), d_hi, 0), 0).astype(np.int64)   # ... the answer is in [lo, hi]
+    while (lo < hi).any():
+        mid = (lo + hi + 1) // 2
+        ok = feasible(mid) & (lo < hi)
+        lo = np.where(ok, mid, lo)
+        hi = np.where(~ok & (lo < hi), mid - 1, hi)
+    return lo

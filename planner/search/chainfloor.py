@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
-from planner.search.chainbudget import budget_floor, stage0_floor
+from planner.search.chainbudget import budget_floor, run_dmax, stage0_floor
 from planner.search.chainvalue import min_d_a2
 from planner.search.rows import sorted_unique
 from planner.search.space import Objective
@@ -28,6 +28,8 @@ SEG_FLOOR = True        # per segment count n, u >= (1 / n) sum_s min_g tp / cap
 SEG_SLACK = 1.0         # x n in that bound (> 1 weakens it; < 1 inflates it: tests only)
 BUDGET = 1.0            # x the pool-budget floor (chainbudget, 2.6 round 3); 0: off (tests only)
 STAGE0 = 1.0            # x the stage-0-coupled budget floor (chainbudget.stage0_floor); 0: off (tests only)
+RUN_COVER = True        # per segment count, the run-cover bound on D (chainbudget.run_dmax, 2.6 round 3)
+RUNS = 1.0              # x that bound (< 1 inflates the floors: tests only)
 IT_FLOOR = 1.0          # x it_T as a floor on a_T(D) at every D (2.6, session 11 round 2); 0: off (tests only)
 
 
@@ -105,6 +107,8 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
         u_low = np.maximum(u_low, frac.min(axis=1).sum(axis=1) / (n_seg * SEG_SLACK))
     with np.errstate(divide="ignore"):
         d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
+        if n_seg is not None and RUN_COVER:     # n_seg runs, each within its pool's capacity (2.6, round 3)
+            d_max = np.minimum(d_max, np.floor(RUNS * run_dmax(~hidden, grp.tp, grp.caps[grp.pool], n_seg, d_max)))
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
     comp_k = np.broadcast_to(comp[None], hidden.shape).copy()                 # [K, G, S] allowed compute
     comp_k[hidden] = np.inf

@@ -1,7 +1,8 @@
 """The value unit floor's round-3 terms (docs/PLANNER.md 2.6, session 12 h12v): per segment count n, the mean
 segment share as a pool-share bound (``chainfloor.iteration_levels(..., n_seg=n)``: a smaller D_max and a
 Lagrangian weight 1 / n), the pool-budget floor (``chainbudget.budget_floor``) and its stage-0-coupled form
-(``chainbudget.stage0_floor``). Brute force on random small
+(``chainbudget.stage0_floor``), and the run-cover bound on D (``chainbudget.run_dmax``: at most n runs, each
+within its pool's capacity). Brute force on random small
 clusters (the h11v case family): for every fitting chain of n segments (every group per stage), its level's
 D_max bound is >= the chain's largest D, its iteration bound is <= its iteration at every D, and the budget
 floor is <= its best value key (``iterate_d``, every D); the unit floor is <= the best key of each segment count
@@ -74,6 +75,30 @@ def test_round3_default_levels(seed):
     _check_case(seed)
 
 
+def test_run_dmax_matches_brute_force():
+    """The largest D with a cut into <= n runs (each on one allowed group, D tp len <= cap) against every cut."""
+    from itertools import combinations
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        g_num, s_num, n = int(rng.integers(1, 4)), int(rng.integers(1, 7)), int(rng.integers(1, 4))
+        allowed = rng.random((1, g_num, s_num)) < 0.7
+        tp = rng.integers(1, 3, size=g_num)
+        cap = rng.integers(1, 20, size=g_num)
+        got = int(chainbudget.run_dmax(allowed, tp, cap, n, np.array([25.0]))[0])
+        best = 0
+        for d in range(1, 26):
+            ok = False
+            for k in range(1, min(n, s_num) + 1):
+                for cuts in combinations(range(1, s_num), k - 1):
+                    b = (0, *cuts, s_num)
+                    if all(any(allowed[0, g, b[j]:b[j + 1]].all() and d * tp[g] * (b[j + 1] - b[j]) <= cap[g]
+                               for g in range(g_num)) for j in range(k)):
+                        ok = True
+            if ok:
+                best = d
+        assert got == best, (allowed, tp, cap, n, got, best)
+
+
 def test_round3_checked_something():
     assert sum(_check_case(seed) for seed in range(6)) > 50
 
@@ -93,12 +118,14 @@ def test_inflated_terms_fail(monkeypatch):
     assert _fails(monkeypatch, "SEG_SLACK", 0.5)     # u >= 2 x the mean segment share: false
     assert _fails(monkeypatch, "BUDGET", 1.5)
     assert _fails(monkeypatch, "STAGE0", 1.5)
+    assert _fails(monkeypatch, "RUNS", 0.5)          # half the run-cover D bound: false
 
 
 def _off(m):
     m.setattr(chainfloor, "SEG_FLOOR", False)
     m.setattr(chainfloor, "BUDGET", 0.0)
     m.setattr(chainfloor, "STAGE0", 0.0)
+    m.setattr(chainfloor, "RUN_COVER", False)
 
 
 @pytest.mark.parametrize("seed", range(12))
