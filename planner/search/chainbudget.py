@@ -7,8 +7,10 @@ sum_s f_s <= n / D. For every lambda >= 0 the chain's rate R = sum_s r_s (r_g = 
 lambda f_g) over the level's allowed groups; likewise its summed compute C >= sum_s min_g (c_g,s + mu f_g) -
 mu n / D for every mu >= 0 (Lagrangian relaxation: any multiplier gives a valid bound).
 
-Contract: :func:`budget_floor` is <= D R it^2 (<= the value key, egress and the tied all-reduce >= 0) of every
-chain of the level with n segments and D <= min(D_max, N) pipelines, for every such D.
+Contract: :func:`budget_floor` and :func:`stage0_floor` are <= D R it^2 (<= the value key, egress and the tied
+all-reduce >= 0) of every chain of the level with n segments and D <= min(D_max, N) pipelines, for every such D;
+:func:`run_dmax` is >= the D of every chain of the level with n segments (tested against enumerated chains in
+``tests/planner/test_value_budget_h12v.py``).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.search import chainbudget, chainfloor, chains
+from planner.search import chainbudget, chainfloor
 from tests.planner.test_value_floor_h11w import _n_runs, _units
 from tests.planner.test_value_objective_h11v import VALUE, assert_same_top3
 
