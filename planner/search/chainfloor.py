@@ -17,12 +17,19 @@ from functools import lru_cache
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, StageTab
+from planner.search.chainbudget import budget_floor, run_dmax, stage0_floor
 from planner.search.chainvalue import min_d_a2
 from planner.search.rows import sorted_unique
 from planner.search.space import Objective
 
 SAFETY = 1 - 1e-9       # absorbs the rounding of sums taken in another order than the scores'
 MAX_LEVELS = 16         # largest-compute levels given the dynamic programme (the others: their cheap bound)
+SEG_FLOOR = True        # per segment count n, u >= (1 / n) sum_s min_g tp / cap (2.6, round 3); False: off (tests)
+SEG_SLACK = 1.0         # x n in that bound (> 1 weakens it; < 1 inflates it: tests only)
+BUDGET = 1.0            # x the pool-budget floor (chainbudget, 2.6 round 3); 0: off (tests only)
+STAGE0 = 1.0            # x the stage-0-coupled budget floor (chainbudget.stage0_floor); 0: off (tests only)
+RUN_COVER = True        # per segment count, the run-cover bound on D (chainbudget.run_dmax, 2.6 round 3)
+RUNS = 1.0              # x that bound (< 1 inflates the floors: tests only)
 IT_FLOOR = 1.0          # x it_T as a floor on a_T(D) at every D (2.6, session 11 round 2); 0: off (tests only)
 
 
@@ -67,8 +74,8 @@ def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = 
     return np.inf if lv is None else float(lv[1].min())
 
 
-def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True, threshold: float = np.inf
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True, threshold: float = np.inf,
+                     n_seg: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """A lower bound on the iteration (every D) of every chain plan of the unit (any segment count): per level
     T of the largest stage compute, ``(ceil(N / D_max) - 1) P + fill + step`` with D_max the replica count the
     smallest pool share allows, P >= T and fill >= max(T, summed compute) + the smallest crossings
@@ -77,7 +84,10 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
     only on the levels whose first bound is <= ``threshold`` (the others keep it: tightness, not validity).
     Returns per level T (ascending, [K]): T, the level's iteration bound, its replica bound D_max and
     ``fill + step`` (so every chain of the level has iteration >= (N / D - 1) T + fill + step at every D <=
-    D_max: 2.6); None when some stage fits on no group."""
+    D_max: 2.6); None when some stage fits on no group. ``n_seg``: the bounds hold for the chains of exactly
+    ``n_seg`` segments only, which also have u >= (1 / n_seg) sum_s min_g tp_g / cap_g (each segment lies in one
+    pool, so the largest pool share is >= the largest segment's share >= their mean: 2.6, round 3), a smaller
+    D_max and a Lagrangian weight 1 / n_seg on every pool."""
     comp = np.where(tab.fits, tab.comp, np.inf)                                # [G, S]
     if not np.isfinite(comp).any(axis=0).all():
         return None
@@ -93,8 +103,12 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
     terms[np.isnan(terms)] = np.inf
     share = terms.min(axis=1).sum(axis=2).max(axis=0)                         # [K]
     u_low = np.maximum(share, frac.min(axis=1).max(axis=1))                   # [K]
+    if n_seg is not None:       # n_seg segments, one pool each: u >= the mean segment share (2.6, round 3)
+        u_low = np.maximum(u_low, frac.min(axis=1).sum(axis=1) / (n_seg * SEG_SLACK))
     with np.errstate(divide="ignore"):
         d_max = np.floor((1.0 + 1e-9) / u_low)                              # 0: no replica fits
+        if n_seg is not None and RUN_COVER:     # n_seg runs, each within its pool's capacity (2.6, round 3)
+            d_max = np.minimum(d_max, np.floor(RUNS * run_dmax(~hidden, grp.tp, grp.caps[grp.pool], n_seg, d_max)))
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
     comp_k = np.broadcast_to(comp[None], hidden.shape).copy()                 # [K, G, S] allowed compute
     comp_k[hidden] = np.inf
@@ -115,6 +129,8 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
         return levels, it, d_max, fill + step
     f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
     y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
+    if n_seg is not None:       # u >= (1 / n_seg) sum_s f_s for chains of n_seg segments (2.6, round 3)
+        y_g = np.concatenate([y_g, np.full((1, len(f_g)), 1.0 / (n_seg * SEG_SLACK))])
     price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]
     lagrange = (price + comp_k[near][None]).min(axis=2).sum(axis=2).max(axis=0)              # [K']
     it[near] = np.maximum(it[near], lagrange - levels[near] + 2 * (s_num - 1) * p2p + step[near])
@@ -175,18 +191,25 @@ def unit_floors(tab: StageTab, grp: ChainGroups, n_mb: int, objective: Objective
     with np.errstate(invalid="ignore"):
         key = np.where(np.isfinite(cost), objective.key(it, cost) * SAFETY, np.inf)
     if objective.kind == "value":       # per level, time and dollars of the same chains and D (2.6)
-        lv = iteration_levels(tab, grp, n_mb, threshold=threshold)
-        if lv is not None and len(lv[0]) == len(levels):
-            sync0 = None if tab.sync is None else tab.sync[:, 0, :]     # a tab with the sync table: 2.6
-            key = np.maximum(key, _value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
-                                                sync0, comp, extra))
+        sync0 = None if tab.sync is None else tab.sync[:, 0, :]     # a tab with the sync table: 2.6
+        for n in (range(2, max_seg + 1) if SEG_FLOOR else (None,)):   # per segment count (2.6, round 3)
+            lv = iteration_levels(tab, grp, n_mb, threshold=threshold, n_seg=n)
+            if lv is not None and len(lv[0]) == len(levels):
+                vf = np.broadcast_to(_value_floors(lv, allowed, rate, e, base, per_t, n_mb, max_seg, threshold,
+                                                   sync0, comp, extra, n_seg=n, f_g=grp.tp / grp.caps[grp.pool]),
+                                     key.shape)
+                if n is None:
+                    key = np.maximum(key, vf)
+                else:
+                    key[n] = max(key[n], vf[n])
     out[2:] = key[2:]
     return out
 
 
 def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base: np.ndarray, per_t: np.ndarray,
                   n_mb: int, max_seg: int, threshold: float, sync0: np.ndarray | None = None,
-                  comp: np.ndarray | None = None, extra: bool = False) -> np.ndarray:
+                  comp: np.ndarray | None = None, extra: bool = False, n_seg: int | None = None,
+                  f_g: np.ndarray | None = None) -> np.ndarray:
     """[max_seg + 1]: a lower bound on the value key of every chain plan of n segments of the unit
     (docs/PLANNER.md 2.6, *value unit floor*): the smallest over levels T of the larger of it_T x (the
     level's dollar floor) and ``sum_s tp usd G_T + N it_T sum of changes' egress`` with
@@ -194,7 +217,9 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
     over the level's chains by the dynamic programme (the cheapest allowed group per stage, no egress, for the
     levels past ``MAX_LEVELS``). ``sync0`` ([G, Dcap + 1], ``with_sync``'s stage-0 ring per replica count):
     for the levels given the programme, a_T(D) also adds the smallest over D' >= D of stage 0's sync on
-    the level's allowed groups (stage 0 has no backward to overlap with, so its sync is in the iteration)."""
+    the level's allowed groups (stage 0 has no backward to overlap with, so its sync is in the iteration).
+    ``n_seg``, ``f_g`` (with ``comp``): ``lv`` holds for the chains of ``n_seg`` segments, and those levels also
+    get :func:`planner.search.chainbudget.budget_floor` (2.6, round 3)."""
     levels, it_k, d_max, fill_step = lv
     it_f = IT_FLOOR * np.where(np.isfinite(it_k), it_k, 0.0)                           # [K] it >= it_f, every D
     g_k = _min_d_a2_floor(n_mb * levels, fill_step - levels, np.minimum(d_max, n_mb), it_f)   # [K]
@@ -205,8 +230,10 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         first = np.maximum(it_k * cheap_r * per_t, cheap_r * g_k)
         near = np.nonzero(np.isfinite(first) & np.isfinite(it_k) & (first * SAFETY <= threshold))[0]
     near = near[np.argsort(first[near], kind="stable")[:MAX_LEVELS]]
+    sigma = None
     if len(near) and sync0 is not None:
         g_k = g_k.copy()
+        sigma = _suffix_sync(allowed[near][:, :, 0], sync0)
         g_k[near] = np.maximum(g_k[near], _min_d_sync(levels[near], fill_step[near], d_max[near],
                                                       allowed[near][:, :, 0], sync0, n_mb, it_f[near]))
     if len(near):
@@ -215,6 +242,16 @@ def _value_floors(lv, allowed: np.ndarray, rate: np.ndarray, e: np.ndarray, base
         scale = (n_mb * it_k[near])[:, None, None]
         w = np.where(allowed[near], rate[None] * g_k[near][:, None, None] / scale, np.inf)
         joint_k[near] = scale[:, :, 0] * _min_paths(w, e, max_seg)
+        if comp is not None and n_seg is not None and f_g is not None and BUDGET:
+            c_min = np.where(allowed[near], comp[None], np.inf).min(axis=1).sum(axis=1)
+            rest = np.maximum(fill_step[near] - np.maximum(levels[near], c_min), 0.0)    # crossings + step
+            bf = budget_floor(levels[near], it_f[near], np.minimum(d_max[near], n_mb), rest, allowed[near], comp,
+                              rate[:, 0], f_g, n_seg, n_mb, sigma)
+            if sync0 is not None and STAGE0:
+                bf = np.maximum(bf, STAGE0 * stage0_floor(levels[near], it_f[near], np.minimum(d_max[near], n_mb),
+                                                          rest, allowed[near], comp, rate[:, 0], f_g, n_seg, n_mb,
+                                                          sync0))
+            joint_k[near] = np.maximum(joint_k[near], BUDGET * bf[:, None])
         if comp is not None:
             cs = _cauchy_schwarz(levels[near], fill_step[near], d_max[near], allowed[near], comp, rate[:, 0], n_mb,
                                  it_f=it_f[near], cheap_r=cheap_r[near])
@@ -246,8 +283,7 @@ def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, al
     of stage 0's sync over the groups allowed at stage 0 (``allowed0`` [K', G]); ``it_f``: the level's
     iteration bound at every D (2.6, round 2; None: 0)."""
     d_cap = sync0.shape[1] - 1
-    s0 = np.where(allowed0[:, :, None], sync0[None], np.inf).min(axis=1)                # [K', Dcap + 1]
-    sigma = np.minimum.accumulate(s0[:, ::-1], axis=1)[:, ::-1]                          # suffix minima
+    sigma = _suffix_sync(allowed0, sync0)
     d = np.arange(1, d_cap + 1, dtype=float)
     a = (n_mb / d - 1)[None] * levels[:, None] + fill_step[:, None] + sigma[:, 1:]
     if it_f is not None:
@@ -256,6 +292,12 @@ def _min_d_sync(levels: np.ndarray, fill_step: np.ndarray, d_max: np.ndarray, al
     with np.errstate(invalid="ignore"):
         g = np.where(ok, d[None] * a * a, np.inf)
     return np.where(np.isnan(g), np.inf, g).min(axis=1, initial=np.inf)
+
+
+def _suffix_sync(allowed0: np.ndarray, sync0: np.ndarray) -> np.ndarray:
+    """[K', Dcap + 1]: per level, the smallest over D' >= D of stage 0's sync over its allowed groups."""
+    s0 = np.where(allowed0[:, :, None], sync0[None], np.inf).min(axis=1)                # [K', Dcap + 1]
+    return np.minimum.accumulate(s0[:, ::-1], axis=1)[:, ::-1]                          # suffix minima
 
 
 def _d_grid(levels: np.ndarray, d_max: np.ndarray, n_mb: int, ratio: float, s_num: int

@@ -14,6 +14,9 @@ from planner.cluster import ClusterSpec
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective
 from planner.search.taskfloor import SLACK, FloorParts, exact_task_floor, task_floor_parts
+from planner.search.valuetask import rate_cover_keys
+
+RATE_COVER = True       # the value rate-cover floor (valuetask, 2.6 round 3); False: off (tests only)
 from planner.simulator.settings import SimContext
 
 
@@ -58,5 +61,8 @@ def objective_task_floor(ctx: SimContext, cluster: ClusterSpec, tables, cache: L
     it = parts.iteration_s * (1 - SLACK)
     usd = cost_floor_by_d(parts, rate, n_mb) * (1 - SLACK)
     gpus = cheapest_sums(gpus_pp, parts.caps_per_type(len(rate)), parts.d)
-    keys = np.where(objective.allows(it, usd, gpus), objective.key(it, usd), np.inf)
+    key = objective.key(it, usd)
+    if objective.kind == "value" and RATE_COVER:     # time and dollars of the same plan (2.6, round 3)
+        key = np.maximum(key, rate_cover_keys(parts, rate, n_mb) * (1 - SLACK))
+    keys = np.where(objective.allows(it, usd, gpus), key, np.inf)
     return float(keys.min())
