@@ -254,3 +254,87 @@ def test_an_uneven_spread_can_beat_water_filling():
     assert every < filled * (1 - 1e-3)
     got = planner_key(ctx, cluster, 256, objective, 1)
     assert got == pytest.approx(filled, rel=1e-9) and got > every * (1 + 1e-3)
+
+
+# ------------------------------------------------------------- the extension (planner/search/zonespread.py)
+
+def test_least_m_spread_is_the_least_over_every_spread():
+    """Against every count vector with the same pools used and per-type totals (random caps, 2-3 types, 2-4
+    zones): the spread returned has the least fullest zone, or None exactly when the row already has it."""
+    import numpy as np
+    from planner.search.zonespread import least_m_spread, spread_rows
+    rng = random.Random(5)
+    seen = {"none": 0, "better": 0}
+    for _ in range(400):
+        zones = [f"z{i}" for i in range(rng.randint(2, 4))]
+        types = ["g0", "g1", "g2"][:rng.randint(2, 3)]
+        cols = sorted((z, g) for z in zones for g in types if rng.random() < 0.7)
+        caps = tuple(rng.randint(1, 5) for _ in cols)
+        row = tuple(rng.randint(0, c) for c in caps)
+        if not any(row) or np.prod([c + 1 for c in caps]) > 3000:
+            continue
+
+        def key(v):
+            tot = {g: 0 for g in types}
+            for (z, g), n in zip(cols, v):
+                tot[g] += n
+            return tuple(n > 0 for n in v), tuple(sorted(tot.items()))
+
+        def fullest(v):
+            per = {}
+            for (z, g), n in zip(cols, v):
+                per[z] = per.get(z, 0) + n
+            return max(per.values())
+
+        want = min(fullest(v) for v in product(*[range(c + 1) for c in caps]) if key(v) == key(row))
+        got = least_m_spread(tuple(cols), caps, row)
+        seen["none" if got is None else "better"] += 1
+        if got is None:
+            assert fullest(row) == want
+        else:
+            assert key(got) == key(row) and fullest(got) == want < fullest(row)
+            assert all(0 <= n <= c for n, c in zip(got, caps))
+        out = spread_rows(np.array([row]), cols, np.array(caps))
+        assert tuple(out[0]) == row and len(out) <= 2
+    assert seen["none"] > 50 and seen["better"] > 50, seen
+
+
+def wire_spreads(monkeypatch):
+    """The wiring proposed for planner/search/taskrun.py (row_grid; not this session's file): every chunk of
+    rows passes through :func:`spread_rows` with its columns' pool caps."""
+    import numpy as np
+    import planner.search.taskrun as taskrun
+    from planner.search.caps import caps_for
+    from planner.search.zonespread import spread_rows
+    original = taskrun.row_grid
+
+    def row_grid(cluster, task, max_total, coarse=0):
+        tps = dict(task.tps)
+        for chunk, cols in original(cluster, task, max_total, coarse):
+            caps = np.array([dict(caps_for(cluster, g, tps[g], task.num_stages))[z] for z, g in cols])
+            yield spread_rows(chunk, cols, caps), cols
+    monkeypatch.setattr(taskrun, "row_grid", row_grid)
+
+
+def test_with_spreads_the_uneven_case_is_found(monkeypatch):
+    wire_spreads(monkeypatch)
+    ctx = ctx_for("hierarchical")
+    cluster = parse_gpus(UNEVEN_CASE, ctx.catalog)
+    objective = Objective("throughput", max_gpus=11)
+    every, _ = pool_best(ctx, cluster, 256, objective, 1, every_spread)
+    assert planner_key(ctx, cluster, 256, objective, 1) <= every * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("sync", ["hierarchical", "auto"])
+def test_with_spreads_shared_zones_no_spread_beats_the_planner(monkeypatch, seed, sync):
+    wire_spreads(monkeypatch)
+    _check_never_beaten(300 + seed, sync, shared=True, S_max=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("sync", ["hierarchical", "auto"])
+def test_with_spreads_random_sweep(monkeypatch, seed, sync):
+    wire_spreads(monkeypatch)
+    _check_never_beaten(2000 + seed, sync, shared=True, S_max=2)
