@@ -30,21 +30,96 @@ def spread_rows(D: np.ndarray, cols: list[tuple[str, str]], caps: np.ndarray) ->
         return D
     zone_of = np.array([zones.index(z) for z, _ in cols])
     onehot = (zone_of[:, None] == np.arange(len(zones))[None, :]).astype(np.int64)       # [P, Z]
-    used = (D > 0).astype(np.int64)
-    shared = (used @ onehot >= 2).any(axis=1) & ((used @ onehot > 0).sum(axis=1) >= 2)
+    per_zone_used = (D > 0).astype(np.int64) @ onehot
+    shared = (per_zone_used >= 2).any(axis=1) & ((per_zone_used > 0).sum(axis=1) >= 2)
     if not shared.any():
         return D
     rows = D[shared]
-    key = tuple(cols), tuple(int(c) for c in caps)
-    extra = []
-    for r in np.unique(rows, axis=0):
-        better = least_m_spread(key[0], key[1], tuple(int(x) for x in r))
-        if better is not None:
-            extra.append(better)
-    if not extra:
+    better = least_m_rows(rows, cols, np.asarray(caps))
+    moved = np.any(better != rows, axis=1)
+    if not moved.any():
         return D
-    new = np.array(extra, dtype=D.dtype)
-    return np.concatenate([D, new], axis=0)
+    return np.concatenate([D, better[moved].astype(D.dtype)], axis=0)
+
+
+def least_m_rows(D: np.ndarray, cols: list[tuple[str, str]], caps: np.ndarray) -> np.ndarray:
+    """For every row, a spread with the same used pools and type totals whose fullest zone holds the fewest
+    replicas (the row itself where it already does), all rows at once.
+
+    Augmenting paths over zones: a unit of type g moves from zone z to zone z' when g's pool in z holds two or
+    more and g's pool in z' is used and below its cap; along a path each intermediate zone keeps its total.
+    Each round takes a fullest zone s (total M) and, if a zone of total <= M - 2 is reachable from s, moves
+    k = min(path capacity, (M - its total) // 2) >= 1 units along a shortest path (the sum of squared zone totals
+    falls, so the rounds end). When none is reachable from s, M is least: let R be the zones reachable from s
+    (totals >= M - 1, s at M). A type with a movable unit in R has every used pool outside R at its cap, and a
+    type without one sits at one per used pool in R, so no spread of the same pools and totals holds fewer
+    replicas in R; their average exceeds M - 1, so some zone of R holds >= M in every such spread."""
+    zones = sorted({z for z, _ in cols})
+    types = sorted({g for _, g in cols})
+    nz, nt = len(zones), len(types)
+    zi = np.array([zones.index(z) for z, _ in cols])
+    ti = np.array([types.index(g) for _, g in cols])
+    X = np.zeros((len(D), nt, nz), dtype=np.int64)
+    X[:, ti, zi] = D
+    cap = np.zeros((nt, nz), dtype=np.int64)
+    cap[ti, zi] = caps
+    used = X > 0
+    active = np.arange(len(D))
+    eye = np.eye(nz, dtype=bool)
+    while len(active):
+        x, u = X[active], used[active]
+        load = x.sum(axis=1)                                                   # [A, Z]
+        src = np.argmax(load, axis=1)
+        m = load[np.arange(len(active)), src]
+        out = np.where(u, x - 1, 0)                                            # movable units per pool
+        room = np.where(u, cap[None] - x, 0)
+        pair = np.minimum(out[:, :, :, None], room[:, :, None, :])              # [A, T, Z, Z']
+        edge_type = np.argmax(pair, axis=1)                                    # [A, Z, Z']
+        edge = np.max(pair, axis=1)
+        edge[:, eye] = 0
+        # shortest paths from src: BFS layer by layer, the first parent (lowest zone index) kept
+        reach = np.zeros((len(active), nz), dtype=bool)
+        reach[np.arange(len(active)), src] = True
+        parent = np.full((len(active), nz), -1)
+        frontier = reach.copy()
+        for _ in range(nz - 1):
+            step = frontier[:, :, None] & (edge > 0) & ~reach[:, None, :]     # [A, Z, Z']
+            new = step.any(axis=1)
+            if not new.any():
+                break
+            parent = np.where(new, np.argmax(step, axis=1), parent)
+            reach |= new
+            frontier = new
+        target_load = np.where(reach & (load <= m[:, None] - 2), load, np.iinfo(np.int64).max)
+        dst = np.argmin(target_load, axis=1)
+        ok = target_load[np.arange(len(active)), dst] < np.iinfo(np.int64).max
+        if not ok.any():
+            break
+        rows = np.nonzero(ok)[0]
+        k = (m[rows] - load[rows, dst[rows]]) // 2
+        # the path's capacity, walking back from dst
+        v = dst[rows].copy()
+        while True:
+            at = v != src[rows]
+            if not at.any():
+                break
+            p = np.where(at, parent[rows, v], v)
+            k = np.where(at, np.minimum(k, edge[rows, p, v]), k)
+            v = p
+        v = dst[rows].copy()
+        a = active[rows]
+        while True:
+            at = v != src[rows]
+            if not at.any():
+                break
+            p = np.where(at, parent[rows, v], v)
+            g = edge_type[rows, p, v]
+            sel = np.nonzero(at)[0]
+            X[a[sel], g[sel], p[sel]] -= k[sel]
+            X[a[sel], g[sel], v[sel]] += k[sel]
+            v = p
+        active = a
+    return X[:, ti, zi]
 
 
 @lru_cache(maxsize=1 << 16)
