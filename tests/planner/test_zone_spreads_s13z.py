@@ -170,14 +170,14 @@ def _check_never_beaten(seed: int, sync: str, shared: bool, gbs: int = 64, S_max
     return got, every
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_flat_rule_no_spread_beats_the_planner(seed):
     """Flat rule, two types sharing zones: the ring's links depend on the zones used and on whether some zone
     holds two replicas, both fixed by the supports and totals (section 9), so no distribution beats the search."""
     _check_never_beaten(100 + seed, "flat", shared=True, S_max=1)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("sync", ["hierarchical", "auto"])
 def test_unshared_zones_no_spread_beats_the_planner(seed, sync):
     """Every zone hosts one type: water-filling each type alone minimises the fullest zone (section 9)."""
@@ -335,7 +335,7 @@ def test_with_spreads_the_uneven_case_is_found(monkeypatch):
     assert planner_key(ctx, cluster, 256, objective, 1) <= every * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("sync", ["hierarchical", "auto"])
 def test_with_spreads_shared_zones_no_spread_beats_the_planner(monkeypatch, seed, sync):
     wire_spreads(monkeypatch)
