@@ -1,0 +1,152 @@
+"""The *row-class floor*: rows of a pool task dropped by class before they are built (docs/PLANNER.md 2.6, round 4,
+session 13, helper s13v).
+
+A row's class is its pipeline total per type t_j and the most zones one type uses, k = max_j k_j (<= the zones
+the row uses). Every row of a class has, per type, the same GPUs and (catalog prices are per type) the same
+dollars per second; its makespan is >= the relaxed bound (``makespan.relaxed_lower_bound``) computed from
+``T_p(m) >= (m - 1) M_j + F_j`` with M_j, F_j the smallest period and fill/drain over the type's pools and the
+task's splits (they are <= each pool's, so the premise of that bound holds for every pool of the type; the sum
+over a type's pools of d_p / M_j is t_j / M_j); its optimizer step is >= the largest over the types (all used)
+of the type's smallest step; its sync is >= the task's sync floor at its total and the zone table
+(``rowzone``) at >= k zones, and its egress is >= the zone table's egress at k zones (both non-decreasing in
+the zone count). Key and constraints are monotone in time and dollars, so the class floor is <= the key of
+every row of the class, and a class whose floor exceeds the threshold holds no row that can enter the top K.
+
+:func:`class_row_grid` yields the same chunks as ``taskrun.row_grid`` (same rows, order and chunk boundaries)
+less the rows of such classes; a chunk left empty is yielded empty. It applies to the product path of
+``rows.ordered_product_chunks`` (more than one type, the other types' product within one chunk) and yields
+``row_grid``'s chunks unchanged otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.caps import caps_for
+from planner.search.rows import _head_and_rest, coarse_options, int_row_sum, zone_splits
+from planner.search.space import Objective
+
+ROW_CLASS = True            # the row-class prefilter (False: off, tests only)
+MAX_CELLS = 4_000_000       # the class table's largest size (larger: no prefilter)
+SLACK = 1e-9
+
+
+def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t: np.ndarray, gpus_t: np.ndarray,
+                      caps_t: list[int], n_mb: int, objective: Objective, sync_lb: np.ndarray | None,
+                      zt: tuple[np.ndarray, float] | None, n_zones: int, dist: bool) -> np.ndarray | None:
+    """[cap_0 + 1, ..., cap_{n-1} + 1, n_zones + 1]: the class floor per (t_0, ..., t_{n-1}, k) (inf where some
+    t_j = 0, k = 0 or a constraint fails); per type j: ``m_t``, ``f_t``, ``u_t`` the smallest period, fill/drain and
+    step over its pools and the task's splits, ``rate_t`` / ``gpus_t`` one pipeline's $/s and GPUs."""
+    shape = [c + 1 for c in caps_t] + [n_zones + 1]
+    if int(np.prod(shape, dtype=object)) > MAX_CELLS:
+        return None
+    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij", sparse=True)
+    t, k = grids[:-1], grids[-1]
+    d = sum(t)
+    inv = sum(tj / mj for tj, mj in zip(t, m_t))
+    num = n_mb - d + sum(tj / mj * fj for tj, mj, fj in zip(t, m_t, f_t))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        span = np.maximum(num / np.maximum(inv, 1e-300), float(np.max(f_t)))
+    upd = float(np.max(u_t))
+    upd = upd / np.maximum(d, 1) if dist else upd + 0 * d
+    slb = 0.0 * d
+    if sync_lb is not None:
+        slb = sync_lb[np.minimum(d, len(sync_lb) - 1)]
+    egress = 0.0 * k
+    if zt is not None:
+        table, per_edge = zt
+        ok = d < table.shape[1]
+        zs = np.where(ok, table[np.minimum(k, table.shape[0] - 1), np.where(ok, d, 0)], 0.0)
+        slb = np.maximum(slb, zs)
+        egress = np.where(k >= 2, k * per_edge, 0.0)
+    it = (span + upd + slb) * (1 - SLACK)
+    rate = sum(tj * r for tj, r in zip(t, rate_t))
+    gpus = sum(tj * g for tj, g in zip(t, gpus_t))
+    cost = rate * it + egress * (1 - SLACK)
+    it, cost, gpus = np.broadcast_arrays(it, cost, gpus)
+    used = np.ones(shape, dtype=bool)
+    for tj in t:
+        used = used & (tj >= 1)
+    used = used & (k >= 1)
+    with np.errstate(invalid="ignore"):
+        key = np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)
+    return np.where(used, np.nan_to_num(key, nan=np.inf), np.inf)
+
+
+def _opts(cluster, task, max_total: int, coarse: int):
+    per_type, cols, ks = [], [], []
+    for g, tp in task.tps:
+        caps = caps_for(cluster, g, tp, task.num_stages)
+        opts = zone_splits(tuple(c for _, c in caps), max_total)
+        opts = coarse_options(opts, coarse) if coarse else opts
+        per_type.append(opts)
+        cols += [(z, g) for z, _ in caps]
+    return per_type, cols
+
+
+def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray | None, thr: float,
+                   chunk: int = 400_000):
+    """``taskrun.row_grid``'s chunks less the rows whose class floor (``table``) exceeds ``thr``; ``table``
+    None: ``row_grid``'s chunks unchanged."""
+    from planner.search.taskrun import row_grid
+    per_type, cols = _opts(cluster, task, max_total, coarse)
+    order = sorted(range(len(cols)), key=lambda i: cols[i])
+    sizes = [len(o) for o in per_type]
+    if table is None or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes) \
+            or int(np.prod(sizes[1:], dtype=object)) > chunk:
+        yield from row_grid(cluster, task, max_total, coarse)
+        return
+    ocols = [cols[i] for i in order]
+    head, rest_rows, step, head_sum, rest_sum = _head_and_rest(per_type, max_total, chunk)
+    width_h = head.shape[1]
+    widths = [o.shape[1] for o in per_type]
+    # the rest rows' per-type totals and zone counts
+    t_rest, k_rest, at = [], np.zeros(len(rest_rows), dtype=np.int64), 0
+    for w in widths[1:]:
+        part = rest_rows[:, at:at + w]
+        t_rest.append(int_row_sum(part))
+        k_rest = np.maximum(k_rest, (part > 0).sum(axis=1))
+        at += w
+    h_t, h_k = int_row_sum(head), (head > 0).sum(axis=1)
+    ok_table = table <= thr
+    masks: dict[tuple[int, int], np.ndarray] = {}
+    dtype = np.result_type(head, rest_rows)
+    for lo in range(0, len(head), step):
+        hs = slice(lo, lo + step)
+        fit = head_sum[hs, None] + rest_sum[None, :] <= max_total
+        for r, i in enumerate(range(lo, min(lo + step, len(head)))):
+            c = (int(h_t[i]), int(h_k[i]))
+            if c not in masks:
+                masks[c] = ok_table[(c[0],) + tuple(t_rest) + (np.maximum(k_rest, c[1]),)]
+            fit[r] &= masks[c]
+        _, rest_idx = np.nonzero(fit)
+        counts = fit.sum(axis=1)
+        out = np.empty((len(rest_idx), len(order)), dtype=dtype)
+        for j, src in enumerate(order):
+            if src < width_h:
+                out[:, j] = np.repeat(head[hs, src], counts)
+            else:
+                out[:, j] = rest_rows[rest_idx, src - width_h]
+        yield out, ocols
+
+
+def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objective: Objective,
+                     sync_lb: np.ndarray | None, zt: tuple[np.ndarray, float] | None, max_total: int
+                     ) -> np.ndarray | None:
+    """:func:`class_floor_table` of a task from its pool models (``taskrun.pool_models`` per split: the smallest
+    period, fill/drain and step of each type over its pools and the splits); None when there is no model or the
+    table would be too large."""
+    if not models or not ROW_CLASS:
+        return None
+    m_t, f_t, u_t, r_t, g_t, caps_t, zones = [], [], [], [], [], [], set()
+    for g, tp in task.tps:
+        caps = caps_for(cluster, g, tp, task.num_stages)
+        ps = [by_col[(z, g)] for by_col in models.values() for z, _ in caps]
+        m_t.append(min(p.period_s for p in ps))
+        f_t.append(min(p.fill_s for p in ps))
+        u_t.append(min(p.update_s for p in ps))
+        r_t.append(min(p.gpus_per_pipeline * p.usd_per_s for p in ps))
+        g_t.append(min(p.gpus_per_pipeline for p in ps))
+        caps_t.append(min(max_total, sum(c for _, c in caps)))
+        zones |= {z for z, _ in caps}
+    return class_floor_table(np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t), np.array(g_t), caps_t,
+                             n_mb, objective, sync_lb, zt, len(zones), task.dist)
