@@ -1,0 +1,126 @@
+"""The zone-aware row floors and the row-class floor of a pool task (docs/PLANNER.md 2.6, round 4, session 13
+s13v; :mod:`planner.search.rowzone`, :mod:`planner.search.rowclass`) against the brute force of
+tests/planner/test_search_bounds_h13y.py (every pool plan of random small clusters over 1-3 zones scored by
+``simulate``): per plan with d pipelines over z zones, the zone sync table at (z, d) is <= its sync (stage syncs
+and tied all-reduce), z x the egress per edge is <= its egress when z >= 2, and the row-class floor at its per-type
+pipeline totals and most zones of one type is <= its key under throughput, cost and value (bare and
+constrained); the floors are tight somewhere (50% more fails); the search returns the same top 3 with the floors
+and without."""
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.search import Objective, rowclass, rowzone
+from planner.search.caps import task_dmax
+from planner.search.taskbound import task_bound
+from planner.search.taskrun import pool_models
+from planner.search.tasks import Task
+from planner.simulator.settings import OURS, SAILOR_DEEPSPEED
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_search_bounds_h13c import _objectives  # noqa: E402
+from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
+
+REL = 1e-9
+CASES = [(seed, settings, small) for seed in range(3) for settings, small in ((OURS, False), (OURS, True),
+                                                                              (SAILOR_DEEPSPEED, False))]
+
+
+def _check(ctx, gpus: str, seed: int) -> dict[str, list[float]]:
+    """Asserts the per-plan claims; returns the ratios floor / simulated value per kind (sync, egress, class)."""
+    cluster, gbs, space, tables, cache, by_task = task_setup(ctx, gpus, seed)
+    every = [p for v in by_task.values() for p in v]
+    objectives = [Objective("throughput")] + _objectives(every)
+    ratios: dict[str, list[float]] = {"sync": [], "egress": [], "class": []}
+    for (s_num, mbs, combo, dist), plans in by_task.items():
+        n_mb = gbs // mbs
+        task = Task(s_num, mbs, combo, 0.0, False, dist, task_dmax(cluster, combo, s_num, n_mb) if dist else 0)
+        out: dict = {}
+        task_bound(ctx, cluster, tables, combo, s_num, mbs, n_mb, Objective("value"), cache, sync_out=out, dist=dist)
+        by_d = out.get("by_d")
+        zt = rowzone.zone_terms(ctx, cluster, tables, cache, task, n_mb)
+        idx = np.nonzero(tables.task_fits(combo, mbs, s_num, False, dist, task.dmax))[0]
+        models = {int(k): pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
+        max_total = min(n_mb, task.dmax) if not dist and task.dmax else n_mb
+        tabs = [(o, rowclass.task_class_table(cluster, task, models, n_mb, o, by_d, zt, max_total))
+                for o in objectives]
+        for plan, e in plans:
+            if not e.fits_in_memory:
+                continue
+            reps = plan.stages[0].replicas
+            d, z = len(reps), len({r.zone for r in reps})
+            totals = [sum(1 for r in reps if r.gpu_type == g) for g, _ in combo]
+            k = max(len({r.zone for r in reps if r.gpu_type == g}) for g, _ in combo)
+            if zt is not None:
+                table, per_edge = zt
+                assert table[z, d] <= e.sync_s * (1 + REL) + 1e-15, (combo, s_num, mbs, dist, z, d, table[z, d],
+                                                                     e.sync_s)
+                if e.sync_s > 0 and z >= 2:
+                    ratios["sync"].append(table[z, d] / e.sync_s)
+                if z >= 2:
+                    egress = z * per_edge * rowzone.SCALE
+                    assert egress <= e.egress_usd_per_iteration * (1 + REL), (combo, z, egress,
+                                                                             e.egress_usd_per_iteration)
+                    ratios["egress"].append(egress / e.egress_usd_per_iteration)
+            for o, tab in tabs:
+                if tab is None or not o.allows(e.iteration_time_s, e.cost_per_iteration_usd, e.num_gpus):
+                    continue
+                key = o.key(e.iteration_time_s, e.cost_per_iteration_usd)
+                fl = tab[tuple(totals) + (k,)]
+                assert fl <= key * (1 + REL), (combo, s_num, mbs, dist, o, totals, k, fl, key)
+                if o.kind == "value" and o == Objective("value"):
+                    ratios["class"].append(fl / key)
+    return ratios
+
+
+@pytest.mark.parametrize("seed,settings,small", CASES)
+def test_row_floors_below_every_plan(seed, settings, small):
+    _check(_ctx(settings, small), _gpus(random.Random(5000 + seed)), seed)
+
+
+def test_row_floors_on_several_zones_and_tight():
+    ratios = _check(_ctx(OURS, False), "A100-40@us-a=2,A100-40@us-b=2,V100-16@us-b=3,V100-16@eu-c=2", 1)
+    ratios2 = _check(_ctx(OURS, False), "A100-40@us-a=3,GH-96@us-b=2,V100-16@eu-c=3", 2)
+    for kind in ratios:
+        ratios[kind] += ratios2[kind]
+    assert len(ratios["egress"]) > 20 and len(ratios["class"]) > 50, {k: len(v) for k, v in ratios.items()}
+    # 50% more would fail (each floor is reached within that somewhere)
+    assert max(ratios["egress"]) * 1.5 > 1 + REL, max(ratios["egress"])
+    assert max(ratios["sync"]) * 1.5 > 1 + REL, max(ratios["sync"])
+    assert max(ratios["class"]) * 1.5 > 1 + REL, max(ratios["class"])
+
+
+def test_inflated_zone_floor_fails(monkeypatch):
+    monkeypatch.setattr(rowzone, "SCALE", 2.0)
+    with pytest.raises(AssertionError):
+        _check(_ctx(OURS, False), "A100-40@us-a=2,A100-40@us-b=2,V100-16@us-b=3,V100-16@eu-c=2", 1)
+
+
+def _pools(seed: int) -> str:
+    """6-9 pools over 3 zones, 1-3 GPUs each."""
+    rng = random.Random(6000 + seed)
+    zones = ("us-a", "us-b", "eu-c")
+    pools = rng.sample([(g, z) for g in ("A100-40", "V100-16", "GH-96") for z in zones], rng.randint(6, 9))
+    return ",".join(f"{g}@{z}={rng.randint(1, 3)}" for g, z in pools)
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_search_same_with_and_without_row_floors(seed, monkeypatch):
+    from planner.cluster import parse_gpus
+    from planner.search import SearchSpace, plan_search
+    ctx = _ctx(OURS, seed % 2 == 1)
+    cluster = parse_gpus(_pools(seed), ctx.catalog)
+    space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False,),
+                        distributed_optimizer=(False, True), tie_embeddings=True, chain_segments=2)
+    objective = Objective(("value", "cost", "throughput")[seed % 3])
+    on = plan_search(ctx, cluster, 16, objective, space, top_k=3)
+    monkeypatch.setattr(rowzone, "ZONE_SYNC", False)
+    monkeypatch.setattr(rowclass, "ROW_CLASS", False)
+    off = plan_search(ctx, cluster, 16, objective, space, top_k=3)
+    assert on.candidates and [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
+        [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
