@@ -91,9 +91,11 @@ def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray
     per_type, cols = _opts(cluster, task, max_total, coarse)
     order = sorted(range(len(cols)), key=lambda i: cols[i])
     sizes = [len(o) for o in per_type]
-    if table is None or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes) \
-            or int(np.prod(sizes[1:], dtype=object)) > chunk:
+    if table is None or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes):
         yield from row_grid(cluster, task, max_total, coarse)
+        return
+    if int(np.prod(sizes[1:], dtype=object)) > chunk:
+        yield from _radix_chunks(per_type, [cols[i] for i in order], order, max_total, table <= thr, chunk)
         return
     ocols = [cols[i] for i in order]
     head, rest_rows, step, head_sum, rest_sum = _head_and_rest(per_type, max_total, chunk)
@@ -150,3 +152,74 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
         zones |= {z for z, _ in caps}
     return class_floor_table(np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t), np.array(g_t), caps_t,
                              n_mb, objective, sync_lb, zt, len(zones), task.dist)
+
+
+def _classes(opts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct (total, zones used) classes [U, 2], class index per option)."""
+    tk = np.stack([int_row_sum(opts), (opts > 0).sum(axis=1)], axis=1)
+    uniq, inv = np.unique(tk, axis=0, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def _radix_chunks(options: list[np.ndarray], ocols: list, order: list[int], max_total: int, ok_table: np.ndarray,
+                  chunk: int):
+    """``rows.product_chunks``' mixed-radix path (chunks of ``chunk`` consecutive indices of the product, rows
+    over ``max_total`` dropped), columns in ``order``, less the rows whose class is not in ``ok_table``, without
+    building them: per head class (type 0's total and zones) the allowed indices of the other types' product
+    are found from their classes; chunks left empty are skipped (they hold no row to score)."""
+    sizes = [len(o) for o in options]
+    rest_sizes = sizes[1:]
+    n_rest = int(np.prod(rest_sizes, dtype=np.int64))
+    cls = [_classes(o) for o in options]
+    rest_grid = [len(u) for u, _ in cls[1:]]
+    if int(np.prod(rest_grid, dtype=object)) > MAX_CELLS or n_rest > 2 * MAX_CELLS:
+        from planner.search.rows import product_chunks
+        for c in product_chunks(options, max_total, chunk):
+            yield c[:, order], ocols
+        return
+    # per rest index: its class tuple's flat index in the rest class grid
+    strides = [int(np.prod(rest_sizes[i + 1:], dtype=np.int64)) for i in range(len(rest_sizes))]
+    r = np.arange(n_rest, dtype=np.int64)
+    rest_idx = [(r // st) % n for st, n in zip(strides, rest_sizes)]
+    g_str = [int(np.prod(rest_grid[i + 1:], dtype=np.int64)) for i in range(len(rest_grid))]
+    rest_cls = sum(cls[j + 1][1][rest_idx[j]] * g_str[j] for j in range(len(rest_sizes)))
+    rest_sum = sum(int_row_sum(options[j + 1])[rest_idx[j]] for j in range(len(rest_sizes)))
+    del r
+    ug = np.meshgrid(*[np.arange(n) for n in rest_grid], indexing="ij")
+    t_rest = [cls[j + 1][0][ug[j].ravel(), 0] for j in range(len(rest_grid))]
+    k_rest = np.max([cls[j + 1][0][ug[j].ravel(), 1] for j in range(len(rest_grid))], axis=0)
+    head, (h_u, h_inv) = options[0], cls[0]
+    head_sum = int_row_sum(head)
+    allowed: dict[int, np.ndarray] = {}
+    widths = [o.shape[1] for o in options]
+    starts = np.cumsum([0] + widths)
+    src_of = []
+    for src in order:
+        j = int(np.searchsorted(starts, src, side="right") - 1)
+        src_of.append((j, src - starts[j]))
+    total = sizes[0] * n_rest
+    dtype = np.result_type(*options)
+    for lo in range(0, total, chunk):
+        hi = min(total, lo + chunk)
+        parts = []
+        for i0 in range(lo // n_rest, (hi - 1) // n_rest + 1):
+            c = int(h_inv[i0])
+            if c not in allowed:
+                t0, k0 = (int(x) for x in h_u[c])
+                ok = ok_table[(t0,) + tuple(t_rest) + (np.maximum(k_rest, k0),)]
+                allowed[c] = np.nonzero(ok[rest_cls])[0]
+            a = allowed[c]
+            a = a[np.searchsorted(a, lo - i0 * n_rest):np.searchsorted(a, hi - i0 * n_rest)]
+            a = a[head_sum[i0] + rest_sum[a] <= max_total]
+            if len(a):
+                parts.append((i0, a))
+        if not parts:
+            continue
+        n_rows = sum(len(a) for _, a in parts)
+        out = np.empty((n_rows, len(order)), dtype=dtype)
+        at = 0
+        for i0, a in parts:
+            for col, (j, w) in enumerate(src_of):
+                out[at:at + len(a), col] = head[i0, w] if j == 0 else options[j][rest_idx[j - 1][a], w]
+            at += len(a)
+        yield out, ocols

@@ -124,3 +124,54 @@ def test_search_same_with_and_without_row_floors(seed, monkeypatch):
     off = plan_search(ctx, cluster, 16, objective, space, top_k=3)
     assert on.candidates and [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
         [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+
+
+def _grid_case(rng: random.Random):
+    from planner.cluster import parse_gpus
+    from planner.hardware import GPUCatalog
+    types = rng.sample(["A100-40", "V100-16", "GH-96"], rng.randint(2, 3))
+    zones = rng.sample(["us-a", "us-b", "us-c", "eu-c"], rng.randint(1, 4))
+    gpus = ",".join(f"{g}@{z}={rng.randint(1, 6)}" for g in types for z in zones if rng.random() < 0.8)
+    cluster = parse_gpus(gpus or f"{types[0]}@{zones[0]}=2,{types[1]}@{zones[0]}=2", GPUCatalog())
+    present = sorted({p.gpu_type for p in cluster.pools})
+    task = Task(1, 1, tuple((g, 1) for g in present), 0.0)
+    return cluster, task
+
+
+@pytest.mark.parametrize("chunk", [7, 50, 400_000])
+def test_class_row_grid_is_row_grid_less_dropped_classes(chunk, monkeypatch):
+    """Both paths (head x rest, mixed radix): the same rows, in the same order and chunks, as ``row_grid`` less
+    the rows whose class (per-type totals, most zones of one type) the table rejects."""
+    from planner.search import rows, taskrun
+    rng = random.Random(chunk)
+    real = rows.ordered_product_chunks
+    monkeypatch.setattr(taskrun, "ordered_product_chunks",
+                        lambda opts, mt, order: real(opts, mt, order, chunk=chunk))
+    for _ in range(25):
+        cluster, task = _grid_case(rng)
+        if len(task.tps) < 2:
+            continue
+        max_total = rng.randint(2, 30)
+        want = list(taskrun.row_grid(cluster, task, max_total))
+        if not want:
+            continue
+        n_cols = want[0][0].shape[1]
+        type_cols = [[j for j, (_, g) in enumerate(want[0][1]) if g == t] for t, _ in task.tps]
+        zones = len({z for z, _ in want[0][1]})
+        caps = [min(max_total, int(sum(want[0][0][:, c].sum(axis=1).max() for c in [cs]))) for cs in type_cols]
+        caps = [max(c, max_total) for c in caps]
+        table = np.array(np.random.default_rng(rng.randint(0, 99)).random([c + 1 for c in caps] + [zones + 1]))
+        thr = rng.choice([0.3, 0.7, 2.0])
+        got = list(rowclass.class_row_grid(cluster, task, max_total, 0, table, thr, chunk=chunk))
+        kept = []
+        for D, cols in want:
+            assert D.shape[1] == n_cols
+            t = [D[:, cs].sum(axis=1) for cs in type_cols]
+            k = np.max([(D[:, cs] > 0).sum(axis=1) for cs in type_cols], axis=0)
+            D = D[table[tuple(t) + (k,)] <= thr]
+            if len(D):
+                kept.append((D, cols))
+        got = [(D, c) for D, c in got if len(D)]
+        assert len(got) == len(kept)
+        for (a, ca), (b, cb) in zip(got, kept):
+            assert ca == cb and np.array_equal(a, b)
