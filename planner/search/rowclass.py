@@ -1,21 +1,19 @@
 """The *row-class floor*: rows of a pool task dropped by class before they are built (docs/PLANNER.md 2.6, round 4,
 session 13, helper s13v).
 
-A row's class is its pipeline total per type t_j and the most zones one type uses, k = max_j k_j (<= the zones
-the row uses). Every row of a class has, per type, the same GPUs and (catalog prices are per type) the same
-dollars per second; its makespan is >= the relaxed bound (``makespan.relaxed_lower_bound``) computed from
-``T_p(m) >= (m - 1) M_j + F_j`` with M_j, F_j the smallest period and fill/drain over the type's pools and the
-task's splits (they are <= each pool's, so the premise of that bound holds for every pool of the type; the sum
-over a type's pools of d_p / M_j is t_j / M_j); its optimizer step is >= the largest over the types (all used)
-of the type's smallest step; its sync is >= the task's sync floor at its total and the zone table
-(``rowzone``) at >= k zones, and its egress is >= the zone table's egress at k zones (both non-decreasing in
-the zone count). Key and constraints are monotone in time and dollars, so the class floor is <= the key of
-every row of the class, and a class whose floor exceeds the threshold holds no row that can enter the top K.
+A row's class is its pipeline total per type t_j and the number z of zones it uses. Every row of a class has, per
+type, the same GPUs and (catalog prices are per type) the same dollars per second; its makespan is >= the relaxed
+bound (``makespan.relaxed_lower_bound``) computed from ``T_p(m) >= (m - 1) M_j + F_j`` with M_j, F_j the smallest
+period and fill/drain over the type's pools and the task's splits (they are <= each pool's, so the premise of
+that bound holds for every pool of the type; the sum over a type's pools of d_p / M_j is t_j / M_j); its
+optimizer step is >= the largest over the types (all used) of the type's smallest step; its sync is >= the
+task's sync floor at its total and the zone table (``rowzone``) at z zones, and its egress is >= z x the zone
+table's egress per edge. Key and constraints are monotone in time and dollars, so the class floor is <= the key
+of every row of the class, and a class whose floor exceeds the threshold holds no row that can enter the top K.
 
 :func:`class_row_grid` yields the same chunks as ``taskrun.row_grid`` (same rows, order and chunk boundaries)
-less the rows of such classes; a chunk left empty is yielded empty. It applies to the product path of
-``rows.ordered_product_chunks`` (more than one type, the other types' product within one chunk) and yields
-``row_grid``'s chunks unchanged otherwise.
+less the rows of such classes, without building them (per head option, the other types' rows are grouped by
+their totals and zone union); on the mixed-radix path a chunk left empty is skipped.
 """
 from __future__ import annotations
 
@@ -27,14 +25,16 @@ from planner.search.space import Objective
 
 ROW_CLASS = True            # the row-class prefilter (False: off, tests only)
 MAX_CELLS = 4_000_000       # the class table's largest size (larger: no prefilter)
+MIN_ROWS = 1_000_000        # the prefilter only where the row product has at least this many rows ...
+ROWS_PER_CELL = 4           # ... and this many per cell of the table (else building the rows costs less)
 SLACK = 1e-9
 
 
 def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t: np.ndarray, gpus_t: np.ndarray,
                       caps_t: list[int], n_mb: int, objective: Objective, sync_lb: np.ndarray | None,
                       zt: tuple[np.ndarray, float] | None, n_zones: int, dist: bool) -> np.ndarray | None:
-    """[cap_0 + 1, ..., cap_{n-1} + 1, n_zones + 1]: the class floor per (t_0, ..., t_{n-1}, k) (inf where some
-    t_j = 0, k = 0 or a constraint fails); per type j: ``m_t``, ``f_t``, ``u_t`` the smallest period, fill/drain and
+    """[cap_0 + 1, ..., cap_{n-1} + 1, n_zones + 1]: the class floor per (t_0, ..., t_{n-1}, z) (inf where some
+    t_j = 0, z = 0 or a constraint fails); per type j: ``m_t``, ``f_t``, ``u_t`` the smallest period, fill/drain and
     step over its pools and the task's splits, ``rate_t`` / ``gpus_t`` one pipeline's $/s and GPUs."""
     shape = [c + 1 for c in caps_t] + [n_zones + 1]
     if int(np.prod(shape, dtype=object)) > MAX_CELLS:
@@ -73,7 +73,7 @@ def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t:
 
 
 def _opts(cluster, task, max_total: int, coarse: int):
-    per_type, cols, ks = [], [], []
+    per_type, cols = [], []
     for g, tp in task.tps:
         caps = caps_for(cluster, g, tp, task.num_stages)
         opts = zone_splits(tuple(c for _, c in caps), max_total)
@@ -83,10 +83,60 @@ def _opts(cluster, task, max_total: int, coarse: int):
     return per_type, cols
 
 
+class _RestClasses:
+    """The rows of the other types' product (``parts``: per type, the option index of each rest row) by class
+    (per-type totals, union of zones used); :meth:`allowed` lists, in order, the rest rows whose class with a
+    head class (type 0's total and zone mask) has its floor within the threshold."""
+
+    def __init__(self, options: list[np.ndarray], zmasks: list[np.ndarray], parts: list[np.ndarray],
+                 ok_table: np.ndarray) -> None:
+        self.ok = ok_table
+        t = [int_row_sum(o)[p] for o, p in zip(options, parts)]
+        m = np.zeros(len(parts[0]), dtype=np.int64)
+        for zm, p in zip(zmasks, parts):
+            m |= zm[p]
+        uniq, inv = np.unique(np.stack(t + [m], axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        self.u_t, self.u_m = [uniq[:, j] for j in range(len(t))], uniq[:, -1]
+        self.order = np.argsort(inv, kind="stable")
+        self.bounds = np.searchsorted(inv[self.order], np.arange(len(uniq) + 1))
+        self.memo: dict[tuple[int, int], np.ndarray] = {}
+
+    def allowed(self, t0: int, m0: int) -> np.ndarray:
+        key = (t0, m0)
+        if key not in self.memo:
+            z = _popcount(self.u_m | m0)
+            ok = np.nonzero(self.ok[(t0,) + tuple(self.u_t) + (z,)])[0]
+            lo, n = self.bounds[ok], self.bounds[ok + 1] - self.bounds[ok]
+            idx = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(int(n.sum()))
+            self.memo[key] = np.sort(self.order[idx])
+        return self.memo[key]
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(np.shape(x), dtype=np.int64)
+    x = np.array(x, dtype=np.int64)
+    while (x > 0).any():
+        out += x & 1
+        x = x >> 1
+    return out
+
+
+def _zone_masks(per_type: list[np.ndarray], cols: list) -> list[np.ndarray]:
+    """Per type, each option's zones as a bit mask (bit i: the i-th zone of ``cols`` in sorted order)."""
+    zones = sorted({z for z, _ in cols})
+    out, at = [], 0
+    for o in per_type:
+        bits = np.array([1 << zones.index(cols[at + j][0]) for j in range(o.shape[1])], dtype=np.int64)
+        out.append(((o > 0).astype(np.int64) * bits[None, :]).sum(axis=1))
+        at += o.shape[1]
+    return out
+
+
 def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray | None, thr: float,
                    chunk: int = 400_000):
-    """``taskrun.row_grid``'s chunks less the rows whose class floor (``table``) exceeds ``thr``; ``table``
-    None: ``row_grid``'s chunks unchanged."""
+    """``taskrun.row_grid``'s chunks less the rows whose class floor (``table`` at the row's per-type totals and
+    number of zones used) exceeds ``thr``; ``table`` None: ``row_grid``'s chunks unchanged."""
     from planner.search.taskrun import row_grid
     per_type, cols = _opts(cluster, task, max_total, coarse)
     order = sorted(range(len(cols)), key=lambda i: cols[i])
@@ -94,32 +144,25 @@ def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray
     if table is None or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes):
         yield from row_grid(cluster, task, max_total, coarse)
         return
-    if int(np.prod(sizes[1:], dtype=object)) > chunk:
-        yield from _radix_chunks(per_type, [cols[i] for i in order], order, max_total, table <= thr, chunk)
-        return
+    zmasks = _zone_masks(per_type, cols)
     ocols = [cols[i] for i in order]
+    if int(np.prod(sizes[1:], dtype=object)) > chunk:
+        yield from _radix_chunks(per_type, zmasks, ocols, order, max_total, table <= thr, chunk)
+        return
     head, rest_rows, step, head_sum, rest_sum = _head_and_rest(per_type, max_total, chunk)
     width_h = head.shape[1]
-    widths = [o.shape[1] for o in per_type]
-    # the rest rows' per-type totals and zone counts
-    t_rest, k_rest, at = [], np.zeros(len(rest_rows), dtype=np.int64), 0
-    for w in widths[1:]:
-        part = rest_rows[:, at:at + w]
-        t_rest.append(int_row_sum(part))
-        k_rest = np.maximum(k_rest, (part > 0).sum(axis=1))
-        at += w
-    h_t, h_k = int_row_sum(head), (head > 0).sum(axis=1)
-    ok_table = table <= thr
-    masks: dict[tuple[int, int], np.ndarray] = {}
+    # the rest rows are product_rows(options[1:]) filtered by total: recover each one's option per type
+    parts = _rest_parts(per_type[1:], rest_rows)
+    rc = _RestClasses(per_type[1:], zmasks[1:], parts, table <= thr)
+    h_t = int_row_sum(head)
     dtype = np.result_type(head, rest_rows)
     for lo in range(0, len(head), step):
         hs = slice(lo, lo + step)
         fit = head_sum[hs, None] + rest_sum[None, :] <= max_total
         for r, i in enumerate(range(lo, min(lo + step, len(head)))):
-            c = (int(h_t[i]), int(h_k[i]))
-            if c not in masks:
-                masks[c] = ok_table[(c[0],) + tuple(t_rest) + (np.maximum(k_rest, c[1]),)]
-            fit[r] &= masks[c]
+            keep = np.zeros(len(rest_rows), dtype=bool)
+            keep[rc.allowed(int(h_t[i]), int(zmasks[0][i]))] = True
+            fit[r] &= keep
         _, rest_idx = np.nonzero(fit)
         counts = fit.sum(axis=1)
         out = np.empty((len(rest_idx), len(order)), dtype=dtype)
@@ -131,13 +174,89 @@ def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray
         yield out, ocols
 
 
+def _rest_parts(options: list[np.ndarray], rest_rows: np.ndarray) -> list[np.ndarray]:
+    """Per type, the index into its options of each rest row's columns (each option row is distinct): rows coded
+    as integers (base: the largest count + 1) and looked up in the sorted codes of the options."""
+    parts, at = [], 0
+    for o in options:
+        w = o.shape[1]
+        base = int(max(o.max(initial=0), rest_rows[:, at:at + w].max(initial=0))) + 1
+        if base ** w >= 1 << 62:
+            lookup = {tuple(int(x) for x in row): i for i, row in enumerate(o)}
+            parts.append(np.array([lookup[tuple(int(x) for x in row)] for row in rest_rows[:, at:at + w]],
+                                  dtype=np.int64).reshape(-1))
+        else:
+            pw = base ** np.arange(w, dtype=np.int64)
+            codes = o.astype(np.int64) @ pw
+            srt = np.argsort(codes, kind="stable")
+            parts.append(srt[np.searchsorted(codes[srt], rest_rows[:, at:at + w].astype(np.int64) @ pw)])
+        at += w
+    return parts
+
+
+def _radix_chunks(options: list[np.ndarray], zmasks: list[np.ndarray], ocols: list, order: list[int],
+                  max_total: int, ok_table: np.ndarray, chunk: int):
+    """``rows.product_chunks``' mixed-radix path (chunks of ``chunk`` consecutive indices of the product, rows
+    over ``max_total`` dropped), columns in ``order``, less the rows whose class is not in ``ok_table``, without
+    building them: per head class (type 0's total and zones) the allowed indices of the other types' product
+    come from their classes; chunks left empty are skipped (they hold no row to score)."""
+    sizes = [len(o) for o in options]
+    rest_sizes = sizes[1:]
+    n_rest = int(np.prod(rest_sizes, dtype=object))
+    if n_rest > 2 * MAX_CELLS:
+        from planner.search.rows import product_chunks
+        for c in product_chunks(options, max_total, chunk):
+            yield c[:, order], ocols
+        return
+    strides = [int(np.prod(rest_sizes[i + 1:], dtype=np.int64)) for i in range(len(rest_sizes))]
+    r = np.arange(n_rest, dtype=np.int64)
+    rest_idx = [(r // st) % n for st, n in zip(strides, rest_sizes)]
+    del r
+    rc = _RestClasses(options[1:], zmasks[1:], rest_idx, ok_table)
+    rest_sum = sum(int_row_sum(options[j + 1])[rest_idx[j]] for j in range(len(rest_sizes)))
+    head = options[0]
+    head_sum = int_row_sum(head)
+    widths = [o.shape[1] for o in options]
+    starts = np.cumsum([0] + widths)
+    src_of = []
+    for src in order:
+        j = int(np.searchsorted(starts, src, side="right") - 1)
+        src_of.append((j, src - starts[j]))
+    total = sizes[0] * n_rest
+    dtype = np.result_type(*options)
+    for lo in range(0, total, chunk):
+        hi = min(total, lo + chunk)
+        parts = []
+        for i0 in range(lo // n_rest, (hi - 1) // n_rest + 1):
+            a = rc.allowed(int(head_sum[i0]), int(zmasks[0][i0]))
+            a = a[np.searchsorted(a, lo - i0 * n_rest):np.searchsorted(a, hi - i0 * n_rest)]
+            a = a[head_sum[i0] + rest_sum[a] <= max_total]
+            if len(a):
+                parts.append((i0, a))
+        if not parts:
+            continue
+        out = np.empty((sum(len(a) for _, a in parts), len(order)), dtype=dtype)
+        at = 0
+        for i0, a in parts:
+            for col, (j, w) in enumerate(src_of):
+                out[at:at + len(a), col] = head[i0, w] if j == 0 else options[j][rest_idx[j - 1][a], w]
+            at += len(a)
+        yield out, ocols
+
+
 def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objective: Objective,
-                     sync_lb: np.ndarray | None, zt: tuple[np.ndarray, float] | None, max_total: int
-                     ) -> np.ndarray | None:
+                     sync_lb: np.ndarray | None, zt: tuple[np.ndarray, float] | None, max_total: int,
+                     coarse: int = 0) -> np.ndarray | None:
     """:func:`class_floor_table` of a task from its pool models (``taskrun.pool_models`` per split: the smallest
-    period, fill/drain and step of each type over its pools and the splits); None when there is no model or the
-    table would be too large."""
-    if not models or not ROW_CLASS:
+    period, fill/drain and step of each type over its pools and the splits); None when there is no model, one
+    type, a table too large, or a small row product (under :data:`MIN_ROWS` rows or :data:`ROWS_PER_CELL` per
+    cell: building and bounding the rows then costs less than the table)."""
+    if not models or not ROW_CLASS or len(task.tps) < 2:
+        return None
+    n_rows = int(np.prod([len(o) for o in _opts(cluster, task, max_total, coarse)[0]], dtype=object))
+    cells = int(np.prod([min(max_total, sum(c for _, c in caps_for(cluster, g, tp, task.num_stages))) + 1
+                         for g, tp in task.tps], dtype=object))
+    if n_rows < MIN_ROWS or n_rows < ROWS_PER_CELL * cells:
         return None
     m_t, f_t, u_t, r_t, g_t, caps_t, zones = [], [], [], [], [], [], set()
     for g, tp in task.tps:
@@ -153,73 +272,3 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
     return class_floor_table(np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t), np.array(g_t), caps_t,
                              n_mb, objective, sync_lb, zt, len(zones), task.dist)
 
-
-def _classes(opts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct (total, zones used) classes [U, 2], class index per option)."""
-    tk = np.stack([int_row_sum(opts), (opts > 0).sum(axis=1)], axis=1)
-    uniq, inv = np.unique(tk, axis=0, return_inverse=True)
-    return uniq, inv.reshape(-1)
-
-
-def _radix_chunks(options: list[np.ndarray], ocols: list, order: list[int], max_total: int, ok_table: np.ndarray,
-                  chunk: int):
-    """``rows.product_chunks``' mixed-radix path (chunks of ``chunk`` consecutive indices of the product, rows
-    over ``max_total`` dropped), columns in ``order``, less the rows whose class is not in ``ok_table``, without
-    building them: per head class (type 0's total and zones) the allowed indices of the other types' product
-    are found from their classes; chunks left empty are skipped (they hold no row to score)."""
-    sizes = [len(o) for o in options]
-    rest_sizes = sizes[1:]
-    n_rest = int(np.prod(rest_sizes, dtype=np.int64))
-    cls = [_classes(o) for o in options]
-    rest_grid = [len(u) for u, _ in cls[1:]]
-    if int(np.prod(rest_grid, dtype=object)) > MAX_CELLS or n_rest > 2 * MAX_CELLS:
-        from planner.search.rows import product_chunks
-        for c in product_chunks(options, max_total, chunk):
-            yield c[:, order], ocols
-        return
-    # per rest index: its class tuple's flat index in the rest class grid
-    strides = [int(np.prod(rest_sizes[i + 1:], dtype=np.int64)) for i in range(len(rest_sizes))]
-    r = np.arange(n_rest, dtype=np.int64)
-    rest_idx = [(r // st) % n for st, n in zip(strides, rest_sizes)]
-    g_str = [int(np.prod(rest_grid[i + 1:], dtype=np.int64)) for i in range(len(rest_grid))]
-    rest_cls = sum(cls[j + 1][1][rest_idx[j]] * g_str[j] for j in range(len(rest_sizes)))
-    rest_sum = sum(int_row_sum(options[j + 1])[rest_idx[j]] for j in range(len(rest_sizes)))
-    del r
-    ug = np.meshgrid(*[np.arange(n) for n in rest_grid], indexing="ij")
-    t_rest = [cls[j + 1][0][ug[j].ravel(), 0] for j in range(len(rest_grid))]
-    k_rest = np.max([cls[j + 1][0][ug[j].ravel(), 1] for j in range(len(rest_grid))], axis=0)
-    head, (h_u, h_inv) = options[0], cls[0]
-    head_sum = int_row_sum(head)
-    allowed: dict[int, np.ndarray] = {}
-    widths = [o.shape[1] for o in options]
-    starts = np.cumsum([0] + widths)
-    src_of = []
-    for src in order:
-        j = int(np.searchsorted(starts, src, side="right") - 1)
-        src_of.append((j, src - starts[j]))
-    total = sizes[0] * n_rest
-    dtype = np.result_type(*options)
-    for lo in range(0, total, chunk):
-        hi = min(total, lo + chunk)
-        parts = []
-        for i0 in range(lo // n_rest, (hi - 1) // n_rest + 1):
-            c = int(h_inv[i0])
-            if c not in allowed:
-                t0, k0 = (int(x) for x in h_u[c])
-                ok = ok_table[(t0,) + tuple(t_rest) + (np.maximum(k_rest, k0),)]
-                allowed[c] = np.nonzero(ok[rest_cls])[0]
-            a = allowed[c]
-            a = a[np.searchsorted(a, lo - i0 * n_rest):np.searchsorted(a, hi - i0 * n_rest)]
-            a = a[head_sum[i0] + rest_sum[a] <= max_total]
-            if len(a):
-                parts.append((i0, a))
-        if not parts:
-            continue
-        n_rows = sum(len(a) for _, a in parts)
-        out = np.empty((n_rows, len(order)), dtype=dtype)
-        at = 0
-        for i0, a in parts:
-            for col, (j, w) in enumerate(src_of):
-                out[at:at + len(a), col] = head[i0, w] if j == 0 else options[j][rest_idx[j - 1][a], w]
-            at += len(a)
-        yield out, ocols

@@ -121,8 +121,8 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
     # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
     max_total = min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb
     thr0 = best.threshold()         # rows of classes whose floor exceeds it are never built (rowclass.py)
-    ctab = task_class_table(cluster, task, models, n_mb, objective, sync_lb, zt, max_total) if thr0 < np.inf \
-        else None
+    ctab = task_class_table(cluster, task, models, n_mb, objective, sync_lb, zt, max_total, coarse) \
+        if thr0 < np.inf else None
     for D_all, cols in class_row_grid(cluster, task, max_total, coarse, ctab, thr0):
         if stop():
             raise OutOfTime
