@@ -24,7 +24,8 @@ from planner.search.rows import _head_and_rest, coarse_options, int_row_sum, zon
 from planner.search.space import Objective
 
 ROW_CLASS = True            # the row-class prefilter (False: off, tests only)
-MAX_CELLS = 4_000_000       # the class table's largest size (larger: no prefilter)
+MAX_CELLS = 12_000_000      # the class table's largest size (larger: no prefilter; ~100 MB per float array)
+MAX_REST = 8_000_000        # the mixed-radix path's largest product of the other types (larger: rows built)
 MIN_ROWS = 1_000_000        # the prefilter only where the row product has at least this many rows ...
 ROWS_PER_CELL = 4           # ... and this many per cell of the table (else building the rows costs less)
 SLACK = 1e-9
@@ -203,7 +204,7 @@ def _radix_chunks(options: list[np.ndarray], zmasks: list[np.ndarray], ocols: li
     sizes = [len(o) for o in options]
     rest_sizes = sizes[1:]
     n_rest = int(np.prod(rest_sizes, dtype=object))
-    if n_rest > 2 * MAX_CELLS:
+    if n_rest > MAX_REST:
         from planner.search.rows import product_chunks
         for c in product_chunks(options, max_total, chunk):
             yield c[:, order], ocols
