@@ -24,7 +24,7 @@ from planner.search.rows import _head_and_rest, coarse_options, int_row_sum, zon
 from planner.search.space import Objective
 
 ROW_CLASS = True            # the row-class prefilter (False: off, tests only)
-MAX_CELLS = 12_000_000      # the class table's largest size (larger: no prefilter; ~100 MB per float array)
+MAX_CELLS = 24_000_000      # the class table's largest size (larger: no prefilter; 8 bytes a cell)
 MAX_REST = 8_000_000        # the mixed-radix path's largest product of the other types (larger: rows built)
 MIN_ROWS = 1_000_000        # the prefilter only where the row product has at least this many rows ...
 ROWS_PER_CELL = 4           # ... and this many per cell of the table (else building the rows costs less)
@@ -40,8 +40,7 @@ def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t:
     shape = [c + 1 for c in caps_t] + [n_zones + 1]
     if int(np.prod(shape, dtype=object)) > MAX_CELLS:
         return None
-    grids = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij", sparse=True)
-    t, k = grids[:-1], grids[-1]
+    t = np.meshgrid(*[np.arange(c) for c in shape[:-1]], indexing="ij", sparse=True)
     d = sum(t)
     inv = sum(tj / mj for tj, mj in zip(t, m_t))
     num = n_mb - d + sum(tj / mj * fj for tj, mj, fj in zip(t, m_t, f_t))
@@ -49,28 +48,32 @@ def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t:
         span = np.maximum(num / np.maximum(inv, 1e-300), float(np.max(f_t)))
     upd = float(np.max(u_t))
     upd = upd / np.maximum(d, 1) if dist else upd + 0 * d
-    slb = 0.0 * d
+    base = span + upd
+    del span, num, inv
+    slb0 = 0.0 * d
     if sync_lb is not None:
-        slb = sync_lb[np.minimum(d, len(sync_lb) - 1)]
-    egress = 0.0 * k
-    if zt is not None:
-        table, per_edge = zt
-        ok = d < table.shape[1]
-        zs = np.where(ok, table[np.minimum(k, table.shape[0] - 1), np.where(ok, d, 0)], 0.0)
-        slb = np.maximum(slb, zs)
-        egress = np.where(k >= 2, k * per_edge, 0.0)
-    it = (span + upd + slb) * (1 - SLACK)
+        slb0 = sync_lb[np.minimum(d, len(sync_lb) - 1)]
     rate = sum(tj * r for tj, r in zip(t, rate_t))
     gpus = sum(tj * g for tj, g in zip(t, gpus_t))
-    cost = rate * it + egress * (1 - SLACK)
-    it, cost, gpus = np.broadcast_arrays(it, cost, gpus)
-    used = np.ones(shape, dtype=bool)
+    used = np.ones(shape[:-1], dtype=bool)
     for tj in t:
         used = used & (tj >= 1)
-    used = used & (k >= 1)
-    with np.errstate(invalid="ignore"):
-        key = np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)
-    return np.where(used, np.nan_to_num(key, nan=np.inf), np.inf)
+    out = np.full(shape, np.inf)
+    for k in range(1, n_zones + 1):         # one zone count at a time (memory: one slice of temporaries)
+        slb, egress = slb0, 0.0
+        if zt is not None:
+            table, per_edge = zt
+            ok = d < table.shape[1]
+            zs = np.where(ok, table[min(k, table.shape[0] - 1), np.where(ok, d, 0)], 0.0)
+            slb = np.maximum(slb0, zs)
+            egress = k * per_edge if k >= 2 else 0.0
+        it = (base + slb) * (1 - SLACK)
+        cost = rate * it + egress * (1 - SLACK)
+        it, cost, g = np.broadcast_arrays(it, cost, gpus)
+        with np.errstate(invalid="ignore"):
+            key = np.where(objective.allows(it, cost, g), objective.key(it, cost), np.inf)
+        out[..., k] = np.where(used, np.nan_to_num(key, nan=np.inf), np.inf)
+    return out
 
 
 def _opts(cluster, task, max_total: int, coarse: int):
