@@ -253,10 +253,12 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
                      coarse: int = 0) -> np.ndarray | None:
     """:func:`class_floor_table` of a task from its pool models (``taskrun.pool_models`` per split: the smallest
     period, fill/drain and step of each type over its pools and the splits); None when there is no model, one
-    type, a table too large, or a small row product (under :data:`MIN_ROWS` rows or :data:`ROWS_PER_CELL` per
+    type, one zone, a table too large, or a small row product (under :data:`MIN_ROWS` rows or :data:`ROWS_PER_CELL` per
     cell: building and bounding the rows then costs less than the table)."""
     if not models or not ROW_CLASS or len(task.tps) < 2:
         return None
+    if len({z for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)}) < 2:
+        return None     # one zone: a class is one row (the row floor itself), nothing to gain
     n_rows = int(np.prod([len(o) for o in _opts(cluster, task, max_total, coarse)[0]], dtype=object))
     cells = int(np.prod([min(max_total, sum(c for _, c in caps_for(cluster, g, tp, task.num_stages))) + 1
                          for g, tp in task.tps], dtype=object))
