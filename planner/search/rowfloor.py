@@ -28,10 +28,11 @@ def pool_floors(models: dict[int, dict], cols: list) -> tuple[np.ndarray, np.nda
 
 def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb: int, objective: Objective,
                slb: np.ndarray | None, rate: np.ndarray, gpus: np.ndarray, dist: bool = False,
-               block: RowBlock | None = None) -> np.ndarray:
+               block: RowBlock | None = None, egress: np.ndarray | None = None) -> np.ndarray:
     """[R] lower bounds on the cheap key of every row under every split (inf where a constraint fails);
     ``dist``: the distributed optimizer (the optimizer step / D, as the cheap key); ``block``: the
-    :class:`RowBlock` of ``D`` when the caller has one."""
+    :class:`RowBlock` of ``D`` when the caller has one; ``egress``: a floor on each row's egress dollars
+    (``rowzone``; None: 0)."""
     block = RowBlock(D) if block is None else block
     span = block.relaxed_lower_bound(m, f, n_mb)
     upd = block.used_max(u, 0.0)
@@ -41,4 +42,5 @@ def floor_keys(m: np.ndarray, f: np.ndarray, u: np.ndarray, D: np.ndarray, n_mb:
     if slb is not None:
         it = it + slb
     it = it * (1 - SLACK)
-    return np.where(objective.allows(it, rate * it, gpus), objective.key(it, rate * it), np.inf)
+    cost = rate * it if egress is None else rate * it + egress * (1 - SLACK)
+    return np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)

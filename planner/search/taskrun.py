@@ -20,6 +20,8 @@ from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
 from planner.search.rowblock import RowBlock
 from planner.search.rowfloor import floor_keys, pool_floors
+from planner.search.rowclass import class_row_grid, task_class_table
+from planner.search.rowzone import zone_row_terms, zone_terms
 from planner.search.rows import coarse_options, ordered_product_chunks, pareto_min, zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
 from planner.search.tasks import Tables, Task
@@ -114,9 +116,14 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
     # D = 1 rows are left to the task without it when that task is searched (so --top lists no plan twice)
     scale = ctx.settings.sharded_collective_scale
     one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps, scale)
+    zt = zone_terms(ctx, cluster, tables, cache, task, n_mb)     # rows over several zones (2.6, round 4)
+    egress = None
     # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
-    for D_all, cols in row_grid(cluster, task, min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb,
-                                 coarse):
+    max_total = min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb
+    thr0 = best.threshold()         # rows of classes whose floor exceeds it are never built (rowclass.py)
+    ctab = task_class_table(cluster, task, models, n_mb, objective, sync_lb, zt, max_total, coarse) \
+        if thr0 < np.inf else None
+    for D_all, cols in class_row_grid(cluster, task, max_total, coarse, ctab, thr0):
         if stop():
             raise OutOfTime
         if space.uniform_microbatches:
@@ -129,12 +136,17 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
         items = []
         block = RowBlock(D_all)
         common = row_terms([models[next(iter(models))][c] for c in cols], D_all, sync_lb, block)
+        if zt is not None:
+            slb, egress = zone_row_terms(common, D_all, cols, zt, block.total)
+            common = (slb,) + common[1:]
         if len(models) > 1 and thr < np.inf:        # the split-free row floor (rowfloor.py)
             floors = floors or pool_floors(models, cols)
-            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist, block=block) <= thr
+            keep = floor_keys(*floors, D_all, n_mb, objective, *common, dist=task.dist, block=block,
+                              egress=egress) <= thr
             if not keep.all():
                 D_all = D_all[keep]
                 common = tuple(None if x is None else x[keep] for x in common)
+                egress = None if egress is None else egress[keep]
                 if len(D_all) == 0:
                     continue
                 block = block.take(keep)
@@ -142,7 +154,8 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
             if stop():
                 raise OutOfTime
             pools = [by_col[c] for c in cols]
-            keys, span, upd = cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist, block=block)
+            keys, span, upd = cheap_keys(pools, D_all, n_mb, objective, *common, dist=task.dist, block=block,
+                                         egress=egress)
             sel = keys <= thr
             if task.dist:       # the distributed optimizer's memory: the row's D must lie in the split's range
                 d_row = block.total
@@ -226,12 +239,12 @@ def _dist_bytes(task: Task, space: SearchSpace) -> int | None:
 
 
 def cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Objective, slb: np.ndarray | None,
-                rate: np.ndarray, gpus: np.ndarray, dist: bool = False, block: RowBlock | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                rate: np.ndarray, gpus: np.ndarray, dist: bool = False, block: RowBlock | None = None,
+                egress: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower bounds on the objective per row (inf where a constraint already fails): relaxed makespan,
     optimizer step and the task's sync lower bound for the row's pipeline count (``slb``); also the relaxed
     makespan and the optimizer step per row, which the sync-bound pass reuses. ``block``: :class:`RowBlock`
-    of ``D`` (shared by the splits of a task)."""
+    of ``D`` (shared by the splits of a task); ``egress``: a floor on each row's egress dollars (None: 0)."""
     block = RowBlock(D) if block is None else block
     span = block.relaxed_lower_bound(np.array([p.period_s for p in pools]), np.array([p.fill_s for p in pools]),
                                      n_mb)
@@ -241,7 +254,7 @@ def cheap_keys(pools: list[PoolModel], D: np.ndarray, n_mb: int, objective: Obje
     it = span + upd
     if slb is not None:
         it = it + slb
-    cost = rate * it
+    cost = rate * it if egress is None else rate * it + egress
     keys = np.where(objective.allows(it, cost, gpus), objective.key(it, cost), np.inf)
     return keys, span, upd
 
