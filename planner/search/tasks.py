@@ -13,6 +13,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
+from planner.search.midlevels import level_slack_layers, level_splits
 from planner.search.splitlist import even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
@@ -97,17 +98,23 @@ class Tables:
 
     def splits(self, s_num: int) -> np.ndarray | None:
         """[K, S] the layer splits of depth ``s_num`` every task searches: :func:`splits_for`, and for the
-        split family the cap-bound middles of the options' tasks after them (docs/PLANNER.md 2.1, "Uneven
-        middle stages"; :mod:`planner.search.midcaps`)."""
+        split family the cap-bound middles of the options' tasks after them, then the front-loaded middles above
+        the lowest fitting level that can still win by smaller round trips (docs/PLANNER.md 2.1, "Uneven middle
+        stages"; :mod:`planner.search.midcaps`, :mod:`planner.search.midlevels`)."""
         key = ("splits", s_num)
         if key not in self.memo:
             base = splits_for(self.space, self.ctx.model.num_layers, s_num)
             if base is not None and self.space.split == "family" and self.options and s_num >= 4:
-                extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
-                                         cap_vectors(self.ctx, self, self.options, s_num, self.cluster), base)
+                caps = cap_vectors(self.ctx, self, self.options, s_num, self.cluster)
+                extra = cap_bound_splits(self.ctx.model.num_layers, s_num, caps, base)
                 if len(extra):
                     base = np.concatenate([base, extra])
-                    base.flags.writeable = False
+                # levels above the lowest that can still win by smaller round trips (planner.search.midlevels)
+                slack = level_slack_layers(self.ctx, self, self.options, self.cluster)
+                higher = level_splits(self.ctx.model.num_layers, s_num, caps, slack, base)
+                if len(higher):
+                    base = np.concatenate([base, higher])
+                base.flags.writeable = False
             self.memo[key] = base
         return self.memo[key]
 
