@@ -16,6 +16,7 @@ search's type tables and links.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 import math
 
@@ -31,78 +32,121 @@ from planner.simulator.settings import SimContext
 TOL = 1e-9
 
 
+@dataclass(frozen=True)
+class Slack:
+    """In layers, over every pipeline the search can form: ``middle`` = max ``2 P / alpha``, ``first`` = max
+    ``(2 P - e) / alpha``, ``last`` = max ``(2 P - h) / alpha`` (``e``, ``h``: the embedding's and the head's
+    forward plus backward seconds). A level M above the lowest can win only if ``M < max(low) + middle``, the
+    first stage size ``a < max(low) + first`` and the last ``c < max(low) + last`` (docs/PLANNER.md 2.1)."""
+
+    middle: float
+    first: float
+    last: float
+
+
+NONE = Slack(0.0, -math.inf, -math.inf)
+EVERY = Slack(math.inf, math.inf, math.inf)
+
+
 def level_slack_layers(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]],
-                       cluster: ClusterSpec | None) -> float:
-    """``Q = max 2 P / alpha`` over every (type, micro-batch size, TP) of ``options`` and every zone of the
-    type in ``cluster``: ``P`` the search's transfer time of one boundary inside a pool pipeline there (the
-    link and concurrency of ``pools.pool_p2p_s``), ``alpha`` the type's smallest per-layer forward plus
-    backward seconds without recomputation (recomputation only adds backward seconds: a smaller ratio).
-    0 with blocking p2p; ``math.inf`` without a cluster (zones unknown: every level)."""
+                       cluster: ClusterSpec | None) -> Slack:
+    """:class:`Slack` over every (type, micro-batch size, TP) of ``options`` (:func:`slack_of`)."""
+    return slack_of(ctx, tables, [(g, mbs, tp) for g, opts in options.items() for mbs, tp in opts], cluster)
+
+
+def slack_of(ctx: SimContext, tables, triples, cluster: ClusterSpec | None) -> Slack:
+    """:class:`Slack` over the pipelines of every (type, micro-batch size, TP) of ``triples`` in every zone of
+    the type in ``cluster``: ``P`` the search's transfer time of one boundary inside a pool pipeline there (the
+    link and concurrency of ``pools.pool_p2p_s``), ``alpha`` the type's smallest per-layer forward plus backward
+    seconds without recomputation (recomputation only adds backward seconds: smaller ratios), ``e`` and ``h``
+    from the type table, all times the compute scale. :data:`NONE` with blocking p2p; :data:`EVERY` without a
+    cluster (zones unknown: every level)."""
     if ctx.settings.p2p_blocking:
-        return 0.0
+        return NONE
     if cluster is None:
-        return math.inf
+        return EVERY
     elem = F.bytes_per_element(tables.space.precision)
-    q = 0.0
-    for g, opts in options.items():
+    scale = ctx.settings.compute_scale
+    mid, first, last = 0.0, -math.inf, -math.inf
+    for g, mbs, tp in triples:
         zones = sorted({p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0})
-        for mbs, tp in opts:
-            tt = tables.table(g, tp, mbs)
-            alpha = float((np.diff(tt.cum_fwd_s) + np.diff(tt.cum_bwd_s)).min()) * ctx.settings.compute_scale
-            if not alpha > 0:
-                return math.inf
-            nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
-            conc = tp if ctx.settings.p2p_all_tp_ranks else 1
-            for z in zones:
-                p = checked_time(ctx.network.link(Endpoint(g, z), Endpoint(g, z), concurrent=conc), nbytes)
-                q = max(q, 2.0 * p / alpha)
-    return q
+        tt = tables.table(g, tp, mbs)
+        alpha = float((np.diff(tt.cum_fwd_s) + np.diff(tt.cum_bwd_s)).min()) * scale
+        if not alpha > 0:
+            return EVERY
+        emb, head = (tt.emb_fwd_s + tt.emb_bwd_s) * scale, (tt.head_fwd_s + tt.head_bwd_s) * scale
+        nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
+        conc = tp if ctx.settings.p2p_all_tp_ranks else 1
+        for z in zones:
+            p2 = 2.0 * checked_time(ctx.network.link(Endpoint(g, z), Endpoint(g, z), concurrent=conc), nbytes)
+            mid, first, last = max(mid, p2 / alpha), max(first, (p2 - emb) / alpha), max(last, (p2 - head) / alpha)
+    return Slack(mid, first, last)
+
+
+def keep(need: np.ndarray, slack: Slack) -> np.ndarray:
+    """[K] the rows of ``need`` ([K, 3]: what :func:`level_splits` gives) that a task with ``slack`` searches."""
+    b = np.array([slack.middle, slack.first, slack.last])
+    tol = TOL * np.maximum(1.0, np.abs(np.where(np.isfinite(b), b, 0.0)))
+    return (need < (b + tol)[None, :]).all(axis=1)
+
+
+def _below(x: float, bound: float) -> bool:
+    return x < bound + TOL * max(1.0, abs(bound))
 
 
 @lru_cache(maxsize=1 << 16)
-def higher_middles(total: int, caps: tuple[int, ...], slack: float) -> tuple[tuple[int, ...], ...]:
-    """The :func:`front_loaded` middles of ``total`` layers under ``caps`` (one per middle stage, already at
-    most ``total - n + 1``) at every level M above the lowest level ``M_low`` where one exists and below
-    ``max(lowest middle) + slack``, without repeats (a level above every cap repeats the largest cap's)."""
+def higher_middles(total: int, caps: tuple[int, ...], slack: float) -> tuple[int, tuple[tuple[int, ...], ...]]:
+    """(largest stage of the lowest level's middle, the :func:`front_loaded` middles of ``total`` layers under
+    ``caps`` (one per middle stage, already at most ``total - n + 1``) at every level M above the lowest level
+    where one exists and below that largest stage + ``slack``, without repeats; a level above every cap repeats
+    the largest cap's). (0, ()) where no middle fits."""
     n = len(caps)
     if n == 0 or min(caps) < 1 or sum(caps) < total or total < n:
-        return ()
+        return 0, ()
     level = -(-total // n)
     while sum(min(u, level) for u in caps) < total:
         level += 1
     low = front_loaded(total, caps, level)
-    bound = max(low) + slack
     out: list[tuple[int, ...]] = []
     prev = low
     for m in range(level + 1, min(total - n + 1, max(caps)) + 1):
-        if not m < bound + TOL * max(1.0, bound):
+        if not _below(m, max(low) + slack):
             break
         c = front_loaded(total, caps, m)
         if c is not None and c != prev:
             out.append(c)
             prev = c
-    return tuple(out)
+    return max(low), tuple(out)
 
 
-def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: float,
-                 have: np.ndarray) -> np.ndarray:
-    """[K, S] the splits of :func:`higher_middles` for every cap vector of ``caps`` (length S: first, middles,
+def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: Slack,
+                 have: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([K, S] the splits of :func:`higher_middles` for every cap vector of ``caps`` (length S: first, middles,
     last) and the cap-free vector, with every first and last stage size within the vector's first and last
-    caps, less the rows of ``have``; sorted. ``slack``: :func:`level_slack_layers` (0: none)."""
+    caps and below the lowest middle's largest stage + ``slack.first`` / ``slack.last``, less the rows of
+    ``have``, sorted; [K, 3] per split what it needs of a task's slack: the least (M - max(low), a - max(low),
+    c - max(low)) over the vectors that give it, each part on its own: :func:`keep` holds a task's
+    rows and a superset of them). ``slack``: :func:`level_slack_layers`, over every task."""
     L, n = num_layers, s_num - 2
-    if n < 2 or not slack > 0:
-        return np.zeros((0, s_num), dtype=np.int64)
+    if n < 2 or not slack.middle > 0:
+        return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
     top = L - s_num + 1
     seen = {tuple(r) for r in np.asarray(have).tolist()}
-    rows: set[tuple[int, ...]] = set()
+    rows: dict[tuple[int, ...], tuple[int, int, int]] = {}
     vectors = set(caps) | {(top,) * s_num}
     for total in range(n, L - 1):
         ends = L - total
         keys = {(tuple(min(x, total - n + 1) for x in cap[1:-1]), cap[0], cap[-1]) for cap in vectors}
         for mid_caps, a_cap, c_cap in keys:
-            for m in higher_middles(total, mid_caps, slack):
+            low_max, mids = higher_middles(total, mid_caps, slack.middle)
+            for m in mids:
                 for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
+                    if not (_below(a, low_max + slack.first) and _below(ends - a, low_max + slack.last)):
+                        continue
                     row = (a,) + m + (ends - a,)
                     if row not in seen:
-                        rows.add(row)
-    return np.array(sorted(rows), dtype=np.int64).reshape(-1, s_num)
+                        need = (max(m) - low_max, a - low_max, ends - a - low_max)
+                        rows[row] = tuple(map(min, zip(rows.get(row, need), need)))
+    order = sorted(rows)
+    return (np.array(order, dtype=np.int64).reshape(-1, s_num),
+            np.array([rows[r] for r in order], dtype=float).reshape(-1, 3))

@@ -13,7 +13,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
-from planner.search.midlevels import level_slack_layers, level_splits
+from planner.search.midlevels import keep, level_slack_layers, level_splits, slack_of
 from planner.search.splitlist import even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
@@ -111,8 +111,9 @@ class Tables:
                     base = np.concatenate([base, extra])
                 # levels above the lowest that can still win by smaller round trips (planner.search.midlevels)
                 slack = level_slack_layers(self.ctx, self, self.options, self.cluster)
-                higher = level_splits(self.ctx.model.num_layers, s_num, caps, slack, base)
+                higher, need = level_splits(self.ctx.model.num_layers, s_num, caps, slack, base)
                 if len(higher):
+                    self.memo[("level-need", s_num)] = (len(base), need)
                     base = np.concatenate([base, higher])
                 base.flags.writeable = False
             self.memo[key] = base
@@ -331,20 +332,38 @@ class Tables:
         a superset of them, cheaper (one fine shard per rank, which holds the least optimizer memory, and no
         recomputation dominance), for the cheap task bounds."""
         if dist and relaxed:        # (the maximum of two arrays at a time: the same maximum, no stacking)
-            return reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax
+            return (reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax) \
+                & self.level_keep(combo, mbs, s_num)
         if dist:
             lo, hi = self.dist_range(combo, mbs, s_num, recompute)
-            return lo <= np.minimum(dmax, hi)
+            return (lo <= np.minimum(dmax, hi)) & self.level_keep(combo, mbs, s_num)
         key = ("fits", combo, mbs, s_num, recompute)
         if key in self.memo:
             return self.memo[key]
         fits = np.logical_and.reduce([self.arrays(g, t, mbs, s_num, recompute).fits for g, t in combo])
+        fits = fits & self.level_keep(combo, mbs, s_num)
         if recompute and self.ctx.settings.dp_sync_waits_for_all:
             plain = [self.arrays(g, t, mbs, s_num, False) for g, t in combo]
             if all(a is not None for a in plain):
                 fits = fits & ~np.logical_and.reduce([a.fits for a in plain])
         self.memo[key] = fits
         return fits
+
+
+    def level_keep(self, combo, mbs: int, s_num: int) -> np.ndarray | bool:
+        """[K] the splits a task of ``combo`` ((type, TP) pairs) at ``mbs`` searches among the levels above the
+        lowest (:mod:`planner.search.midlevels`: those its own pipelines' slack allows; every other split: True);
+        True where the list has none."""
+        self.splits(s_num)
+        got = self.memo.get(("level-need", s_num))
+        if got is None:
+            return True
+        key = ("level-keep", combo, mbs, s_num)
+        if key not in self.memo:
+            n_base, need = got
+            slack = slack_of(self.ctx, self, [(g, mbs, t) for g, t in combo], self.cluster)
+            self.memo[key] = np.concatenate([np.ones(n_base, dtype=bool), keep(need, slack)])
+        return self.memo[key]
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],

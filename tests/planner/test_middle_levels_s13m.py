@@ -66,16 +66,17 @@ def test_no_middle_at_or_above_the_bound_beats_the_lowest_level_and_the_list_mat
         emb, head = rng.uniform(0.0, 3.0), rng.uniform(0.0, 12.0)
         p2p = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0, 8.0]) * alpha
         a, c = rng.randint(1, 4), rng.randint(1, 4)
-        q = 2 * p2p / alpha
+        q, q_first, q_last = 2 * p2p / alpha, (2 * p2p - emb) / alpha, (2 * p2p - head) / alpha
         low = middle_candidates(total, caps)[0]
         t_low = _times(a, low, c, alpha, beta, emb, head, p2p)
-        listed = [low, *ML.higher_middles(total, caps, q)]
+        higher = ML.higher_middles(total, caps, q)[1] if a < max(low) + q_first and c < max(low) + q_last else ()
+        listed = [low, *higher]
         t_list = [_times(a, m, c, alpha, beta, emb, head, p2p) for m in listed]
         for m in _middles(total, caps):
             t = _times(a, m, c, alpha, beta, emb, head, p2p)
             # the list holds one middle no slower than this one at every micro-batch count at once
             assert any((tl <= t * (1 + REL)).all() for tl in t_list), (total, caps, m, listed, p2p)
-            if max(m) >= max(low) + q:
+            if max(m) >= max(low) + q or a >= max(low) + q_first or c >= max(low) + q_last:
                 assert (t_low <= t * (1 + REL)).all(), (total, caps, m, low, p2p)
             checked += 1
     assert checked > 2000
@@ -90,8 +91,9 @@ def test_a_higher_level_can_win_with_few_micro_batches():
     high = _times(1, (3, 1), 1, alpha, beta, emb, head, p2p)
     assert high[2] < low[2] * (1 - 1e-6)           # m = 3
     assert (low[3:] <= high[3:] * (1 + REL)).all()  # m >= 4 = S
-    assert ML.higher_middles(4, (3, 3), 2 * p2p / alpha) == ((3, 1),)
-    assert ML.higher_middles(4, (3, 3), 0.99) == ()
+    assert ML.higher_middles(4, (3, 3), 2 * p2p / alpha) == (2, ((3, 1),))
+    assert ML.higher_middles(4, (3, 3), 0.99) == (2, ())
+    assert (2 * p2p - head) / alpha < 1 + 2     # c = 1 is below max(low) + the last stage's slack
 
 
 def test_higher_middles_are_the_candidates_above_the_lowest_level_cut_at_the_bound():
@@ -101,19 +103,23 @@ def test_higher_middles_are_the_candidates_above_the_lowest_level_cut_at_the_bou
         total = rng.randint(n, 16)
         caps = tuple(sorted(rng.randint(1, total - n + 1) for _ in range(n)))
         cands = middle_candidates(total, caps)
-        assert ML.higher_middles(total, caps, math.inf) == tuple(cands[1:]), (total, caps)
+        assert ML.higher_middles(total, caps, math.inf)[1] == tuple(cands[1:]), (total, caps)
         if not cands:
             continue
         slack = rng.uniform(0, 4)
-        got = ML.higher_middles(total, caps, slack)
+        low_max, got = ML.higher_middles(total, caps, slack)
+        assert low_max == max(cands[0])
         want = tuple(m for m in cands[1:] if min(lv for lv in range(1, total + 1) if front_loaded(total, caps, lv)
                                                  == m) < max(cands[0]) + slack)
         assert got == want, (total, caps, slack)
 
 
-def test_level_splits_cover_every_first_and_last_within_the_caps():
+def test_level_splits_cover_every_first_and_last_within_the_caps_and_the_slack():
     L, S = 9, 5
-    got = {tuple(r) for r in ML.level_splits(L, S, {(2, 1, 3, 5, 3)}, math.inf, np.zeros((0, S))).tolist()}
+    every, none = ML.EVERY, ML.NONE
+    rows, need = ML.level_splits(L, S, {(2, 1, 3, 5, 3)}, every, np.zeros((0, S)))
+    got = {tuple(r) for r in rows.tolist()}
+    assert need.shape == (len(rows), 3) and ML.keep(need, every).all()
     for a in range(1, L - 3):
         for c in range(1, L - 3 - a + 1):
             total = L - a - c
@@ -122,8 +128,26 @@ def test_level_splits_cover_every_first_and_last_within_the_caps():
             if a <= 2 and c <= 3:
                 for m in middle_candidates(total, [min(x, total - 2) for x in (1, 3, 5)])[1:]:
                     assert (a,) + m + (c,) in got
-    assert ML.level_splits(L, S, {(2, 1, 3, 5, 3)}, 0.0, np.zeros((0, S))).shape == (0, S)
-    assert ML.level_splits(L, 3, set(), math.inf, np.zeros((0, 3))).shape == (0, 3)
+    assert ML.level_splits(L, S, {(2, 1, 3, 5, 3)}, none, np.zeros((0, S)))[0].shape == (0, S)
+    assert ML.level_splits(L, 3, set(), every, np.zeros((0, 3)))[0].shape == (0, 3)
+    # a finite slack: exactly the rows of the cap-free vector the slack allows, and keep() selects them again
+    sl = ML.Slack(2.5, 1.5, 2.5)
+    rows, need = ML.level_splits(L, S, set(), sl, np.zeros((0, S)))
+    want = set()
+    for a in range(1, L - 3):
+        for c in range(1, L - 3 - a + 1):
+            total = L - a - c
+            cands = middle_candidates(total, [total - 2] * 3)
+            low = max(cands[0])
+            if a < low + 1.5 and c < low + 2.5:
+                want |= {(a,) + m + (c,) for m in cands[1:] if max(m) < low + 2.5}
+    assert {tuple(r) for r in rows.tolist()} == want
+    sub = ML.keep(need, ML.Slack(1.5, 0.5, 2.5))
+    def lo(r):
+        return max(middle_candidates(sum(r[1:-1]), [sum(r[1:-1]) - 2] * 3)[0])
+    assert {tuple(r) for r in rows[sub].tolist()} == {r for r in want if max(r[1:-1]) < lo(r) + 1.5
+                                                      and r[0] < lo(r) + 0.5}
+    assert len(want) > sub.sum() > 0
 
 
 # ------------------------------------------------------------------------------- cases with simulate
@@ -209,7 +233,7 @@ FOUND = 35      # slow_case(35): S = 4, 3 micro-batches per pipeline, (1, 4, 2, 
 def test_without_the_higher_levels_the_list_loses(monkeypatch):
     ctx, g, _ = slow_case(FOUND)
     assert list_loss(ctx, g, 4, [3, 3])[0] == 1.0
-    monkeypatch.setattr(T, "level_slack_layers", lambda *a: 0.0)
+    monkeypatch.setattr(T, "level_slack_layers", lambda *a: ML.NONE)
     ratio, best, got = list_loss(ctx, g, 4, [3, 3])
     assert ratio > 1 + 1e-6 and best == (1, 4, 2, 1), (ratio, best, got)
 
@@ -217,14 +241,16 @@ def test_without_the_higher_levels_the_list_loses(monkeypatch):
 def test_slack_is_zero_with_blocking_p2p_and_two_transfers_per_layer_otherwise():
     ctx, g, _ = slow_case(FOUND)
     tables = _tables(ctx, g, 16, 4)
-    q = ML.level_slack_layers(ctx, tables, tables.options, tables.cluster)
+    sl = ML.level_slack_layers(ctx, tables, tables.options, tables.cluster)
     tt = tables.table(g, 1, 1)
     alpha = float(np.diff(tt.cum_fwd_s)[0] + np.diff(tt.cum_bwd_s)[0])
     p2p = ctx.network.class_links["inter_node"].time_s(ctx.model.boundary_activation_bytes(1, 4))
-    assert q == pytest.approx(2 * p2p / alpha, rel=1e-6) and q > 1
-    assert ML.level_slack_layers(ctx, tables, tables.options, None) == math.inf
+    assert sl.middle == pytest.approx(2 * p2p / alpha, rel=1e-6) and sl.middle > 1
+    assert sl.last == pytest.approx((2 * p2p - tt.head_fwd_s - tt.head_bwd_s) / alpha, rel=1e-6)
+    assert sl.first == pytest.approx((2 * p2p - tt.emb_fwd_s - tt.emb_bwd_s) / alpha, rel=1e-6)
+    assert ML.level_slack_layers(ctx, tables, tables.options, None) == ML.EVERY
     blocking = replace(ctx, settings=SAILOR_DEEPSPEED)
-    assert ML.level_slack_layers(blocking, tables, tables.options, tables.cluster) == 0.0
+    assert ML.level_slack_layers(blocking, tables, tables.options, tables.cluster) == ML.NONE
 
 
 def test_plan_search_equals_the_best_over_every_contiguous_split_on_the_found_case():
