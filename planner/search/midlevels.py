@@ -119,6 +119,47 @@ def higher_middles(total: int, caps: tuple[int, ...], slack: float) -> tuple[int
     return max(low), tuple(out)
 
 
+def _front_loaded_rows(total: int, caps: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """:func:`front_loaded` of every row of ``caps`` ([V, n]) at its ``level`` ([V]) at once (rows where none
+    exists: undefined, the caller masks them)."""
+    n = caps.shape[1]
+    room = np.minimum(caps, level[:, None])
+    # prefix sums: used_s = min(room_0 + .. + room_s, total - (n - 1 - s)) (every room >= 1)
+    used = np.minimum(np.cumsum(room, axis=1), total - (n - 1 - np.arange(n))[None, :])
+    return np.diff(used, axis=1, prepend=0)
+
+
+def higher_middles_rows(total: int, caps: list[tuple[int, ...]],
+                        slack: float) -> list[tuple[int, tuple[tuple[int, ...], ...]]]:
+    """:func:`higher_middles` of every cap tuple of ``caps`` (one length n) at once, in order."""
+    if not caps:
+        return []
+    arr = np.array(caps, dtype=np.int64)
+    n = arr.shape[1]
+    ok = (arr.min(axis=1) >= 1) & (arr.sum(axis=1) >= total) & (total >= n)
+    levels = np.arange(-(-total // n), total - n + 2)
+    room = np.minimum(arr[:, None, :], levels[None, :, None]).sum(axis=2)
+    ok &= (room >= total).any(axis=1)
+    low_level = levels[np.argmax(room >= total, axis=1)]
+    prev = _front_loaded_rows(total, arr, low_level)
+    low_max = np.where(ok, prev.max(axis=1), 0)
+    bound = low_max + slack
+    bound_tol = bound + TOL * np.maximum(1.0, np.abs(np.where(np.isfinite(bound), bound, 0.0)))
+    top = np.minimum(total - n + 1, arr.max(axis=1))
+    out: list[list[tuple[int, ...]]] = [[] for _ in caps]
+    for d in range(1, total + 1):
+        lv = low_level + d
+        active = ok & (lv <= top) & (lv < bound_tol)
+        if not active.any():
+            break
+        cur = _front_loaded_rows(total, arr, lv)
+        new = active & (cur != prev).any(axis=1)
+        for i in np.nonzero(new)[0].tolist():
+            out[i].append(tuple(cur[i].tolist()))
+        prev = np.where(active[:, None], cur, prev)
+    return [(int(m), tuple(o)) for m, o in zip(low_max.tolist(), out)]
+
+
 def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: Slack,
                  have: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """([K, S] the splits of :func:`higher_middles` for every cap vector of ``caps`` (length S: first, middles,
@@ -131,22 +172,52 @@ def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack:
     if n < 2 or not slack.middle > 0:
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
     top = L - s_num + 1
-    seen = {tuple(r) for r in np.asarray(have).tolist()}
     rows: dict[tuple[int, ...], tuple[int, int, int]] = {}
-    vectors = set(caps) | {(top,) * s_num}
+    vec = np.array(sorted(set(caps) | {(top,) * s_num}), dtype=np.int64)
     for total in range(n, L - 1):
         ends = L - total
-        keys = {(tuple(min(x, total - n + 1) for x in cap[1:-1]), cap[0], cap[-1]) for cap in vectors}
-        for mid_caps, a_cap, c_cap in keys:
-            low_max, mids = higher_middles(total, mid_caps, slack.middle)
-            for m in mids:
-                for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
-                    if not (_below(a, low_max + slack.first) and _below(ends - a, low_max + slack.last)):
-                        continue
-                    row = (a,) + m + (ends - a,)
-                    if row not in seen:
-                        need = (max(m) - low_max, a - low_max, ends - a - low_max)
-                        rows[row] = tuple(map(min, zip(rows.get(row, need), need)))
+        uniq, inv = np.unique(np.minimum(vec[:, 1:-1], total - n + 1), axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        per_group: list[set[tuple[int, int]]] = [set() for _ in range(len(uniq))]
+        for i, a_cap, c_cap in zip(inv.tolist(), vec[:, 0].tolist(), vec[:, -1].tolist()):
+            per_group[i].add((a_cap, c_cap))
+        firsts_of: dict[tuple[tuple[int, ...], int], set[int]] = {}     # (middle, max(low)) -> first stage sizes
+        for end_caps, (low_max, mids) in zip(per_group, higher_middles_rows(total, list(map(tuple, uniq.tolist())),
+                                                                            slack.middle)):
+            if not mids:
+                continue
+            a_top = _last_below(low_max + slack.first)           # a < max(low) + first
+            c_top = _last_below(low_max + slack.last)            # c < max(low) + last
+            firsts: set[int] = set()
+            for a_cap, c_cap in end_caps:
+                firsts.update(range(max(1, ends - min(c_cap, c_top)), min(ends - 1, a_cap, a_top) + 1))
+            if firsts:
+                for m in mids:
+                    firsts_of.setdefault((m, low_max), set()).update(firsts)
+        for (m, low_max), firsts in firsts_of.items():
+            top_m = max(m) - low_max
+            for a in firsts:
+                row = (a,) + m + (ends - a,)
+                need = (top_m, a - low_max, ends - a - low_max)
+                old = rows.get(row)
+                rows[row] = need if old is None else tuple(map(min, zip(old, need)))
+    for r in np.asarray(have, dtype=np.int64).reshape(-1, s_num).tolist():
+        rows.pop(tuple(r), None)
     order = sorted(rows)
     return (np.array(order, dtype=np.int64).reshape(-1, s_num),
             np.array([rows[r] for r in order], dtype=float).reshape(-1, 3))
+
+
+@lru_cache(maxsize=1 << 12)
+def _last_below(bound: float) -> int:
+    """The largest integer x with ``_below(x, bound)`` (a very large number for an infinite bound)."""
+    if bound == math.inf:
+        return 1 << 30
+    if bound == -math.inf:
+        return -(1 << 30)
+    x = math.ceil(bound) - 1
+    while _below(x + 1, bound):
+        x += 1
+    while not _below(x, bound):
+        x -= 1
+    return x

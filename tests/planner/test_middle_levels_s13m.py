@@ -104,11 +104,13 @@ def test_higher_middles_are_the_candidates_above_the_lowest_level_cut_at_the_bou
         caps = tuple(sorted(rng.randint(1, total - n + 1) for _ in range(n)))
         cands = middle_candidates(total, caps)
         assert ML.higher_middles(total, caps, math.inf)[1] == tuple(cands[1:]), (total, caps)
+        assert ML.higher_middles_rows(total, [caps], math.inf) == [ML.higher_middles(total, caps, math.inf)]
         if not cands:
             continue
         slack = rng.uniform(0, 4)
         low_max, got = ML.higher_middles(total, caps, slack)
         assert low_max == max(cands[0])
+        assert ML.higher_middles_rows(total, [caps], slack) == [(low_max, got)]
         want = tuple(m for m in cands[1:] if min(lv for lv in range(1, total + 1) if front_loaded(total, caps, lv)
                                                  == m) < max(cands[0]) + slack)
         assert got == want, (total, caps, slack)
