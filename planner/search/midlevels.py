@@ -57,9 +57,10 @@ def level_slack_layers(ctx: SimContext, tables, options: dict[str, list[tuple[in
 def slack_of(ctx: SimContext, tables, triples, cluster: ClusterSpec | None) -> Slack:
     """:class:`Slack` over the pipelines of every (type, micro-batch size, TP) of ``triples`` in every zone of
     the type in ``cluster``: ``P`` the search's transfer time of one boundary inside a pool pipeline there (the
-    link and concurrency of ``pools.pool_p2p_s``), ``alpha`` the type's smallest per-layer forward plus backward
-    seconds without recomputation (recomputation only adds backward seconds: smaller ratios), ``e`` and ``h``
-    from the type table, all times the compute scale. :data:`NONE` with blocking p2p; :data:`EVERY` without a
+    link and concurrency of ``pools.pool_p2p_s``), ``alpha`` the type's per-layer forward plus backward seconds
+    without recomputation (the smallest) and with it (its backward replays the forward: the largest), each ratio
+    taken at the alpha that makes it largest (``2 P - h`` may be negative), ``e`` and ``h`` from the type
+    table, all times the compute scale. :data:`NONE` with blocking p2p; :data:`EVERY` without a
     cluster (zones unknown: every level)."""
     if ctx.settings.p2p_blocking:
         return NONE
@@ -71,15 +72,20 @@ def slack_of(ctx: SimContext, tables, triples, cluster: ClusterSpec | None) -> S
     for g, mbs, tp in triples:
         zones = sorted({p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0})
         tt = tables.table(g, tp, mbs)
-        alpha = float((np.diff(tt.cum_fwd_s) + np.diff(tt.cum_bwd_s)).min()) * scale
-        if not alpha > 0:
+        fwd, bwd = np.diff(tt.cum_fwd_s), np.diff(tt.cum_bwd_s)
+        # per-layer seconds without and with recomputation (its backward replays the forward): 2P / alpha is
+        # largest at the smallest, (2P - e) / alpha may be negative and is then largest at the largest
+        alphas = (float((fwd + bwd).min()) * scale, float((2 * fwd + bwd).max()) * scale)
+        if not min(alphas) > 0:
             return EVERY
         emb, head = (tt.emb_fwd_s + tt.emb_bwd_s) * scale, (tt.head_fwd_s + tt.head_bwd_s) * scale
         nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
         conc = tp if ctx.settings.p2p_all_tp_ranks else 1
         for z in zones:
             p2 = 2.0 * checked_time(ctx.network.link(Endpoint(g, z), Endpoint(g, z), concurrent=conc), nbytes)
-            mid, first, last = max(mid, p2 / alpha), max(first, (p2 - emb) / alpha), max(last, (p2 - head) / alpha)
+            mid = max(mid, p2 / alphas[0])
+            first = max([first] + [(p2 - emb) / a for a in alphas])
+            last = max([last] + [(p2 - head) / a for a in alphas])
     return Slack(mid, first, last)
 
 
