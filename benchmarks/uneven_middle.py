@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{lo:.4f}-{hi:.4f}), {free} of them a cap-free front-loaded middle (a higher staircase), "
           f"{len(left) - free} needing memory caps")
     lost = [r for r in res_all if r.search_ratio > 1 + REL]
-    print(f"the search's splits (family + cap-bound middles): still lost {len(lost)} (x"
+    print(f"the search's splits (family + cap-bound middles + higher levels): still lost {len(lost)} (x"
           f"{max((r.search_ratio for r in lost), default=1.0):.4f}), {sum(_cap_free(r.best_split) for r in lost)} "
           f"of them a cap-free front-loaded middle; "
           + "; ".join(f"S={r.s_num} D={r.replicas} {r.best_split} vs {r.search_split}" for r in lost[:8]))
