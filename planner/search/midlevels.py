@@ -227,3 +227,30 @@ def _last_below(bound: float) -> int:
     while not _below(x, bound):
         x -= 1
     return x
+
+
+def add_levels(tables, s_num: int, caps: set[tuple[int, ...]], base: np.ndarray) -> np.ndarray:
+    """``base`` (the family and the cap-bound middles of depth ``s_num``) followed by :func:`level_splits` over
+    the slack of every task of ``tables``' options and cluster; what each new split needs goes to
+    ``tables.memo`` for :func:`task_keep`."""
+    slack = level_slack_layers(tables.ctx, tables, tables.options, tables.cluster)
+    higher, need = level_splits(tables.ctx.model.num_layers, s_num, caps, slack, base)
+    if not len(higher):
+        return base
+    tables.memo[("level-need", s_num)] = (len(base), need)
+    return np.concatenate([base, higher])
+
+
+def task_keep(tables, combo, mbs: int, s_num: int) -> np.ndarray | bool:
+    """[K] the splits of depth ``s_num`` a task of ``combo`` ((type, TP) pairs) at ``mbs`` searches: every split
+    of the family and the cap-bound middles, and the higher levels its own pipelines' :func:`slack_of` allows
+    (:func:`keep`); True where :func:`add_levels` added none."""
+    got = tables.memo.get(("level-need", s_num))
+    if got is None:
+        return True
+    key = ("level-keep", combo, mbs, s_num)
+    if key not in tables.memo:
+        n_base, need = got
+        slack = slack_of(tables.ctx, tables, [(g, mbs, t) for g, t in combo], tables.cluster)
+        tables.memo[key] = np.concatenate([np.ones(n_base, dtype=bool), keep(need, slack)])
+    return tables.memo[key]

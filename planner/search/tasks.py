@@ -13,7 +13,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
-from planner.search.midlevels import keep, level_slack_layers, level_splits, slack_of
+from planner.search.midlevels import add_levels, task_keep
 from planner.search.splitlist import even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
@@ -109,12 +109,7 @@ class Tables:
                 extra = cap_bound_splits(self.ctx.model.num_layers, s_num, caps, base)
                 if len(extra):
                     base = np.concatenate([base, extra])
-                # levels above the lowest that can still win by smaller round trips (planner.search.midlevels)
-                slack = level_slack_layers(self.ctx, self, self.options, self.cluster)
-                higher, need = level_splits(self.ctx.model.num_layers, s_num, caps, slack, base)
-                if len(higher):
-                    self.memo[("level-need", s_num)] = (len(base), need)
-                    base = np.concatenate([base, higher])
+                base = add_levels(self, s_num, caps, base)     # levels above the lowest that can still win
                 base.flags.writeable = False
             self.memo[key] = base
         return self.memo[key]
@@ -351,19 +346,9 @@ class Tables:
 
 
     def level_keep(self, combo, mbs: int, s_num: int) -> np.ndarray | bool:
-        """[K] the splits a task of ``combo`` ((type, TP) pairs) at ``mbs`` searches among the levels above the
-        lowest (:mod:`planner.search.midlevels`: those its own pipelines' slack allows; every other split: True);
-        True where the list has none."""
+        """[K] the splits a task of ``combo`` at ``mbs`` searches (:func:`planner.search.midlevels.task_keep`)."""
         self.splits(s_num)
-        got = self.memo.get(("level-need", s_num))
-        if got is None:
-            return True
-        key = ("level-keep", combo, mbs, s_num)
-        if key not in self.memo:
-            n_base, need = got
-            slack = slack_of(self.ctx, self, [(g, mbs, t) for g, t in combo], self.cluster)
-            self.memo[key] = np.concatenate([np.ones(n_base, dtype=bool), keep(need, slack)])
-        return self.memo[key]
+        return task_keep(self, combo, mbs, s_num)
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
