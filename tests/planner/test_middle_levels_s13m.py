@@ -244,7 +244,7 @@ def test_without_the_higher_levels_the_list_loses(monkeypatch):
 
 def test_recomputation_case_with_a_heavy_head_keeps_its_higher_level():
     """benchmarks/uneven_middle.py --slow-links case 1116 (recomputation on, a head heavier than two transfers):
-    (1, 4, 2, 1) beats (1, 3, 3, 1) for 3 pipelines of 8 micro-batches; the last stage's slack must be taken at
+    (1, 4, 2, 1) beats (1, 3, 3, 1) for 3 pipelines sharing 8 micro-batches; the last stage's slack must be taken at
     the recomputation's per-layer seconds, or c = 1 is cut."""
     from benchmarks import uneven_middle as U
     case = U.slow_links(U.random_case(1116), 1116)
