@@ -66,26 +66,43 @@ def slack_of(ctx: SimContext, tables, triples, cluster: ClusterSpec | None) -> S
         return NONE
     if cluster is None:
         return EVERY
+    mid, first, last = 0.0, -math.inf, -math.inf
+    shared = ctx is tables.ctx and cluster is tables.cluster     # the search's own: memoised per triple
+    for triple in triples:
+        key = ("slack-of", triple)
+        one = tables.memo.get(key) if shared else None
+        if one is None:
+            one = _triple_slack(ctx, tables, triple, cluster)
+            if shared:
+                tables.memo[key] = one
+        if one is EVERY:
+            return EVERY
+        mid, first, last = max(mid, one.middle), max(first, one.first), max(last, one.last)
+    return Slack(mid, first, last)
+
+
+def _triple_slack(ctx: SimContext, tables, triple: tuple[str, int, int], cluster: ClusterSpec) -> Slack:
+    """:func:`slack_of` of one (type, micro-batch size, TP) (:data:`EVERY` where an alpha is not positive)."""
+    g, mbs, tp = triple
     elem = F.bytes_per_element(tables.space.precision)
     scale = ctx.settings.compute_scale
     mid, first, last = 0.0, -math.inf, -math.inf
-    for g, mbs, tp in triples:
-        zones = sorted({p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0})
-        tt = tables.table(g, tp, mbs)
-        fwd, bwd = np.diff(tt.cum_fwd_s), np.diff(tt.cum_bwd_s)
-        # per-layer seconds without and with recomputation (its backward replays the forward): 2P / alpha is
-        # largest at the smallest, (2P - e) / alpha may be negative and is then largest at the largest
-        alphas = (float((fwd + bwd).min()) * scale, float((2 * fwd + bwd).max()) * scale)
-        if not min(alphas) > 0:
-            return EVERY
-        emb, head = (tt.emb_fwd_s + tt.emb_bwd_s) * scale, (tt.head_fwd_s + tt.head_bwd_s) * scale
-        nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
-        conc = tp if ctx.settings.p2p_all_tp_ranks else 1
-        for z in zones:
-            p2 = 2.0 * checked_time(ctx.network.link(Endpoint(g, z), Endpoint(g, z), concurrent=conc), nbytes)
-            mid = max(mid, p2 / alphas[0])
-            first = max([first] + [(p2 - emb) / a for a in alphas])
-            last = max([last] + [(p2 - head) / a for a in alphas])
+    zones = sorted({p.zone for p in cluster.pools if p.gpu_type == g and p.count > 0})
+    tt = tables.table(g, tp, mbs)
+    fwd, bwd = np.diff(tt.cum_fwd_s), np.diff(tt.cum_bwd_s)
+    # per-layer seconds without and with recomputation (its backward replays the forward): 2P / alpha is
+    # largest at the smallest, (2P - e) / alpha may be negative and is then largest at the largest
+    alphas = (float((fwd + bwd).min()) * scale, float((2 * fwd + bwd).max()) * scale)
+    if not min(alphas) > 0:
+        return EVERY
+    emb, head = (tt.emb_fwd_s + tt.emb_bwd_s) * scale, (tt.head_fwd_s + tt.head_bwd_s) * scale
+    nbytes = ctx.model.boundary_activation_bytes(mbs, elem)
+    conc = tp if ctx.settings.p2p_all_tp_ranks else 1
+    for z in zones:
+        p2 = 2.0 * checked_time(ctx.network.link(Endpoint(g, z), Endpoint(g, z), concurrent=conc), nbytes)
+        mid = max(mid, p2 / alphas[0])
+        first = max([first] + [(p2 - emb) / a for a in alphas])
+        last = max([last] + [(p2 - head) / a for a in alphas])
     return Slack(mid, first, last)
 
 
