@@ -157,7 +157,17 @@ def higher_middles_rows(total: int, caps: list[tuple[int, ...]],
     """:func:`higher_middles` of every cap tuple of ``caps`` (one length n) at once, in order."""
     if not caps:
         return []
-    arr = np.array(caps, dtype=np.int64)
+    low_max, at, mids = higher_middles_arrays(total, np.array(caps, dtype=np.int64), slack)
+    out: list[list[tuple[int, ...]]] = [[] for _ in caps]
+    for i, m in zip(at.tolist(), mids.tolist()):
+        out[i].append(tuple(m))
+    return [(int(m), tuple(o)) for m, o in zip(low_max.tolist(), out)]
+
+
+def higher_middles_arrays(total: int, arr: np.ndarray, slack: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`higher_middles` of every row of ``arr`` ([V, n] caps) as arrays: ([V] the lowest level's largest
+    middle stage (0 where no middle fits), [E] the row of each higher middle, [E, n] the higher middles), each
+    row's middles in level order."""
     n = arr.shape[1]
     ok = (arr.min(axis=1) >= 1) & (arr.sum(axis=1) >= total) & (total >= n)
     levels = np.arange(-(-total // n), total - n + 2)
@@ -169,7 +179,8 @@ def higher_middles_rows(total: int, caps: list[tuple[int, ...]],
     bound = low_max + slack
     bound_tol = bound + TOL * np.maximum(1.0, np.abs(np.where(np.isfinite(bound), bound, 0.0)))
     top = np.minimum(total - n + 1, arr.max(axis=1))
-    out: list[list[tuple[int, ...]]] = [[] for _ in caps]
+    ats: list[np.ndarray] = []
+    mids: list[np.ndarray] = []
     for d in range(1, total + 1):
         lv = low_level + d
         active = ok & (lv <= top) & (lv < bound_tol)
@@ -177,10 +188,14 @@ def higher_middles_rows(total: int, caps: list[tuple[int, ...]],
             break
         cur = _front_loaded_rows(total, arr, lv)
         new = active & (cur != prev).any(axis=1)
-        for i in np.nonzero(new)[0].tolist():
-            out[i].append(tuple(cur[i].tolist()))
+        ats.append(np.nonzero(new)[0])
+        mids.append(cur[new])
         prev = np.where(active[:, None], cur, prev)
-    return [(int(m), tuple(o)) for m, o in zip(low_max.tolist(), out)]
+    if not ats:
+        return low_max, np.zeros(0, dtype=np.int64), np.zeros((0, n), dtype=np.int64)
+    at, mid = np.concatenate(ats), np.concatenate(mids)
+    order = np.argsort(at, kind="stable")       # per row, levels ascending
+    return low_max, at[order], mid[order]
 
 
 def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: Slack,
@@ -195,40 +210,63 @@ def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack:
     if n < 2 or not slack.middle > 0:
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
     top = L - s_num + 1
-    rows: dict[tuple[int, ...], tuple[int, int, int]] = {}
     vec = np.array(sorted(set(caps) | {(top,) * s_num}), dtype=np.int64)
+    a_cap, c_cap = vec[:, 0], vec[:, -1]
+    out_rows: list[np.ndarray] = []
+    out_need: list[np.ndarray] = []
     for total in range(n, L - 1):
         ends = L - total
-        uniq, inv = np.unique(np.minimum(vec[:, 1:-1], total - n + 1), axis=0, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
-        per_group: list[set[tuple[int, int]]] = [set() for _ in range(len(uniq))]
-        for i, a_cap, c_cap in zip(inv.tolist(), vec[:, 0].tolist(), vec[:, -1].tolist()):
-            per_group[i].add((a_cap, c_cap))
-        firsts_of: dict[tuple[tuple[int, ...], int], set[int]] = {}     # (middle, max(low)) -> first stage sizes
-        for end_caps, (low_max, mids) in zip(per_group, higher_middles_rows(total, list(map(tuple, uniq.tolist())),
-                                                                            slack.middle)):
-            if not mids:
-                continue
-            a_top = _last_below(low_max + slack.first)           # a < max(low) + first
-            c_top = _last_below(low_max + slack.last)            # c < max(low) + last
-            firsts: set[int] = set()
-            for a_cap, c_cap in end_caps:
-                firsts.update(range(max(1, ends - min(c_cap, c_top)), min(ends - 1, a_cap, a_top) + 1))
-            if firsts:
-                for m in mids:
-                    firsts_of.setdefault((m, low_max), set()).update(firsts)
-        for (m, low_max), firsts in firsts_of.items():
-            top_m = max(m) - low_max
-            for a in firsts:
-                row = (a,) + m + (ends - a,)
-                need = (top_m, a - low_max, ends - a - low_max)
-                old = rows.get(row)
-                rows[row] = need if old is None else tuple(map(min, zip(old, need)))
-    for r in np.asarray(have, dtype=np.int64).reshape(-1, s_num).tolist():
-        rows.pop(tuple(r), None)
-    order = sorted(rows)
-    return (np.array(order, dtype=np.int64).reshape(-1, s_num),
-            np.array([rows[r] for r in order], dtype=float).reshape(-1, 3))
+        uniq, inv = _unique_rows(np.minimum(vec[:, 1:-1], total - n + 1))
+        low_max, at, mids = higher_middles_arrays(total, uniq, slack.middle)
+        if not len(at):
+            continue
+        # per cap group, the first stage sizes a (1 .. ends - 1) some vector of the group allows:
+        # max(1, ends - min(c_cap, c_top)) <= a <= min(ends - 1, a_cap, a_top), a < max(low) + first, c likewise
+        a_top = np.array([_last_below(x + slack.first) for x in low_max.tolist()], dtype=np.int64)
+        c_top = np.array([_last_below(x + slack.last) for x in low_max.tolist()], dtype=np.int64)
+        lo = np.maximum(1, ends - np.minimum(c_cap, c_top[inv]))
+        hi = np.minimum(np.minimum(ends - 1, a_cap), a_top[inv])
+        a_all = np.arange(1, ends)
+        per_vec = (a_all[None, :] >= lo[:, None]) & (a_all[None, :] <= hi[:, None])      # [V, ends - 1]
+        firsts = np.zeros((len(uniq), ends - 1), dtype=bool)
+        np.logical_or.at(firsts, inv, per_vec)
+        e_idx, a_idx = np.nonzero(firsts[at])
+        if not len(e_idx):
+            continue
+        a = a_all[a_idx]
+        rows = np.column_stack([a, mids[e_idx], ends - a])
+        low = low_max[at[e_idx]]
+        # the same split from several groups: each part of the need is least at the largest max(low)
+        rows, back = _unique_rows(rows)
+        best = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(best, back, low)
+        out_rows.append(rows)
+        out_need.append(np.column_stack([rows[:, 1:-1].max(axis=1) - best, rows[:, 0] - best,
+                                         rows[:, -1] - best]))
+    if not out_rows:
+        return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
+    rows, need = np.concatenate(out_rows), np.concatenate(out_need)
+    have = np.asarray(have, dtype=np.int64).reshape(-1, s_num)
+    if len(have):
+        known = {tuple(r) for r in have.tolist()}
+        fresh = np.array([tuple(r) not in known for r in rows.tolist()], dtype=bool)
+        rows, need = rows[fresh], need[fresh]
+    order = np.lexsort(rows.T[::-1])
+    return rows[order].reshape(-1, s_num), need[order].astype(float).reshape(-1, 3)
+
+
+def _unique_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of ``arr`` ([V, k] integers), sorted, [V] the index of each row among them): what
+    ``np.unique(arr, axis=0, return_inverse=True)`` gives, by an integer lexsort."""
+    if not len(arr):
+        return arr, np.zeros(0, dtype=np.int64)
+    order = np.lexsort(arr.T[::-1])
+    srt = arr[order]
+    start = np.ones(len(arr), dtype=bool)
+    start[1:] = (srt[1:] != srt[:-1]).any(axis=1)
+    inv = np.empty(len(arr), dtype=np.int64)
+    inv[order] = np.cumsum(start) - 1
+    return srt[start], inv
 
 
 @lru_cache(maxsize=1 << 12)
