@@ -179,23 +179,19 @@ def higher_middles_arrays(total: int, arr: np.ndarray, slack: float) -> tuple[np
     bound = low_max + slack
     bound_tol = bound + TOL * np.maximum(1.0, np.abs(np.where(np.isfinite(bound), bound, 0.0)))
     top = np.minimum(total - n + 1, arr.max(axis=1))
-    ats: list[np.ndarray] = []
-    mids: list[np.ndarray] = []
-    for d in range(1, total + 1):
-        lv = low_level + d
-        active = ok & (lv <= top) & (lv < bound_tol)
-        if not active.any():
-            break
-        cur = _front_loaded_rows(total, arr, lv)
-        new = active & (cur != prev).any(axis=1)
-        ats.append(np.nonzero(new)[0])
-        mids.append(cur[new])
-        prev = np.where(active[:, None], cur, prev)
-    if not ats:
+    # every level above the lowest at once: a row is active at low + 1 .. its last level below both bounds
+    lv = low_level[:, None] + np.arange(1, total + 1)[None, :]                   # [V, total]
+    active = ok[:, None] & (lv <= top[:, None]) & (lv < bound_tol[:, None])
+    depth = int(active.sum(axis=1).max()) if len(arr) else 0
+    if depth == 0:
         return low_max, np.zeros(0, dtype=np.int64), np.zeros((0, n), dtype=np.int64)
-    at, mid = np.concatenate(ats), np.concatenate(mids)
-    order = np.argsort(at, kind="stable")       # per row, levels ascending
-    return low_max, at[order], mid[order]
+    lv, active = lv[:, :depth], active[:, :depth]
+    cur = _front_loaded_rows(total, np.repeat(arr, depth, axis=0), lv.reshape(-1)).reshape(len(arr), depth, n)
+    # an active level follows the lowest (d = 1) or an active one: its middle is new if it differs from that
+    before = np.concatenate([prev[:, None, :], cur[:, :-1, :]], axis=1)
+    new = active & (cur != before).any(axis=2)
+    at, d = np.nonzero(new)                     # row-major: per row, levels ascending
+    return low_max, at, cur[at, d]
 
 
 def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: Slack,
