@@ -22,6 +22,7 @@ Ratios are of iteration time (1.0: no loss). Prints one line per case with a pla
 structure) and a summary line. ``tests/planner/test_uneven_middle.py`` runs the same code on fewer cases.
 
     python benchmarks/uneven_middle.py --cases 300 --seed 1000
+    python benchmarks/uneven_middle.py --cases 300 --seed 1000 --slow-links    # slow links, declared memory
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import argparse
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.cluster import parse_gpus  # noqa: E402
 from planner.hardware import GPUCatalog  # noqa: E402
 from planner.model import ModelSpec  # noqa: E402
-from planner.network import NetworkModel  # noqa: E402
+from planner.network import Link, NetworkModel  # noqa: E402
 from planner.plan import Plan, Replica, Stage  # noqa: E402
 from planner.profiles import ProfileStore  # noqa: E402
 from planner.search.splits import middle_candidates  # noqa: E402
@@ -142,17 +143,23 @@ class StructureResult:
     search_split: tuple[int, ...] | None = None
 
 
-def structure(case: Case, s_num: int, replicas, key: str = "time") -> StructureResult | None:
-    """Every composition of the layers into ``s_num`` stages on one row; None if none fits."""
+def structure(case: Case, s_num: int, replicas, key: str = "time", declared_fit: bool = False
+              ) -> StructureResult | None:
+    """Every composition of the layers into ``s_num`` stages on one row; None if none fits. ``declared_fit``:
+    memory checked at S micro-batches per pipeline (the declared space, docs/PLANNER.md 1 item 10), not at the
+    row's own counts."""
     L = case.ctx.model.num_layers
     d = len(replicas)
     counts = [case.gbs // d + (1 if j < case.gbs % d else 0) for j in range(d)]
     scored, fit_at = {}, {}
     for split in compositions(L, s_num):
         est = simulate(_plan(split, replicas, case.gbs, counts, case.recompute, case.dist), case.ctx)
+        fit = est
+        if declared_fit and min(counts) < s_num:
+            fit = simulate(_plan(split, replicas, s_num * d, [s_num] * d, case.recompute, case.dist), case.ctx)
         for s in range(1, s_num - 1):
-            fit_at[(s, split[s])] = fit_at.get((s, split[s]), True) and est.stages[s].fits_in_memory
-        if est.fits_in_memory:
+            fit_at[(s, split[s])] = fit_at.get((s, split[s]), True) and fit.stages[s].fits_in_memory
+        if fit.fits_in_memory:
             scored[split] = est.iteration_time_s if key == "time" else est.cost_per_iteration_usd
     if not scored:
         return None
@@ -197,13 +204,22 @@ def _cap_free(split: tuple[int, ...]) -> bool:
     return mid in middle_candidates(sum(mid), [sum(mid)] * len(mid))
 
 
-def run_case(case: Case, key: str = "time") -> list[StructureResult]:
+def slow_links(case: Case, seed: int) -> Case:
+    """The case with a slow inter-node link (0.3-10 GB/s; its own random stream, so the case is otherwise the
+    same): transfers comparable to a layer's compute, where middles above the lowest level can win."""
+    bw = random.Random(seed * 7919 + 13).choice([3e8, 1e9, 3e9, 1e10])
+    net = case.ctx.network.with_class_links({"inter_node": Link(bw, 1e-5)})
+    ctx = SimContext(case.ctx.model, case.ctx.profiles, net, case.ctx.catalog, case.ctx.settings)
+    return replace(case, ctx=ctx, label=case.label + f" inter-node={bw / 1e9:g}GB/s")
+
+
+def run_case(case: Case, key: str = "time", declared_fit: bool = False) -> list[StructureResult]:
     out = []
     for s_num in (4, 5):
         if s_num > case.ctx.model.num_layers:
             continue
         for reps in rows(case, s_num):
-            r = structure(case, s_num, reps, key)
+            r = structure(case, s_num, reps, key, declared_fit)
             if r is not None:
                 out.append(r)
     return out
@@ -213,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--slow-links", action="store_true",
+                    help="a slow inter-node link per case and memory checked at S micro-batches per pipeline "
+                         "(the middles above the lowest level, docs/PLANNER.md 2.1)")
     args = ap.parse_args(argv)
     t0 = time.process_time()
     res_all: list[StructureResult] = []
@@ -221,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'srch lose':>9} {'rule':>8}  best split vs best family split (worst structure); case")
     for i in range(args.cases):
         case = random_case(args.seed + i)
-        res = run_case(case)
+        if args.slow_links:
+            case = slow_links(case, args.seed + i)
+        res = run_case(case, declared_fit=args.slow_links)
         if not res:
             continue
         n_cases += 1
@@ -245,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{lo:.4f}-{hi:.4f}), {free} of them a cap-free front-loaded middle (a higher staircase), "
           f"{len(left) - free} needing memory caps")
     lost = [r for r in res_all if r.search_ratio > 1 + REL]
-    print(f"the search's splits (family + cap-bound middles): still lost {len(lost)} (x"
+    print(f"the search's splits (family + cap-bound middles + higher levels): still lost {len(lost)} (x"
           f"{max((r.search_ratio for r in lost), default=1.0):.4f}), {sum(_cap_free(r.best_split) for r in lost)} "
           f"of them a cap-free front-loaded middle; "
           + "; ".join(f"S={r.s_num} D={r.replicas} {r.best_split} vs {r.search_split}" for r in lost[:8]))

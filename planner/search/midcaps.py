@@ -8,9 +8,8 @@ every type of the task with S - s micro-batches in flight; with the distributed 
 the replica count D over which it is constant (every D >= 1). :func:`cap_bound_splits` turns them into
 splits: per middle layer total R whose family staircase does not fit under a vector, the
 :func:`planner.search.splits.front_loaded` middle at the lowest level that fits (the first of
-:func:`planner.search.splits.middle_candidates`; higher levels trade a larger largest stage for smaller round
-trips and stay outside, as the cap-free higher staircases do: 2.1 (b)), with every first and last stage size,
-less those already in the family. The search
+:func:`planner.search.splits.middle_candidates`; the higher levels that can still win by smaller round trips
+are :mod:`planner.search.midlevels`'), with every first and last stage size, less those already in the family. The search
 adds them to the family's splits of that depth (:meth:`planner.search.tasks.Tables.splits`); they go through
 the same evaluator and memory checks as every other split, so a vector that is a superset of a task's needs
 costs time, never exactness. Pure given the context: memory from :mod:`planner.search.tables`' formulas.
@@ -141,8 +140,8 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
 
 BIG = (1 << 62,)      # sorts after every caps tuple
 
-# Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): higher levels
-# trade a larger largest stage for smaller round trips, as the cap-free higher staircases do, and stay outside.
+# Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
+# that can win (few micro-batches per pipeline, slow links) come from planner.search.midlevels.
 LOWEST_ONLY = True
 
 

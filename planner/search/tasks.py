@@ -13,6 +13,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
+from planner.search.midlevels import add_levels, task_keep
 from planner.search.splitlist import even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
@@ -97,17 +98,19 @@ class Tables:
 
     def splits(self, s_num: int) -> np.ndarray | None:
         """[K, S] the layer splits of depth ``s_num`` every task searches: :func:`splits_for`, and for the
-        split family the cap-bound middles of the options' tasks after them (docs/PLANNER.md 2.1, "Uneven
-        middle stages"; :mod:`planner.search.midcaps`)."""
+        split family the cap-bound middles of the options' tasks after them, then the front-loaded middles above
+        the lowest fitting level that can still win by smaller round trips (docs/PLANNER.md 2.1, "Uneven middle
+        stages"; :mod:`planner.search.midcaps`, :mod:`planner.search.midlevels`)."""
         key = ("splits", s_num)
         if key not in self.memo:
             base = splits_for(self.space, self.ctx.model.num_layers, s_num)
             if base is not None and self.space.split == "family" and self.options and s_num >= 4:
-                extra = cap_bound_splits(self.ctx.model.num_layers, s_num,
-                                         cap_vectors(self.ctx, self, self.options, s_num, self.cluster), base)
+                caps = cap_vectors(self.ctx, self, self.options, s_num, self.cluster)
+                extra = cap_bound_splits(self.ctx.model.num_layers, s_num, caps, base)
                 if len(extra):
                     base = np.concatenate([base, extra])
-                    base.flags.writeable = False
+                base = add_levels(self, s_num, caps, base)     # levels above the lowest that can still win
+                base.flags.writeable = False
             self.memo[key] = base
         return self.memo[key]
 
@@ -324,20 +327,28 @@ class Tables:
         a superset of them, cheaper (one fine shard per rank, which holds the least optimizer memory, and no
         recomputation dominance), for the cheap task bounds."""
         if dist and relaxed:        # (the maximum of two arrays at a time: the same maximum, no stacking)
-            return reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax
+            return (reduce(np.maximum, [self.dist_dmin(g, t, mbs, s_num, recompute) for g, t in combo]) <= dmax) \
+                & self.level_keep(combo, mbs, s_num)
         if dist:
             lo, hi = self.dist_range(combo, mbs, s_num, recompute)
-            return lo <= np.minimum(dmax, hi)
+            return (lo <= np.minimum(dmax, hi)) & self.level_keep(combo, mbs, s_num)
         key = ("fits", combo, mbs, s_num, recompute)
         if key in self.memo:
             return self.memo[key]
         fits = np.logical_and.reduce([self.arrays(g, t, mbs, s_num, recompute).fits for g, t in combo])
+        fits = fits & self.level_keep(combo, mbs, s_num)
         if recompute and self.ctx.settings.dp_sync_waits_for_all:
             plain = [self.arrays(g, t, mbs, s_num, False) for g, t in combo]
             if all(a is not None for a in plain):
                 fits = fits & ~np.logical_and.reduce([a.fits for a in plain])
         self.memo[key] = fits
         return fits
+
+
+    def level_keep(self, combo, mbs: int, s_num: int) -> np.ndarray | bool:
+        """[K] the splits a task of ``combo`` at ``mbs`` searches (:func:`planner.search.midlevels.task_keep`)."""
+        self.splits(s_num)
+        return task_keep(self, combo, mbs, s_num)
 
 
 def enumerate_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict[str, list[tuple[int, int]]],
