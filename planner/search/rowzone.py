@@ -21,8 +21,8 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
-from planner.search.netvec import Group, LinkCache
-from planner.search.syncbound import _ring_tables, _suffix_min, zones_needed
+from planner.search.netvec import LinkCache
+from planner.search.syncbound import sync_lower_bound
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
 
@@ -34,25 +34,7 @@ def sync_floor_zones(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
                      copies: int, z_min: int) -> np.ndarray:
     """:func:`planner.search.syncbound.sync_lower_bound` for plans whose rings span at least ``z_min`` zones:
     its fewest zones ``zones_needed(d)`` raised to ``z_min`` (z_min = 1: the same value)."""
-    groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
-    conc = min(t for _, t in combo)
-    per_zone: dict[str, int] = {}
-    for g, t in combo:
-        for z, c in caps_for(cluster, g, t, s_num):
-            per_zone[z] = per_zone.get(z, 0) + c
-    n_cap = copies * max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
-    ring_intra, ring_cross, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
-    di = d.astype(np.int64)
-    n = copies * di
-    z_lo = np.maximum(zones_needed(list(per_zone.values()), di), z_min)
-    out = np.where(z_lo <= 1, ring_intra[n - 1], np.inf)
-    if ring_cross is not None:
-        out = np.where(di >= 2, np.minimum(out, ring_cross[n - 1]), out)
-        inner = _suffix_min(F.zone_reduce_broadcast_s(ring_intra))
-        for z, cz in zip(range(2, len(c) + 2), c):
-            fullest = copies * np.ceil(d / z).astype(np.int64)
-            out = np.where((di >= z) & (z_lo <= z), np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
-    return np.where(n > 1, out, 0.0)
+    return sync_lower_bound(cluster, combo, s_num, grad_bytes, d, cache, copies=copies, z_min=z_min)
 
 
 def zone_sync_table(ctx, cluster: ClusterSpec, tables, cache: LinkCache, task, n_mb: int) -> np.ndarray | None:

@@ -30,9 +30,10 @@ def zones_needed(zone_caps: list[int], d: np.ndarray) -> np.ndarray:
 
 
 def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray,
-                     cache: LinkCache, copies: int = 1) -> np.ndarray:
+                     cache: LinkCache, copies: int = 1, z_min: int = 1) -> np.ndarray:
     """A lower bound on the gradient sync of any plan of the task with d pipelines (0 for d = 1 and one copy)
-    whose largest stage gradient is at least ``grad_bytes``.
+    whose largest stage gradient is at least ``grad_bytes``; ``z_min``: only plans whose rings span at least
+    that many zones (the fewest zones :func:`zones_needed` raised to it; 1: every plan).
 
     ``copies``: how many times each replica appears in the ring (the tied all-reduce: 2, the first and the last
     stage's replica lists, :func:`tied_lower_bound`). With n = copies x d members: one zone (only if one zone
@@ -58,7 +59,7 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
     ring_intra, ring_cross, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
     di = d.astype(np.int64)
     n = copies * di                                                            # ring members
-    z_lo = zones_needed(list(per_zone.values()), di)
+    z_lo = np.maximum(zones_needed(list(per_zone.values()), di), z_min)
     out = np.where(z_lo <= 1, ring_intra[n - 1], np.inf)                     # one zone holds them all
     if ring_cross is not None:
         out = np.where(di >= 2, np.minimum(out, ring_cross[n - 1]), out)
