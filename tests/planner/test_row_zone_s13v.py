@@ -23,6 +23,7 @@ from planner.search.tasks import Task
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor_cases import assert_same_top3, random_pools  # noqa: E402
 from test_search_bounds_h13c import _objectives  # noqa: E402
 from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 
@@ -107,29 +108,12 @@ def test_inflated_zone_floor_fails(monkeypatch):
         _check(_ctx(OURS, False), "A100-40@us-a=2,A100-40@us-b=2,V100-16@us-b=3,V100-16@eu-c=2", 1)
 
 
-def _pools(seed: int) -> str:
-    """6-9 pools over 3 zones, 1-3 GPUs each."""
-    rng = random.Random(6000 + seed)
-    zones = ("us-a", "us-b", "eu-c")
-    pools = rng.sample([(g, z) for g in ("A100-40", "V100-16", "GH-96") for z in zones], rng.randint(6, 9))
-    return ",".join(f"{g}@{z}={rng.randint(1, 3)}" for g, z in pools)
-
-
 @pytest.mark.parametrize("seed", range(9))
 def test_search_same_with_and_without_row_floors(seed, monkeypatch):
-    from planner.cluster import parse_gpus
-    from planner.search import SearchSpace, plan_search
-    ctx = _ctx(OURS, seed % 2 == 1)
-    cluster = parse_gpus(_pools(seed), ctx.catalog)
-    space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False,),
-                        distributed_optimizer=(False, True), tie_embeddings=True, chain_segments=2)
-    objective = Objective(("value", "cost", "throughput")[seed % 3])
-    on = plan_search(ctx, cluster, 16, objective, space, top_k=3)
-    monkeypatch.setattr(rowzone, "ZONE_SYNC", False)
-    monkeypatch.setattr(rowclass, "ROW_CLASS", False)
-    off = plan_search(ctx, cluster, 16, objective, space, top_k=3)
-    assert on.candidates and [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
-        [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+    """6-9 pools over 3 zones; the objective cycles through value, cost and throughput."""
+    gpus = random_pools(random.Random(6000 + seed), ("us-a", "us-b", "eu-c"), 6, 9)
+    assert_same_top3(_ctx(OURS, seed % 2 == 1), gpus, Objective(("value", "cost", "throughput")[seed % 3]),
+                     monkeypatch, [(rowzone, "ZONE_SYNC"), (rowclass, "ROW_CLASS")])
 
 
 def _grid_case(rng: random.Random):

@@ -25,6 +25,7 @@ from planner.search.tasks import Task
 from planner.simulator.settings import OURS, SAILOR_DEEPSPEED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor_cases import assert_same_top3, random_pools  # noqa: E402
 from test_search_bounds_h13c import _objectives  # noqa: E402
 from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 
@@ -98,24 +99,9 @@ def test_cover_cost_matches_brute_force():
         assert got >= best * (1 - 1e-9) - 1e-12 or not np.isfinite(best), (phi, rate, caps, n_mb, got, best)
 
 
-def _eight_pools(seed: int) -> str:
-    """8-9 pools (the engine's floored exact pass starts at 8), 1-3 GPUs each."""
-    rng = random.Random(4000 + seed)
-    zones = ("us-a", "us-b", "us-c", "eu-c")
-    pools = rng.sample([(g, z) for g in ("A100-40", "V100-16", "GH-96") for z in zones], rng.randint(8, 9))
-    return ",".join(f"{g}@{z}={rng.randint(1, 3)}" for g, z in pools)
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_search_same_with_and_without_rate_cover(seed, monkeypatch):
-    from planner.cluster import parse_gpus
-    from planner.search import SearchSpace, costfloor, plan_search
-    ctx = _ctx(OURS, seed % 2 == 1)
-    cluster = parse_gpus(_eight_pools(seed), ctx.catalog)
-    space = SearchSpace(max_stages=3, mbs_options=(1, 2), tp_options=(1, 2), recompute=(False,),
-                        distributed_optimizer=(False, True), tie_embeddings=True, chain_segments=2)
-    on = plan_search(ctx, cluster, 16, Objective("value"), space, top_k=3)
-    monkeypatch.setattr(costfloor, "RATE_COVER", False)
-    off = plan_search(ctx, cluster, 16, Objective("value"), space, top_k=3)
-    assert on.candidates and [(c.key, c.chain, c.pools, c.microbatches) for c in on.candidates] == \
-        [(c.key, c.chain, c.pools, c.microbatches) for c in off.candidates]
+    """8-9 pools (the engine's floored exact pass starts at 8) over 4 zones, the value objective."""
+    from planner.search import costfloor
+    gpus = random_pools(random.Random(4000 + seed), ("us-a", "us-b", "us-c", "eu-c"), 8, 9)
+    assert_same_top3(_ctx(OURS, seed % 2 == 1), gpus, Objective("value"), monkeypatch, [(costfloor, "RATE_COVER")])
