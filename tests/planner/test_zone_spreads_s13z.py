@@ -256,13 +256,13 @@ def test_an_uneven_spread_can_beat_water_filling():
     assert got == pytest.approx(filled, rel=1e-9) and got > every * (1 + 1e-3)
 
 
-# ------------------------------------------------------------- the extension (planner/search/zonespread.py)
+# ------------------------------------------------------ the extension (tests/planner/zone_spread_rows.py)
 
 def test_least_m_spread_is_the_least_over_every_spread():
     """Against every count vector with the same pools used and per-type totals (random caps, 2-3 types, 2-4
     zones): the spread returned has the least fullest zone, or None exactly when the row already has it."""
     import numpy as np
-    from planner.search.zonespread import least_m_spread, spread_rows
+    from tests.planner.zone_spread_rows import least_m_spread, spread_rows
     rng = random.Random(5)
     seen = {"none": 0, "better": 0}
     for _ in range(400):
@@ -313,7 +313,7 @@ def wire_spreads(monkeypatch):
     import numpy as np
     import planner.search.taskrun as taskrun
     from planner.search.caps import caps_for
-    from planner.search.zonespread import spread_rows
+    from tests.planner.zone_spread_rows import spread_rows
     original = taskrun.row_grid
     if "spreads" in inspect.signature(original).parameters:      # wired in taskrun itself: nothing to add
         return
@@ -354,7 +354,7 @@ def test_with_fitted_links_an_uneven_spread_beats_the_planner():
     """Section 9.5's open gap: Sailor's fitted node-pair links differ per zone (36 of its 116 in-zone (type,
     node size) pairs), so where the pipelines go matters even for one type under the flat rule. 4 A100-40 at
     most over zones b (3), c (3), f (2): water-filling's 2 + 2 loses to 3 + 1 by 0.17%; the companions of
-    zonespread (class-link theory) do not cover it. If the search learns such spreads, flip the last line."""
+    zone_spread_rows (class-link theory) do not cover it. If the search learns such spreads, flip the last line."""
     from tests.planner.test_planner_bruteforce import SAILOR_DIR
     if not (SAILOR_DIR / "sailor" / "Planner").is_dir():
         pytest.skip(f"Sailor data folder not found at {SAILOR_DIR} (set SAILOR_DATA)")
