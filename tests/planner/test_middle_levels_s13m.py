@@ -228,7 +228,7 @@ def test_the_split_list_is_never_beaten_by_any_contiguous_split():
 
 @pytest.mark.slow
 def test_the_split_list_is_never_beaten_by_any_contiguous_split_many_cases():
-    assert _sweep(range(100, 220)) >= 1000
+    assert _sweep(range(100, 160)) >= 800
 
 
 FOUND = 35      # slow_case(35): S = 4, 3 micro-batches per pipeline, (1, 4, 2, 1) beats the lowest level's (1, 3, 3, 1)
@@ -300,9 +300,9 @@ def test_uneven_middle_cases_with_slow_links_are_never_beaten():
     split (memory at S in flight) is matched by the search's split list."""
     from benchmarks import uneven_middle as U
     structures = 0
-    for seed in range(1000, 1300):
+    for seed in range(1000, 1150):
         res = U.run_case(U.slow_links(U.random_case(seed), seed), declared_fit=True)
         for r in res:
             assert r.search_ratio <= 1 + REL, (seed, r.s_num, r.replicas, r.best_split, r.search_split)
         structures += len(res)
-    assert structures > 500
+    assert structures > 300

@@ -343,7 +343,7 @@ def test_with_spreads_shared_zones_no_spread_beats_the_planner(monkeypatch, seed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("sync", ["hierarchical", "auto"])
 def test_with_spreads_random_sweep(monkeypatch, seed, sync):
     wire_spreads(monkeypatch)
