@@ -16,7 +16,6 @@ costs time, never exactness. Pure given the context: memory from :mod:`planner.s
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from functools import lru_cache
 from itertools import combinations, product
 import math
@@ -79,19 +78,6 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
     return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
 
 
-def _type_steps(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool, dist: bool,
-                shards: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(replica count D, caps at D) at every D where (g, tp)'s caps change, D ascending (plain: D = 1 only)."""
-    key = ("midcap-steps", g, tp, mbs, s_num, recompute, dist, shards)
-    if key not in tables.memo:
-        m = type_dmin(ctx, tables, g, tp, mbs, s_num, recompute, dist, shards)
-        levels = np.unique(m)
-        levels = levels[levels < NEVER] if dist else np.array([1])
-        caps = (m[None, :, :] <= levels[:, None, None]).sum(axis=1) if len(levels) else np.zeros((0, m.shape[1]))
-        tables.memo[key] = tuple(zip(levels.tolist(), map(tuple, caps.tolist())))
-    return tables.memo[key]
-
-
 def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int,
                 cluster: ClusterSpec | None = None) -> set[tuple[int, ...]]:
     """Every cap vector (length S: first stage, middle stages, last stage) of a pool-plan task of depth S over
@@ -101,44 +87,100 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
     every TP of the options: a superset of what the TP rule and the pool capacities keep); with the
     distributed optimizer the caps at every replica count D >= 1 (they change only where some type's do).
     ``cluster``: only TPs with room for a pipeline of S stages in some pool of the type, and D up to the
-    combination's pipeline capacity (:func:`planner.search.caps.caps_for`, as the tasks' rows)."""
+    combination's pipeline capacity (:func:`planner.search.caps.caps_for`, as the tasks' rows).
+
+    Every depth's vectors come from one pass over the tasks (memoised in ``tables.memo`` for these options and
+    cluster): a task's caps at D on a stage are the layer counts at which every type of the task fits there at
+    D, a prefix of the probe's rows (:func:`type_dmin`), so they are counts of the rows of the elementwise
+    largest smallest-D over the task's types (``M``); the caps change with D only at values of ``M``, each one
+    some type's, so the caps at ``M``'s values up to the task's capacity are the caps at every D the types'
+    own steps give (a D below every value of ``M`` gives zero caps, left out)."""
+    key = ("cap-vectors", id(options), id(cluster))
+    hit = tables.memo.get(key)
+    if hit is None or hit[0] is not options or hit[1] is not cluster:
+        hit = (options, cluster, _all_cap_vectors(ctx, tables, options, cluster))
+        tables.memo[key] = hit
+    return set(hit[2].get(s_num, ()))
+
+
+def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
+               shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once."""
+    type_dmin(ctx, tables, g, tp, mbs, 4, recompute, dist, shards)
+    return tables.memo[("midcap", g, tp, mbs, recompute, dist, shards)]
+
+
+def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]],
+                     cluster: ClusterSpec | None) -> dict[int, set[tuple[int, ...]]]:
+    """{S: :func:`cap_vectors` at depth S} for every S from 4 to L - 1."""
     sp = tables.space
-    top = ctx.model.num_layers - s_num + 1
-    if s_num < 4 or top < 2:
-        return set()
+    L = ctx.model.num_layers
+    depths = list(range(4, L))
+    out: dict[int, set[tuple[int, ...]]] = {s: set() for s in depths}
+    if not depths:
+        return out
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
-    out: set[tuple[int, ...]] = set()
+    s_arr = np.array(depths)
+    cols = np.arange(L)
+    # row S of the layout: a depth-S vector right-aligned in L columns: first at L - S, middles at L - S + 1 ..
+    # L - 2 (the probe's own columns), last at L - 1
+    first_col = (cols[None, :] == (L - s_arr)[:, None])
     for mbs in sorted({m for g in types for m, _ in options[g]}):
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
-        room = {(g, t): 0 for g in types for t in choices[g]}
-        for g, t in room:
-            room[g, t] = NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s_num))
-        choices = {g: [t for t in c if room[g, t] > 0] for g, c in choices.items()}
+        room = {(g, t): np.array([NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s))
+                                  for s in depths], dtype=np.int64) for g in types for t in choices[g]}
         for rc, dist in product(sp.recompute, sp.distributed_optimizer):
             for k in range(1, max_types + 1):
                 for subset in combinations(types, k):
                     for tps in product(*(choices[g] for g in subset)):
+                        rooms = [room[g, t] for g, t in zip(subset, tps)]
+                        ok = np.logical_and.reduce([r > 0 for r in rooms])
+                        if not ok.any():
+                            continue
+                        dcap = np.sum(rooms, axis=0)
                         lcm = math.lcm(*tps)
-                        steps = [_type_steps(ctx, tables, g, t, mbs, s_num, rc, dist, lcm // t if dist else 1)
-                                 for g, t in zip(subset, tps)]
-                        if any(not st for st in steps):
-                            continue
-                        dcap = sum(room[g, t] for g, t in zip(subset, tps))
-                        if len(steps) == 1:
-                            out.update(c for d, c in steps[0] if min(c) >= 1 and min(c[1:-1]) < top and d <= dcap)
-                            continue
-                        for d in sorted({d for st in steps for d, _ in st if d <= dcap}):
-                            at = [bisect_right(st, (d, BIG)) - 1 for st in steps]     # each type's caps at d
-                            if min(at) < 0:
-                                continue
-                            cap = tuple(map(min, zip(*(st[i][1] for st, i in zip(steps, at)))))
-                            if min(cap) >= 1 and min(cap[1:-1]) < top:
-                                out.add(cap)
+                        tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
+                                for g, t in zip(subset, tps)]
+                        _task_vectors(L, s_arr, first_col, tabs, dist, ok, dcap, out)
     return out
 
 
-BIG = (1 << 62,)      # sorts after every caps tuple
+def _task_vectors(L: int, s_arr: np.ndarray, first_col: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
+                  dist: bool, ok: np.ndarray, dcap: np.ndarray, out: dict[int, set[tuple[int, ...]]]) -> None:
+    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``out`` (``dcap``: per depth the
+    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`)."""
+    mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
+    end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
+    if dist:
+        vals = np.unique(np.concatenate([mid.ravel(), end.ravel()]))
+        vals = vals[vals < NEVER]
+        if not len(vals):
+            return
+    else:
+        vals = np.array([1])
+    cnt_mid = (mid[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L]
+    cnt_end = (end[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L + 1]
+    # [S, V, L]: the layout of every depth's vector at every D, each cap at most L - S + 1
+    lay = np.where(first_col[:, None, :], cnt_end[None, :, :L], cnt_mid[None, :, :])
+    lay[:, :, L - 1] = cnt_end[None, :, L]
+    top = (L - s_arr + 1)[:, None, None]
+    lay = np.minimum(lay, top)
+    cols = np.arange(L)[None, None, :]
+    start = (L - s_arr)[:, None, None]
+    inside = cols >= start
+    is_mid = inside & (cols > start) & (cols < L - 1)
+    pos = np.where(inside, lay, L + 1).min(axis=2) >= 1                            # min(cap) >= 1
+    binds = (np.where(is_mid, lay, L + 1).min(axis=2) < top[:, :, 0])              # min(middles) < top
+    keep = pos & binds & ok[:, None] & (vals[None, :] <= dcap[:, None])
+    si, vi = np.nonzero(keep)
+    if not len(si):
+        return
+    rows = lay[si, vi].tolist()
+    for s_i, row in zip(si.tolist(), rows):
+        s = int(s_arr[s_i])
+        out[s].add(tuple(row[L - s:]))
+
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
 # that can win (few micro-batches per pipeline, slow links) come from planner.search.midlevels.
