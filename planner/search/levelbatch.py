@@ -131,3 +131,43 @@ def level_rows(num_layers: int, n: int, vec: np.ndarray, slack, last_below) -> t
     need = np.column_stack([rows[:, 1:-1].max(axis=1) - best, rows[:, 0] - best, rows[:, -1] - best])
     return rows, need
 
+
+
+def lowest_rows(num_layers: int, n: int, vec: np.ndarray) -> np.ndarray:
+    """[K, n + 2] every split of :func:`planner.search.midcaps.cap_bound_splits` (with ``LOWEST_ONLY``) before
+    the family's rows are removed, each once, sorted, for the cap vectors ``vec`` ([V, n + 2]) at every middle
+    total R = n .. L - 2: per (R, vector) whose family staircase (level ``ceil(R / n)``) does not fit under the
+    middle caps (at most R - n + 1) and some middle does, the front-loaded middle at the lowest level that fits
+    (bisection as in :func:`higher_middles_batch`), with every first stage size a in
+    ``max(1, ends - last cap) .. min(ends - 1, first cap)`` (ends = L - R) and last ends - a."""
+    L = num_layers
+    totals = np.arange(n, L - 1)
+    V = len(vec)
+    if not len(totals) or not V:
+        return np.zeros((0, n + 2), dtype=np.int64)
+    tv = np.repeat(totals, V)
+    caps = np.minimum(np.tile(vec[:, 1:-1], (len(totals), 1)), (tv - n + 1)[:, None])
+    a_cap, c_cap = np.tile(vec[:, 0], len(totals)), np.tile(vec[:, -1], len(totals))
+    m0 = -(-tv // n)
+    stair = _front_loaded_rows(tv, np.broadcast_to(tv[:, None], caps.shape), m0)
+    need = ~(caps >= stair).all(axis=1) & (caps.min(axis=1) >= 1) & (caps.sum(axis=1) >= tv)
+    tv, caps, a_cap, c_cap, m0 = tv[need], caps[need], a_cap[need], c_cap[need], m0[need]
+    if not len(tv):
+        return np.zeros((0, n + 2), dtype=np.int64)
+    a, b = m0.copy(), tv - n + 1                # room at R - n + 1 is sum(caps) >= R: some level fits
+    while True:
+        act = a < b
+        if not act.any():
+            break
+        mid = (a + b) // 2
+        good = np.minimum(caps, mid[:, None]).sum(axis=1) >= tv
+        b = np.where(act & good, mid, b)
+        a = np.where(act & ~good, mid + 1, a)
+    mids = _front_loaded_rows(tv, caps, a)
+    ends = L - tv
+    lo, hi = np.maximum(1, ends - c_cap), np.minimum(ends - 1, a_cap)
+    a_all = np.arange(1, L - n)
+    p_idx, a_idx = np.nonzero((a_all[None, :] >= lo[:, None]) & (a_all[None, :] <= hi[:, None]))
+    first = a_all[a_idx]
+    rows = np.column_stack([first, mids[p_idx], ends[p_idx] - first])
+    return unique_rows(rows)[0].reshape(-1, n + 2)

@@ -24,6 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
+from planner.search.levelbatch import lowest_rows
 from planner.search.splits import front_loaded
 from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
 from planner.simulator import formulas as F
@@ -245,20 +246,23 @@ def cap_bound_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], fa
     L, n = num_layers, s_num - 2
     if not caps:
         return np.zeros((0, s_num), dtype=np.int64)
-    have = {tuple(r) for r in family.tolist()}
     arr = np.array(sorted(caps), dtype=np.int64)
-    rows: set[tuple[int, ...]] = set()
+    if LOWEST_ONLY:                                 # every total at once (planner.search.levelbatch)
+        rows = lowest_rows(L, n, arr)
+        if not len(rows) or not len(family):
+            return rows
+        have = {tuple(r) for r in family.tolist()}
+        fresh = np.array([tuple(r) not in have for r in rows.tolist()], dtype=bool)
+        return rows[fresh].reshape(-1, s_num)
+    have = {tuple(r) for r in family.tolist()}
+    out: set[tuple[int, ...]] = set()
     for total in range(n, L - 1):
         ends = L - total                            # first + last
-        if LOWEST_ONLY:
-            mids, at = lowest_middles(total, arr[:, 1:-1])
-            keys = set(zip(map(tuple, mids.tolist()), arr[at, 0].tolist(), arr[at, -1].tolist()))
-        else:
-            keys = {(m, cap[0], cap[-1]) for cap in caps
-                    for m in cap_bound_middles(total, tuple(min(x, total - n + 1) for x in cap[1:-1]))}
+        keys = {(m, cap[0], cap[-1]) for cap in caps
+                for m in cap_bound_middles(total, tuple(min(x, total - n + 1) for x in cap[1:-1]))}
         for m, a_cap, c_cap in keys:
             for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
                 row = (a,) + m + (ends - a,)
                 if row not in have:
-                    rows.add(row)
-    return np.array(sorted(rows), dtype=np.int64).reshape(-1, s_num)
+                    out.add(row)
+    return np.array(sorted(out), dtype=np.int64).reshape(-1, s_num)

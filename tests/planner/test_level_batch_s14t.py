@@ -133,3 +133,54 @@ def test_higher_middles_batch_equals_the_row_rule_at_mixed_totals():
             want = ML.higher_middles(t, tuple(arr[i].tolist()), slack)     # caps at most total - n + 1
             assert int(low_max[i]) == want[0]
             assert tuple(map(tuple, mids[at == i].tolist())) == want[1]
+
+
+def reference_cap_bound_splits(num_layers, s_num, caps, family):
+    """The per-total loop of sessions 12-13 (``LOWEST_ONLY``)."""
+    from planner.search.midcaps import lowest_middles
+    L, n = num_layers, s_num - 2
+    if not caps:
+        return np.zeros((0, s_num), dtype=np.int64)
+    have = {tuple(r) for r in family.tolist()}
+    arr = np.array(sorted(caps), dtype=np.int64)
+    rows = set()
+    for total in range(n, L - 1):
+        ends = L - total
+        mids, at = lowest_middles(total, arr[:, 1:-1])
+        for m, a_cap, c_cap in set(zip(map(tuple, mids.tolist()), arr[at, 0].tolist(), arr[at, -1].tolist())):
+            for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
+                row = (a,) + m + (ends - a,)
+                if row not in have:
+                    rows.add(row)
+    return np.array(sorted(rows), dtype=np.int64).reshape(-1, s_num)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_batched_cap_bound_splits_equal_the_per_total_loop(seed):
+    from planner.search.midcaps import cap_bound_splits
+    from planner.search.tables import split_family
+    rng = random.Random(100 + seed)
+    L = rng.randint(6, 40)
+    S = rng.randint(4, min(L - 1, 24))
+    top = L - S + 1
+    caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
+            for _ in range(rng.randint(0, 40))}
+    fam = split_family(L, S)
+    want = reference_cap_bound_splits(L, S, caps, fam)
+    got = cap_bound_splits(L, S, caps, fam)
+    assert got.shape == want.shape and (got == want).all(), (seed, L, S)
+    if seed == 0:
+        listed = sum(len(reference_cap_bound_splits(*c)) > 0 for c in _cases_for_cap_bound())
+        assert listed >= 20
+
+
+def _cases_for_cap_bound():
+    from planner.search.tables import split_family
+    for seed in range(60):
+        rng = random.Random(100 + seed)
+        L = rng.randint(6, 40)
+        S = rng.randint(4, min(L - 1, 24))
+        top = L - S + 1
+        caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
+                for _ in range(rng.randint(0, 40))}
+        yield L, S, caps, split_family(L, S)
