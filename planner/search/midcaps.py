@@ -68,12 +68,14 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
         counts = _probe(L)
         inflight = np.arange(L, 0, -1)
         none = np.zeros((1, L), dtype=bool)
-        mid = _dmin(ctx, tables, tt, counts, none, none, inflight, recompute, dist, shards)
         ends = np.repeat(np.arange(1, counts.shape[0] + 1)[:, None], L + 1, axis=1)
         first = (np.arange(L + 1) < L)[None, :]             # columns 0 .. L - 1: a first stage, L - j in flight
         last = ~first                                       # column L: a last stage, one in flight
-        end = _dmin(ctx, tables, tt, ends, first, last, np.append(inflight, 1), recompute, dist, shards)
-        tables.memo[key] = (mid, end)
+        # the middle probe's L columns and the ends' L + 1 side by side in one call: every entry's answer and
+        # the running maximum down each column are the entry's and the column's own
+        both = _dmin(ctx, tables, tt, np.hstack([counts, ends]), np.hstack([none, first]),
+                     np.hstack([none, last]), np.concatenate([inflight, inflight, [1]]), recompute, dist, shards)
+        tables.memo[key] = (both[:, :L], both[:, L:])
     mid, end = tables.memo[key]
     c = L - s_num + 1
     return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])

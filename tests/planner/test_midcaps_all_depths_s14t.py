@@ -90,3 +90,29 @@ def test_some_random_case_has_binding_vectors_with_several_steps():
         got = [cap_vectors(ctx, tables, tables.options, s, tables.cluster) for s in range(4, ctx.model.num_layers)]
         many += sum(len(v) for v in got) >= 3
     assert many >= 3
+
+
+def _separate_probe_tables(ctx, tables, g, tp, mbs, rc, dist, shards):
+    """The middle and end probe tables computed apart, as before session 14."""
+    from planner.search.midcaps import _dmin, _probe
+    L = ctx.model.num_layers
+    tt = tables.table(g, tp, mbs)
+    counts, inflight, none = _probe(L), np.arange(L, 0, -1), np.zeros((1, L), dtype=bool)
+    mid = _dmin(ctx, tables, tt, counts, none, none, inflight, rc, dist, shards)
+    ends = np.repeat(np.arange(1, counts.shape[0] + 1)[:, None], L + 1, axis=1)
+    first = (np.arange(L + 1) < L)[None, :]
+    end = _dmin(ctx, tables, tt, ends, first, ~first, np.append(inflight, 1), rc, dist, shards)
+    return mid, end
+
+
+@pytest.mark.parametrize("seed", range(2000, 2020))
+def test_one_call_probe_tables_equal_the_separate_ones(seed):
+    ctx, tables = _case(seed, with_cluster=True)
+    L = ctx.model.num_layers
+    for g, opts in tables.options.items():
+        for mbs, tp in opts:
+            for rc, dist, shards in ((False, False, 1), (True, False, 1), (False, True, 1), (True, True, 2)):
+                type_dmin(ctx, tables, g, tp, mbs, min(4, L), rc, dist, shards)
+                got = tables.memo[("midcap", g, tp, mbs, rc, dist, shards)]
+                want = _separate_probe_tables(ctx, tables, g, tp, mbs, rc, dist, shards)
+                assert all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(got, want)), (seed, g, tp)
