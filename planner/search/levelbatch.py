@@ -75,10 +75,19 @@ def unique_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lexicographic order of ``arr``'s rows)."""
     if not len(arr):
         return arr, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    order = np.lexsort(arr.T[::-1])
-    srt = arr[order]
-    start = np.ones(len(arr), dtype=bool)
-    start[1:] = (srt[1:] != srt[:-1]).any(axis=1)
+    if arr.shape[1] and 0 <= arr.min() and arr.max() < 255:
+        # one byte a column, plus one (numpy's bytes ignore trailing zero bytes): bytes order is the rows' order
+        key = np.ascontiguousarray(arr + 1, dtype=np.uint8).view(f"S{arr.shape[1]}").ravel()
+        order = np.argsort(key, kind="stable")
+        srt_key = key[order]
+        srt = arr[order]
+        start = np.ones(len(arr), dtype=bool)
+        start[1:] = srt_key[1:] != srt_key[:-1]
+    else:
+        order = np.lexsort(arr.T[::-1])
+        srt = arr[order]
+        start = np.ones(len(arr), dtype=bool)
+        start[1:] = (srt[1:] != srt[:-1]).any(axis=1)
     inv = np.empty(len(arr), dtype=np.int64)
     inv[order] = np.cumsum(start) - 1
     return srt[start], inv, order

@@ -125,10 +125,8 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
     s_arr = np.array(depths)
-    cols = np.arange(L)
-    # row S of the layout: a depth-S vector right-aligned in L columns: first at L - S, middles at L - S + 1 ..
-    # L - 2 (the probe's own columns), last at L - 1
-    first_col = (cols[None, :] == (L - s_arr)[:, None])
+    # a depth-S vector sits right-aligned in L columns: first at L - S, middles at L - S + 1 .. L - 2 (the
+    # probe's own columns), last at L - 1
     for mbs in sorted({m for g in types for m, _ in options[g]}):
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
         room = {(g, t): np.array([NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s))
@@ -145,14 +143,17 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
                         lcm = math.lcm(*tps)
                         tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
                                 for g, t in zip(subset, tps)]
-                        _task_vectors(L, s_arr, first_col, tabs, dist, ok, dcap, out)
+                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, out)
     return out
 
 
-def _task_vectors(L: int, s_arr: np.ndarray, first_col: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
+def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
                   dist: bool, ok: np.ndarray, dcap: np.ndarray, out: dict[int, set[tuple[int, ...]]]) -> None:
     """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``out`` (``dcap``: per depth the
-    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`)."""
+    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`). Depth S's vector at D: the counts at D
+    of the ends' column L - S (first), the middle probe's columns L - S + 1 .. L - 2 and the ends' column L
+    (last), each at most L - S + 1; its caps are all >= 1 and some middle one binds iff the first and last
+    counts are >= 1 and the least middle count (a suffix minimum over the columns) is >= 1 and < L - S + 1."""
     mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
     end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
     if dist:
@@ -164,25 +165,22 @@ def _task_vectors(L: int, s_arr: np.ndarray, first_col: np.ndarray, tabs: list[t
         vals = np.array([1])
     cnt_mid = (mid[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L]
     cnt_end = (end[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L + 1]
-    # [S, V, L]: the layout of every depth's vector at every D, each cap at most L - S + 1
-    lay = np.where(first_col[:, None, :], cnt_end[None, :, :L], cnt_mid[None, :, :])
-    lay[:, :, L - 1] = cnt_end[None, :, L]
-    top = (L - s_arr + 1)[:, None, None]
-    lay = np.minimum(lay, top)
-    cols = np.arange(L)[None, None, :]
-    start = (L - s_arr)[:, None, None]
-    inside = cols >= start
-    is_mid = inside & (cols > start) & (cols < L - 1)
-    pos = np.where(inside, lay, L + 1).min(axis=2) >= 1                            # min(cap) >= 1
-    binds = (np.where(is_mid, lay, L + 1).min(axis=2) < top[:, :, 0])              # min(middles) < top
-    keep = pos & binds & ok[:, None] & (vals[None, :] <= dcap[:, None])
-    si, vi = np.nonzero(keep)
-    if not len(si):
+    # least middle count from column j to L - 2, per D: [V, L - 1] (column L - 1 unused)
+    suf = np.minimum.accumulate(cnt_mid[:, L - 2::-1], axis=1)[:, ::-1]
+    top = L - s_arr + 1                                                              # [S]
+    least = suf[:, L - s_arr + 1]                                                   # [V, S]
+    keep = ((cnt_end[:, L - s_arr] >= 1) & (cnt_end[:, L:] >= 1) & (least >= 1) & (least < top[None, :])
+            & ok[None, :] & (vals[:, None] <= dcap[None, :]))
+    vi, si = np.nonzero(keep)
+    if not len(vi):
         return
-    rows = lay[si, vi].tolist()
-    for s_i, row in zip(si.tolist(), rows):
-        s = int(s_arr[s_i])
-        out[s].add(tuple(row[L - s:]))
+    lay = cnt_mid[vi].copy()                                                        # [P, L]
+    first = L - s_arr[si]
+    lay[np.arange(len(vi)), first] = cnt_end[vi, first]
+    lay[:, L - 1] = cnt_end[vi, L]
+    lay = np.minimum(lay, top[si][:, None])
+    for s, f, row in zip(s_arr[si].tolist(), first.tolist(), lay.tolist()):
+        out[s].add(tuple(row[f:]))
 
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels

@@ -184,3 +184,15 @@ def _cases_for_cap_bound():
         caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
                 for _ in range(rng.randint(0, 40))}
         yield L, S, caps, split_family(L, S)
+
+
+def test_unique_rows_equal_a_lexsort_on_small_and_large_values():
+    rng = np.random.default_rng(3)
+    for hi in (2, 5, 40, 254, 255, 1000):
+        for k in (1, 2, 7, 30):
+            arr = rng.integers(0, hi + 1, size=(int(rng.integers(1, 400)), k))
+            srt, inv, order = unique_rows(arr)
+            want_order = np.lexsort(arr.T[::-1])
+            assert np.array_equal(order, want_order)
+            want = np.unique(arr, axis=0)
+            assert np.array_equal(srt, want) and np.array_equal(srt[inv], arr)
