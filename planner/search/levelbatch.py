@@ -127,19 +127,22 @@ def level_rows(num_layers: int, n: int, vec: np.ndarray, slack, last_below) -> t
     # per group, the first stage sizes some vector of the group allows: the pairs sorted by group, OR-reduced
     starts = np.flatnonzero(np.r_[True, np.diff(inv[order]) != 0])
     firsts = np.logical_or.reduceat(per[order], starts, axis=0)
-    e_idx, a_idx = np.nonzero(firsts[at])
-    if not len(e_idx):
+    # per distinct higher middle (its total is its sum) and first stage size a: allowed where some group giving
+    # that middle allows a, and the largest max(low) of those groups (each part of the need is least there)
+    mu, minv, morder = unique_rows(hm)
+    allow = firsts[at]                                                 # [E, A]
+    lows = np.where(allow, low_max[at][:, None], np.iinfo(np.int64).min)
+    mstarts = np.flatnonzero(np.r_[True, np.diff(minv[morder]) != 0])
+    allowed = np.logical_or.reduceat(allow[morder], mstarts, axis=0)  # [M, A]
+    best_all = np.maximum.reduceat(lows[morder], mstarts, axis=0)
+    m_idx, a_idx = np.nonzero(allowed)
+    if not len(m_idx):
         return empty
     a = a_all[a_idx]
-    rows = np.column_stack([a, hm[e_idx], L - g_tot[at[e_idx]] - a])
-    low = low_max[at[e_idx]]
-    # the same split from several groups (one total): each part of the need is least at the largest max(low)
-    rows, back, _ = unique_rows(rows)
-    best = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(best, back, low)
+    rows = np.column_stack([a, mu[m_idx], L - mu[m_idx].sum(axis=1) - a])
+    best = best_all[m_idx, a_idx]
     need = np.column_stack([rows[:, 1:-1].max(axis=1) - best, rows[:, 0] - best, rows[:, -1] - best])
     return rows, need
-
 
 
 def lowest_rows(num_layers: int, n: int, vec: np.ndarray) -> np.ndarray:
