@@ -183,3 +183,18 @@ def lowest_rows(num_layers: int, n: int, vec: np.ndarray) -> np.ndarray:
     first = a_all[a_idx]
     rows = np.column_stack([first, mids[p_idx], ends[p_idx] - first])
     return unique_rows(rows)[0].reshape(-1, n + 2)
+
+
+def fresh_rows(rows: np.ndarray, have: np.ndarray) -> np.ndarray:
+    """[K] whether each row of ``rows`` ([K, S] integers) is not a row of ``have`` ([H, S]): one bytes key per
+    row where every value is in 0 .. 254, else a set of tuples."""
+    if not len(rows) or not len(have):
+        return np.ones(len(rows), dtype=bool)
+    both = (rows.min(), rows.max(), have.min(), have.max())
+    if rows.shape[1] and min(both) >= 0 and max(both) < 255:
+        width = f"S{rows.shape[1]}"
+        key = np.ascontiguousarray(rows + 1, dtype=np.uint8).view(width).ravel()
+        known = np.ascontiguousarray(have + 1, dtype=np.uint8).view(width).ravel()
+        return ~np.isin(key, known)
+    known_set = {tuple(r) for r in have.tolist()}
+    return np.array([tuple(r) not in known_set for r in rows.tolist()], dtype=bool)

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.search.levelbatch import lowest_rows
+from planner.search.levelbatch import fresh_rows, lowest_rows
 from planner.search.splits import front_loaded
 from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
 from planner.simulator import formulas as F
@@ -251,9 +251,7 @@ def cap_bound_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], fa
         rows = lowest_rows(L, n, arr)
         if not len(rows) or not len(family):
             return rows
-        have = {tuple(r) for r in family.tolist()}
-        fresh = np.array([tuple(r) not in have for r in rows.tolist()], dtype=bool)
-        return rows[fresh].reshape(-1, s_num)
+        return rows[fresh_rows(rows, np.asarray(family, dtype=np.int64).reshape(-1, s_num))].reshape(-1, s_num)
     have = {tuple(r) for r in family.tolist()}
     out: set[tuple[int, ...]] = set()
     for total in range(n, L - 1):

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.network import Endpoint
-from planner.search.levelbatch import level_rows
+from planner.search.levelbatch import fresh_rows, level_rows
 from planner.search.netvec import checked_time
 from planner.search.splits import front_loaded
 from planner.simulator import formulas as F
@@ -213,8 +213,7 @@ def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack:
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
     have = np.asarray(have, dtype=np.int64).reshape(-1, s_num)
     if len(have):
-        known = {tuple(r) for r in have.tolist()}
-        fresh = np.array([tuple(r) not in known for r in rows.tolist()], dtype=bool)
+        fresh = fresh_rows(rows, have)
         rows, need = rows[fresh], need[fresh]
     order = np.lexsort(rows.T[::-1])
     return rows[order].reshape(-1, s_num), need[order].astype(float).reshape(-1, 3)

@@ -196,3 +196,16 @@ def test_unique_rows_equal_a_lexsort_on_small_and_large_values():
             assert np.array_equal(order, want_order)
             want = np.unique(arr, axis=0)
             assert np.array_equal(srt, want) and np.array_equal(srt[inv], arr)
+
+
+def test_fresh_rows_equal_a_set_difference():
+    from planner.search.levelbatch import fresh_rows
+    rng = np.random.default_rng(4)
+    for hi in (3, 30, 254, 255, 600):
+        for k in (1, 3, 12):
+            rows = rng.integers(0, hi + 1, size=(int(rng.integers(0, 300)), k))
+            have = np.concatenate([rows[: len(rows) // 3], rng.integers(0, hi + 1, size=(50, k))])
+            known = {tuple(r) for r in have.tolist()}
+            want = np.array([tuple(r) not in known for r in rows.tolist()], dtype=bool)
+            assert np.array_equal(fresh_rows(rows, have), want)
+            assert fresh_rows(rows, have[:0]).all()
