@@ -16,7 +16,6 @@ costs time, never exactness. Pure given the context: memory from :mod:`planner.s
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from functools import lru_cache
 from itertools import combinations, product
 import math
@@ -25,6 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
+from planner.search.levelbatch import fresh_rows, lowest_rows
 from planner.search.splits import front_loaded
 from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
 from planner.simulator import formulas as F
@@ -68,28 +68,17 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
         counts = _probe(L)
         inflight = np.arange(L, 0, -1)
         none = np.zeros((1, L), dtype=bool)
-        mid = _dmin(ctx, tables, tt, counts, none, none, inflight, recompute, dist, shards)
         ends = np.repeat(np.arange(1, counts.shape[0] + 1)[:, None], L + 1, axis=1)
         first = (np.arange(L + 1) < L)[None, :]             # columns 0 .. L - 1: a first stage, L - j in flight
         last = ~first                                       # column L: a last stage, one in flight
-        end = _dmin(ctx, tables, tt, ends, first, last, np.append(inflight, 1), recompute, dist, shards)
-        tables.memo[key] = (mid, end)
+        # the middle probe's L columns and the ends' L + 1 side by side in one call: every entry's answer and
+        # the running maximum down each column are the entry's and the column's own
+        both = _dmin(ctx, tables, tt, np.hstack([counts, ends]), np.hstack([none, first]),
+                     np.hstack([none, last]), np.concatenate([inflight, inflight, [1]]), recompute, dist, shards)
+        tables.memo[key] = (both[:, :L], both[:, L:])
     mid, end = tables.memo[key]
     c = L - s_num + 1
     return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
-
-
-def _type_steps(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, recompute: bool, dist: bool,
-                shards: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(replica count D, caps at D) at every D where (g, tp)'s caps change, D ascending (plain: D = 1 only)."""
-    key = ("midcap-steps", g, tp, mbs, s_num, recompute, dist, shards)
-    if key not in tables.memo:
-        m = type_dmin(ctx, tables, g, tp, mbs, s_num, recompute, dist, shards)
-        levels = np.unique(m)
-        levels = levels[levels < NEVER] if dist else np.array([1])
-        caps = (m[None, :, :] <= levels[:, None, None]).sum(axis=1) if len(levels) else np.zeros((0, m.shape[1]))
-        tables.memo[key] = tuple(zip(levels.tolist(), map(tuple, caps.tolist())))
-    return tables.memo[key]
 
 
 def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int,
@@ -101,44 +90,98 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
     every TP of the options: a superset of what the TP rule and the pool capacities keep); with the
     distributed optimizer the caps at every replica count D >= 1 (they change only where some type's do).
     ``cluster``: only TPs with room for a pipeline of S stages in some pool of the type, and D up to the
-    combination's pipeline capacity (:func:`planner.search.caps.caps_for`, as the tasks' rows)."""
+    combination's pipeline capacity (:func:`planner.search.caps.caps_for`, as the tasks' rows).
+
+    Every depth's vectors come from one pass over the tasks (memoised in ``tables.memo`` for these options and
+    cluster): a task's caps at D on a stage are the layer counts at which every type of the task fits there at
+    D, a prefix of the probe's rows (:func:`type_dmin`), so they are counts of the rows of the elementwise
+    largest smallest-D over the task's types (``M``); the caps change with D only at values of ``M``, each one
+    some type's, so the caps at ``M``'s values up to the task's capacity are the caps at every D the types'
+    own steps give (a D below every value of ``M`` gives zero caps, left out)."""
+    key = ("cap-vectors", id(options), id(cluster))
+    hit = tables.memo.get(key)
+    if hit is None or hit[0] is not options or hit[1] is not cluster:
+        hit = (options, cluster, _all_cap_vectors(ctx, tables, options, cluster))
+        tables.memo[key] = hit
+    return set(hit[2].get(s_num, ()))
+
+
+def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
+               shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once."""
+    type_dmin(ctx, tables, g, tp, mbs, 4, recompute, dist, shards)
+    return tables.memo[("midcap", g, tp, mbs, recompute, dist, shards)]
+
+
+def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]],
+                     cluster: ClusterSpec | None) -> dict[int, set[tuple[int, ...]]]:
+    """{S: :func:`cap_vectors` at depth S} for every S from 4 to L - 1."""
     sp = tables.space
-    top = ctx.model.num_layers - s_num + 1
-    if s_num < 4 or top < 2:
-        return set()
+    L = ctx.model.num_layers
+    depths = list(range(4, L))
+    out: dict[int, set[tuple[int, ...]]] = {s: set() for s in depths}
+    if not depths:
+        return out
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
-    out: set[tuple[int, ...]] = set()
+    s_arr = np.array(depths)
+    # a depth-S vector sits right-aligned in L columns: first at L - S, middles at L - S + 1 .. L - 2 (the
+    # probe's own columns), last at L - 1
     for mbs in sorted({m for g in types for m, _ in options[g]}):
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
-        room = {(g, t): 0 for g in types for t in choices[g]}
-        for g, t in room:
-            room[g, t] = NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s_num))
-        choices = {g: [t for t in c if room[g, t] > 0] for g, c in choices.items()}
+        room = {(g, t): np.array([NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s))
+                                  for s in depths], dtype=np.int64) for g in types for t in choices[g]}
         for rc, dist in product(sp.recompute, sp.distributed_optimizer):
             for k in range(1, max_types + 1):
                 for subset in combinations(types, k):
                     for tps in product(*(choices[g] for g in subset)):
+                        rooms = [room[g, t] for g, t in zip(subset, tps)]
+                        ok = np.logical_and.reduce([r > 0 for r in rooms])
+                        if not ok.any():
+                            continue
+                        dcap = np.sum(rooms, axis=0)
                         lcm = math.lcm(*tps)
-                        steps = [_type_steps(ctx, tables, g, t, mbs, s_num, rc, dist, lcm // t if dist else 1)
-                                 for g, t in zip(subset, tps)]
-                        if any(not st for st in steps):
-                            continue
-                        dcap = sum(room[g, t] for g, t in zip(subset, tps))
-                        if len(steps) == 1:
-                            out.update(c for d, c in steps[0] if min(c) >= 1 and min(c[1:-1]) < top and d <= dcap)
-                            continue
-                        for d in sorted({d for st in steps for d, _ in st if d <= dcap}):
-                            at = [bisect_right(st, (d, BIG)) - 1 for st in steps]     # each type's caps at d
-                            if min(at) < 0:
-                                continue
-                            cap = tuple(map(min, zip(*(st[i][1] for st, i in zip(steps, at)))))
-                            if min(cap) >= 1 and min(cap[1:-1]) < top:
-                                out.add(cap)
+                        tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
+                                for g, t in zip(subset, tps)]
+                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, out)
     return out
 
 
-BIG = (1 << 62,)      # sorts after every caps tuple
+def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
+                  dist: bool, ok: np.ndarray, dcap: np.ndarray, out: dict[int, set[tuple[int, ...]]]) -> None:
+    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``out`` (``dcap``: per depth the
+    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`). Depth S's vector at D: the counts at D
+    of the ends' column L - S (first), the middle probe's columns L - S + 1 .. L - 2 and the ends' column L
+    (last), each at most L - S + 1; its caps are all >= 1 and some middle one binds iff the first and last
+    counts are >= 1 and the least middle count (a suffix minimum over the columns) is >= 1 and < L - S + 1."""
+    mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
+    end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
+    if dist:
+        vals = np.unique(np.concatenate([mid.ravel(), end.ravel()]))
+        vals = vals[vals < NEVER]
+        if not len(vals):
+            return
+    else:
+        vals = np.array([1])
+    cnt_mid = (mid[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L]
+    cnt_end = (end[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L + 1]
+    # least middle count from column j to L - 2, per D: [V, L - 1] (column L - 1 unused)
+    suf = np.minimum.accumulate(cnt_mid[:, L - 2::-1], axis=1)[:, ::-1]
+    top = L - s_arr + 1                                                              # [S]
+    least = suf[:, L - s_arr + 1]                                                   # [V, S]
+    keep = ((cnt_end[:, L - s_arr] >= 1) & (cnt_end[:, L:] >= 1) & (least >= 1) & (least < top[None, :])
+            & ok[None, :] & (vals[:, None] <= dcap[None, :]))
+    vi, si = np.nonzero(keep)
+    if not len(vi):
+        return
+    lay = cnt_mid[vi].copy()                                                        # [P, L]
+    first = L - s_arr[si]
+    lay[np.arange(len(vi)), first] = cnt_end[vi, first]
+    lay[:, L - 1] = cnt_end[vi, L]
+    lay = np.minimum(lay, top[si][:, None])
+    for s, f, row in zip(s_arr[si].tolist(), first.tolist(), lay.tolist()):
+        out[s].add(tuple(row[f:]))
+
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
 # that can win (few micro-batches per pipeline, slow links) come from planner.search.midlevels.
@@ -203,20 +246,21 @@ def cap_bound_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], fa
     L, n = num_layers, s_num - 2
     if not caps:
         return np.zeros((0, s_num), dtype=np.int64)
-    have = {tuple(r) for r in family.tolist()}
     arr = np.array(sorted(caps), dtype=np.int64)
-    rows: set[tuple[int, ...]] = set()
+    if LOWEST_ONLY:                                 # every total at once (planner.search.levelbatch)
+        rows = lowest_rows(L, n, arr)
+        if not len(rows) or not len(family):
+            return rows
+        return rows[fresh_rows(rows, np.asarray(family, dtype=np.int64).reshape(-1, s_num))].reshape(-1, s_num)
+    have = {tuple(r) for r in family.tolist()}
+    out: set[tuple[int, ...]] = set()
     for total in range(n, L - 1):
         ends = L - total                            # first + last
-        if LOWEST_ONLY:
-            mids, at = lowest_middles(total, arr[:, 1:-1])
-            keys = set(zip(map(tuple, mids.tolist()), arr[at, 0].tolist(), arr[at, -1].tolist()))
-        else:
-            keys = {(m, cap[0], cap[-1]) for cap in caps
-                    for m in cap_bound_middles(total, tuple(min(x, total - n + 1) for x in cap[1:-1]))}
+        keys = {(m, cap[0], cap[-1]) for cap in caps
+                for m in cap_bound_middles(total, tuple(min(x, total - n + 1) for x in cap[1:-1]))}
         for m, a_cap, c_cap in keys:
             for a in range(max(1, ends - c_cap), min(ends - 1, a_cap) + 1):
                 row = (a,) + m + (ends - a,)
                 if row not in have:
-                    rows.add(row)
-    return np.array(sorted(rows), dtype=np.int64).reshape(-1, s_num)
+                    out.add(row)
+    return np.array(sorted(out), dtype=np.int64).reshape(-1, s_num)

@@ -24,6 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.network import Endpoint
+from planner.search.levelbatch import fresh_rows, level_rows
 from planner.search.netvec import checked_time
 from planner.search.splits import front_loaded
 from planner.simulator import formulas as F
@@ -207,62 +208,15 @@ def level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack:
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
     top = L - s_num + 1
     vec = np.array(sorted(set(caps) | {(top,) * s_num}), dtype=np.int64)
-    a_cap, c_cap = vec[:, 0], vec[:, -1]
-    out_rows: list[np.ndarray] = []
-    out_need: list[np.ndarray] = []
-    for total in range(n, L - 1):
-        ends = L - total
-        uniq, inv = _unique_rows(np.minimum(vec[:, 1:-1], total - n + 1))
-        low_max, at, mids = higher_middles_arrays(total, uniq, slack.middle)
-        if not len(at):
-            continue
-        # per cap group, the first stage sizes a (1 .. ends - 1) some vector of the group allows:
-        # max(1, ends - min(c_cap, c_top)) <= a <= min(ends - 1, a_cap, a_top), a < max(low) + first, c likewise
-        a_top = np.array([_last_below(x + slack.first) for x in low_max.tolist()], dtype=np.int64)
-        c_top = np.array([_last_below(x + slack.last) for x in low_max.tolist()], dtype=np.int64)
-        lo = np.maximum(1, ends - np.minimum(c_cap, c_top[inv]))
-        hi = np.minimum(np.minimum(ends - 1, a_cap), a_top[inv])
-        a_all = np.arange(1, ends)
-        per_vec = (a_all[None, :] >= lo[:, None]) & (a_all[None, :] <= hi[:, None])      # [V, ends - 1]
-        firsts = np.zeros((len(uniq), ends - 1), dtype=bool)
-        np.logical_or.at(firsts, inv, per_vec)
-        e_idx, a_idx = np.nonzero(firsts[at])
-        if not len(e_idx):
-            continue
-        a = a_all[a_idx]
-        rows = np.column_stack([a, mids[e_idx], ends - a])
-        low = low_max[at[e_idx]]
-        # the same split from several groups: each part of the need is least at the largest max(low)
-        rows, back = _unique_rows(rows)
-        best = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(best, back, low)
-        out_rows.append(rows)
-        out_need.append(np.column_stack([rows[:, 1:-1].max(axis=1) - best, rows[:, 0] - best,
-                                         rows[:, -1] - best]))
-    if not out_rows:
+    rows, need = level_rows(L, n, vec, slack, _last_below)      # every total at once (planner.search.levelbatch)
+    if not len(rows):
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
-    rows, need = np.concatenate(out_rows), np.concatenate(out_need)
     have = np.asarray(have, dtype=np.int64).reshape(-1, s_num)
     if len(have):
-        known = {tuple(r) for r in have.tolist()}
-        fresh = np.array([tuple(r) not in known for r in rows.tolist()], dtype=bool)
+        fresh = fresh_rows(rows, have)
         rows, need = rows[fresh], need[fresh]
     order = np.lexsort(rows.T[::-1])
     return rows[order].reshape(-1, s_num), need[order].astype(float).reshape(-1, 3)
-
-
-def _unique_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct rows of ``arr`` ([V, k] integers), sorted, [V] the index of each row among them): what
-    ``np.unique(arr, axis=0, return_inverse=True)`` gives, by an integer lexsort."""
-    if not len(arr):
-        return arr, np.zeros(0, dtype=np.int64)
-    order = np.lexsort(arr.T[::-1])
-    srt = arr[order]
-    start = np.ones(len(arr), dtype=bool)
-    start[1:] = (srt[1:] != srt[:-1]).any(axis=1)
-    inv = np.empty(len(arr), dtype=np.int64)
-    inv[order] = np.cumsum(start) - 1
-    return srt[start], inv
 
 
 @lru_cache(maxsize=1 << 12)

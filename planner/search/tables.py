@@ -306,9 +306,13 @@ def split_family(num_layers: int, num_stages: int) -> np.ndarray:
             rows.append([a] + [q] * (mid - r) + [q + 1] * r + [c])
     if S >= 4:
         seen = {tuple(x) for x in rows}
+        stairs: dict[int, tuple[int, ...]] = {}      # the staircase depends on the middle total only
         for a in range(1, L - mid):
             for c in range(1, L - mid - a + 1):
-                m = front_loaded(L - a - c, [L] * mid, -(-(L - a - c) // mid))
+                t = L - a - c
+                m = stairs.get(t)
+                if m is None:
+                    m = stairs[t] = front_loaded(t, [L] * mid, -(-t // mid))
                 if (a,) + m + (c,) not in seen:
                     rows.append([a, *m, c])
     out = np.array(rows, dtype=np.int64).reshape(-1, S)
