@@ -35,9 +35,10 @@ INCUMBENT_MIN_POOLS = 8             # clusters with this many (type, zone) pools
 INCUMBENT_SHARES = (0.25, 0.5)      # the incumbent searches (coarse levels 1, 2) end by these shares of the limit
 CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them by this one
 # the value objective (docs/PLANNER.md 2.4): the chain plans first, then one incumbent level of one-zone rows (no
-# egress) with its tasks in the order of their task floors, each by its own share
+# egress), each by its own share
 VALUE_CHAIN_SHARE = 0.2
 VALUE_LEVELS = ((ONE_ZONE, 0.8),)
+ONE_ZONE_FLOORS = False             # True: the one-zone level's tasks in the order of their task floors
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -137,9 +138,11 @@ def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, ca
     levels = VALUE_LEVELS if objective.kind == "value" else tuple(enumerate(INCUMBENT_SHARES, start=1))
     for level, share in levels:
         inc = TopK(best.k)
-        inc.set_incumbents(best.incumbents + best.sorted())     # the chain plans found before, if any
+        # under value the chain plans found before are incumbents too (plans of the space, 2.4)
+        inc.set_incumbents(best.incumbents + (best.sorted() if objective.kind == "value" else []))
         _visit(ctx, cluster, tables, cache, tasks, gbs, objective, space, inc, SearchStats(), budget,
-               refined, coarse=level, share=share, floor_tasks=level == ONE_ZONE, floors=floors)
+               refined, coarse=level, share=share, floor_tasks=level == ONE_ZONE and ONE_ZONE_FLOORS,
+               floors=floors)
         inc.merge_incumbents()
         best.set_incumbents(inc.sorted())
 
@@ -180,7 +183,8 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
     heap = tasks.start()
     floors = {} if floors is None else floors
     done = 0
-    phase = f"incumbent search (coarse pipeline counts, level {coarse})" if coarse else "exact search"
+    phase = "exact search" if not coarse else "incumbent search (one-zone rows)" if coarse == ONE_ZONE else \
+        f"incumbent search (coarse pipeline counts, level {coarse})"
     label = [phase]
 
     def stop() -> bool:
