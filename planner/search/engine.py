@@ -90,11 +90,11 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
             # a large cluster: an incumbent from coarse pipeline counts, then the chain plans against it
             # (pushed as "late" so that ties still go to pool plans), then the exact pool search
             # (the value objective: the chain plans first, then one-zone pool rows against them)
-            for phase in ("chains", "coarse", "chains") if objective.kind == "value" else ("coarse", "chains"):
+            for phase in ("chains", "coarse") if objective.kind == "value" else ("coarse", "chains"):
                 if phase == "coarse":
                     _coarse_incumbents(ctx, sub, tables, cache, tasks, gbs, objective, space, best, budget,
                                        refined, floors)
-                elif chains_done is None:
+                elif chains_done is None:      # the chains search the whole cluster: once
                     chain_share = VALUE_CHAIN_SHARE if objective.kind == "value" else CHAIN_SHARE
                     chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
                                                 best.late(), stats, stop=chain_stop, where=where)
