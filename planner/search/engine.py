@@ -20,6 +20,7 @@ from planner.search.budget import Budget, OutOfTime, Progress, TopK
 from planner.search.chainrest import rest_floor
 from planner.search.chains import search_chains
 from planner.search.netvec import LinkCache
+from planner.search.rows import ONE_ZONE
 from planner.search.space import Candidate, Objective, SearchResult, SearchSpace, SearchStats
 from planner.search.taskbound import task_bound
 from planner.search.costfloor import objective_task_floor
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 INCUMBENT_MIN_POOLS = 8             # clusters with this many (type, zone) pools get an incumbent search first
 INCUMBENT_SHARES = (0.25, 0.5)      # the incumbent searches (coarse levels 1, 2) end by these shares of the limit
 CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them by this one
+# the value objective (docs/PLANNER.md 2.4): the chain plans first, then one incumbent level of one-zone rows (no
+# egress), each by its own share
+VALUE_CHAIN_SHARE = 0.2
+VALUE_LEVELS = ((ONE_ZONE, 0.8),)
+ONE_ZONE_FLOORS = False             # True: the one-zone level's tasks in the order of their task floors
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -79,16 +85,22 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         tasks = TaskQueue(ctx, sub, tables, options, gbs, objective, space)
         queues.append(tasks)
         refined: dict[tuple[int, int], tuple[float, dict]] = {}
+        floors: dict[tuple[int, int], float] = {}       # task floors, kept for a later pass like `refined`
         if len(sub.pools) >= INCUMBENT_MIN_POOLS and tasks.live_units() > 1:
             # a large cluster: an incumbent from coarse pipeline counts, then the chain plans against it
             # (pushed as "late" so that ties still go to pool plans), then the exact pool search
-            _coarse_incumbents(ctx, sub, tables, cache, tasks, gbs, objective, space, best, budget, refined)
-            if chains_done is None:
-                chain_share = CHAIN_SHARE
-                chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
-                                            best.late(), stats, stop=chain_stop, where=where)
+            # (the value objective: the chain plans first, then one-zone pool rows against them)
+            for phase in ("chains", "coarse") if objective.kind == "value" else ("coarse", "chains"):
+                if phase == "coarse":
+                    _coarse_incumbents(ctx, sub, tables, cache, tasks, gbs, objective, space, best, budget,
+                                       refined, floors)
+                elif chains_done is None:      # the chains search the whole cluster: once
+                    chain_share = VALUE_CHAIN_SHARE if objective.kind == "value" else CHAIN_SHARE
+                    chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
+                                                best.late(), stats, stop=chain_stop, where=where)
         remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
-                                          budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS))
+                                          budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS,
+                                          floors=floors))
     if chains_done is None:
         chain_share = 1.0
         chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best, stats,
@@ -117,15 +129,20 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
 
 def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue,
                        gbs: int, objective: Objective, space: SearchSpace, best: TopK, budget: Budget,
-                       refined: dict[tuple[int, int], tuple[float, dict]]) -> None:
+                       refined: dict[tuple[int, int], tuple[float, dict]],
+                       floors: dict[tuple[int, int], float]) -> None:
     """Incumbents for ``best`` from the same best-first search over coarse pipeline counts (level 1: the same
-    count in every zone; level 2: every zone used, any total), both subsets of the declared rows, each ending
-    by its share of the time limit (docs/PLANNER.md 2.4)."""
-    for level, share in enumerate(INCUMBENT_SHARES, start=1):
+    count in every zone; level 2: every zone used, any total; under the value objective instead one level of
+    one-zone rows, :data:`ONE_ZONE`), all subsets of the declared rows, each ending by its share of the time
+    limit (docs/PLANNER.md 2.4)."""
+    levels = VALUE_LEVELS if objective.kind == "value" else tuple(enumerate(INCUMBENT_SHARES, start=1))
+    for level, share in levels:
         inc = TopK(best.k)
-        inc.set_incumbents(best.incumbents)
+        # under value the chain plans found before are incumbents too (plans of the space, 2.4)
+        inc.set_incumbents(best.incumbents + (best.sorted() if objective.kind == "value" else []))
         _visit(ctx, cluster, tables, cache, tasks, gbs, objective, space, inc, SearchStats(), budget,
-               refined, coarse=level, share=share)
+               refined, coarse=level, share=share, floor_tasks=level == ONE_ZONE and ONE_ZONE_FLOORS,
+               floors=floors)
         inc.merge_incumbents()
         best.set_incumbents(inc.sorted())
 
@@ -155,7 +172,7 @@ def _floor_key(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objec
 def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue, gbs: int,
            objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats, budget: Budget,
            refined: dict[tuple[int, int], tuple[float, dict]], coarse: int = 0, share: float = 1.0,
-           floor_tasks: bool = False) -> float:
+           floor_tasks: bool = False, floors: dict[tuple[int, int], float] | None = None) -> float:
     """Best-first over units and tasks: a popped unit pushes its tasks (:class:`TaskQueue`); a task's cheap bound
     is refined (gradient sync added) when it is first popped (refinements are kept in ``refined`` for a later
     pass). Returns inf when every task was searched or pruned, else (stopped at ``share`` of the time limit) a
@@ -164,8 +181,10 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
     :func:`planner.search.costfloor.objective_task_floor` (the exact task floor under the throughput
     objective) before it runs."""
     heap = tasks.start()
+    floors = {} if floors is None else floors
     done = 0
-    phase = f"incumbent search (coarse pipeline counts, level {coarse})" if coarse else "exact search"
+    phase = "exact search" if not coarse else "incumbent search (one-zone rows)" if coarse == ONE_ZONE else \
+        f"incumbent search (coarse pipeline counts, level {coarse})"
     label = [phase]
 
     def stop() -> bool:
@@ -194,9 +213,10 @@ def _visit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCac
             heapq.heappush(heap, (max(refined[i][0], bound), 1) + entry[2:])
             continue
         if floor_tasks and kind == 1:
-            fb = objective_task_floor(ctx, cluster, tables, cache, task, gbs, space, refined[i][1].get("by_d"),
-                                      objective)
-            heapq.heappush(heap, (max(fb, bound), 2) + entry[2:])
+            if i not in floors:
+                floors[i] = objective_task_floor(ctx, cluster, tables, cache, task, gbs, space,
+                                                 refined[i][1].get("by_d"), objective)
+            heapq.heappush(heap, (max(floors[i], bound), 2) + entry[2:])
             continue
         try:
             run_task(ctx, cluster, tables, cache, task, gbs, objective, space, best, stats,

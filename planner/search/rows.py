@@ -18,6 +18,9 @@ def int_row_sum(D: np.ndarray) -> np.ndarray:
     return out
 
 
+ONE_ZONE = 3        # the coarse level of one-zone rows (the value objective's incumbent, docs/PLANNER.md 2.4)
+
+
 @lru_cache(maxsize=512)
 def zone_splits(caps: tuple[int, ...], max_total: int) -> np.ndarray:
     """Per-zone pipeline counts of one GPU type: for every non-empty subset of its zones and every total
@@ -155,14 +158,28 @@ def ordered_product_chunks(options: list[np.ndarray], max_total: int, order: lis
 
 def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
     """The per-zone counts of one GPU type kept by the incumbent search (a subset of ``zone_splits``): every
-    zone with room used; at level 1 also the same count in every zone or every zone full."""
+    zone with room used; at level 1 also the same count in every zone or every zone full. Level 3
+    (:data:`ONE_ZONE`): exactly one zone used, any count (the run keeps only the rows whose types all use the
+    same zone: :func:`one_zone_rows`)."""
     if len(opts) == 0:
         return opts
+    if level == ONE_ZONE:
+        return opts[(opts > 0).sum(axis=1) == 1]
     keep = opts.min(axis=1) > 0
     if level <= 1:
         full = opts.sum(axis=1) == opts.sum(axis=1).max()
         keep &= (opts.max(axis=1) == opts.min(axis=1)) | full
     return opts[keep]
+
+
+def one_zone_rows(D: np.ndarray, cols: list[tuple[str, str]]) -> np.ndarray:
+    """[len(D)] whether the row's used columns (``cols``: (zone, type) per column) all lie in one zone."""
+    zones = sorted({z for z, _ in cols})
+    zid = np.array([zones.index(z) for z, _ in cols])
+    used = np.zeros((len(D), len(zones)), dtype=bool)
+    for j in range(len(zones)):
+        used[:, j] = (D[:, zid == j] > 0).any(axis=1)
+    return used.sum(axis=1) == 1
 
 
 def sorted_unique(x: np.ndarray) -> np.ndarray:

@@ -22,7 +22,8 @@ from planner.search.rowblock import RowBlock
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rowclass import class_row_grid, task_class_table
 from planner.search.rowzone import zone_row_terms, zone_terms
-from planner.search.rows import coarse_options, ordered_product_chunks, pareto_min, zone_splits
+from planner.search.rows import ONE_ZONE, coarse_options, one_zone_rows, ordered_product_chunks, pareto_min, \
+    zone_splits
 from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
 from planner.search.tasks import Tables, Task
 from planner.simulator import formulas as F
@@ -128,6 +129,8 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
             raise OutOfTime
         if space.uniform_microbatches:
             D_all = D_all[n_mb % D_all.sum(axis=1) == 0]
+        if coarse == ONE_ZONE:
+            D_all = D_all[one_zone_rows(D_all, cols)]
         if len(D_all) == 0 or not models:
             continue
         # bound every split's rows cheaply, then score the survivors of all splits in one batch; the
