@@ -78,6 +78,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         return budget.expired(chain_share) and best.has_plan()
 
     chain_share, chains_done, where = 1.0, None, [0]
+    chain_rest = None           # the unsearched chain units' floor, once computed (value objective)
     queues = []
     for sub in clusters:
         budget.tick("building the task list (a bound per depth, micro-batch, recomputation, distributed optimizer)",
@@ -98,6 +99,11 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
                     chain_share = VALUE_CHAIN_SHARE if objective.kind == "value" else CHAIN_SHARE
                     chains_done = search_chains(ctx, cluster, tables, cache, options, gbs, objective, space,
                                                 best.late(), stats, stop=chain_stop, where=where)
+                    if not chains_done and objective.kind == "value":
+                        # bound the unsearched chain units now, inside the time limit (2.6): at the end
+                        # the pool search has used the time up and this took 6 CPU s past the limit
+                        chain_rest = rest_floor(ctx, cluster, tables, cache, options, gbs, objective, space,
+                                                where[0], best.threshold())
         remaining = min(remaining, _visit(ctx, sub, tables, cache, tasks, gbs, objective, space, best, stats,
                                           budget, refined, floor_tasks=len(sub.pools) >= INCUMBENT_MIN_POOLS,
                                           floors=floors))
@@ -108,8 +114,10 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     if not chains_done:
         floor = _floor_key(ctx, cluster, gbs, objective, space)
         if objective.kind == "value":       # the unsearched chain units' own floors (2.6)
-            floor = max(floor, rest_floor(ctx, cluster, tables, cache, options, gbs, objective, space, where[0],
-                                          best.threshold()))
+            if chain_rest is None:
+                chain_rest = rest_floor(ctx, cluster, tables, cache, options, gbs, objective, space, where[0],
+                                        best.threshold())
+            floor = max(floor, chain_rest)
         remaining = min(remaining, floor)
     if not best.has_plan():     # no plan: the memory shortfall reported is the one over every unit's splits
         for q in queues:
