@@ -257,7 +257,9 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
         done += 1
         if not node.exact and unit.usage() is not None:
             from planner.search.mixexact import node_floor_exact
-            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor))
+            # a D range is split later anyway: its floor only orders the heap, to 0.1 %
+            rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
+            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel))
             node.exact = True
             heapq.heappush(heap, (node.key(), id(node), node))
             continue

@@ -88,9 +88,8 @@ def usage_table(unit: MixUnit) -> UsageTable | None:
             if not ok.any():
                 continue
             best = np.full((n_k, n_v, 2) + dims, inf)
-            for g in range(n_g):
-                if fin[g, h]:
-                    np.minimum(best, cost[:, :, g] + 2 * unit.p2p[g, h], out=best)
+            for g in np.nonzero(fin[:, h])[0]:          # in place: no [.., G, ..] temporary
+                np.minimum(best, cost[:, :, g] + 2 * unit.p2p[g, h], out=best)
             best = shifted(best, h) + unit.comp[h, s]
             hs = hit[:, h, s].reshape(1, n_v, *([1] * len(dims)))
             okr = ok.reshape(n_k, n_v, *([1] * len(dims)))
@@ -190,6 +189,12 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
     lo, hi = max(t_ref, base), t_sat
     if not proven(lo):
         return t_ref
+    step = 1.05                     # the floor is usually a little above t_ref: search upwards first
+    while lo * step < hi:
+        if not proven(lo * step):
+            hi = lo * step
+            break
+        lo, step = lo * step, step * step
     while hi - lo > rel * hi:
         mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
         if proven(mid):
