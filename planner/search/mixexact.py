@@ -25,7 +25,7 @@ import numpy as np
 from planner.search.mixprice import classes, levels
 from planner.search.mixtab import MixUnit, REL
 
-MAX_CELLS = 4_000_000       # usage vectors x groups x levels x classes per stage step: beyond it, no exact table
+MAX_CELLS = 10_000_000      # usage vectors x groups x levels x classes per stage step: beyond it, no exact table
 
 
 @dataclass(frozen=True)
