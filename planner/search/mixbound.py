@@ -15,6 +15,8 @@ N <= y . cap + D_hi max(mu, 0) + D_lo min(mu, 0), mu >= max_c (m_c - y . u_c). A
 proven floor. y comes from column generation (scipy's HiGHS, imported lazily; soundness needs no exactness);
 (S, b, D-range) nodes are refined best-first (smallest floor first, D ranges split) and the bound is the
 smallest floor left, so stopping at ``time_limit_s`` still returns a valid bound (``complete`` False).
+Where the pools are few (:data:`EXACT`, :mod:`planner.search.mixexact`) a node's floor is instead the exact LP's
+over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7).
 """
 from __future__ import annotations
 
