@@ -7,7 +7,7 @@ sailor_space_bound` (no plan of Sailor's whole space, stages mixing chains inclu
 simulator; docs/PLANNER.md section 7). So (b') <= (b) <= ub, and (c) / ub is a guaranteed minimum of c / b.
 
     python benchmarks/sailor_space_bound.py --sailor-data ../shared/data/sailor [--only Fig8b] \\
-        [--skip "4 types"] [--time-limit 120]
+        [--skip "4 types"] [--time-limit 120] [--compare]
 
 Columns: (b') it/s, (c) it/s, ub it/s, ub/(b') (how far (b) can be above (b')), (c)/ub (c/b is at least this),
 where the bound's smallest floor sits (S x D range, micro-batch), whether its refinement finished, seconds.
@@ -30,19 +30,29 @@ from planner_bound import _context, _objective, _plan  # noqa: E402
 from planner_vs_sailor import setups  # noqa: E402
 
 
-def run(st, data: str, limit_s: float) -> dict:
-    from planner.search.mixbound import sailor_space_bound
+def _bound(ctx, cluster, gbs, limit_s: float, exact: bool):
+    import planner.search.mixbound as mb
+    old, mb.EXACT = mb.EXACT, exact
+    try:
+        t0 = time.perf_counter()
+        bound = mb.sailor_space_bound(ctx, cluster, gbs, time_limit_s=limit_s)
+        return bound, time.perf_counter() - t0
+    finally:
+        mb.EXACT = old
+
+
+def run(st, data: str, limit_s: float, compare: bool = False) -> dict:
     ctx, cluster, gbs = _context(st, data)
     objective = _objective(st)
     (b, b_s), (c, c_s) = (_plan(ctx, cluster, gbs, objective, p) for p in ("sailor-space", "ours"))
-    t0 = time.perf_counter()
-    bound = sailor_space_bound(ctx, cluster, gbs, time_limit_s=limit_s)
-    ub_s = time.perf_counter() - t0
+    old = _bound(ctx, cluster, gbs, limit_s, False) if compare else (None, 0.0)
+    bound, ub_s = _bound(ctx, cluster, gbs, limit_s, True)
     return {"b": b.estimate.throughput_iters_per_s if b else None,
             "c": c.estimate.throughput_iters_per_s if c else None,
             "b_usd": b.estimate.cost_per_iteration_usd if b else None,
             "c_usd": c.estimate.cost_per_iteration_usd if c else None,
             "ub": bound.iters_per_s if bound else None, "bound": bound, "cost": objective.kind == "cost",
+            "ub_old": old[0].iters_per_s if old[0] else None, "old": old[0], "old_s": old[1],
             "b_s": b_s, "c_s": c_s, "ub_s": ub_s}
 
 
@@ -53,6 +63,8 @@ def main() -> int:
     ap.add_argument("--skip", action="append", default=None, help='leave out setups whose name contains this '
                     '(repeatable; default "4 types")')
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per bound (default 120)")
+    ap.add_argument("--compare", action="store_true", help="also the bound without the exact pricing "
+                    "(mixbound.EXACT off, section 7 before session 14), in the same process, first")
     args = ap.parse_args()
     skip = ["4 types"] if args.skip is None else args.skip
     chosen = [st for st in setups() if (not args.only or args.only in st.name) and not any(s in st.name for s in skip)]
@@ -63,7 +75,13 @@ def main() -> int:
           flush=True)
     ratios, mins = [], []
     for st in chosen:
-        r = run(st, args.sailor_data, args.time_limit)
+        r = run(st, args.sailor_data, args.time_limit, args.compare)
+        if args.compare and not r["cost"] and r["ub_old"] is not None and r["b"] is not None:
+            od = r["old"]
+            print(f"{'  without exact':22} {'':>9} {'':>9} {f(r['ub_old']):>9} {r['ub_old'] / r['b']:7.3f} "
+                  f"{f(None if r['c'] is None else r['c'] / r['ub_old'], '.3f'):>7} "
+                  f"{f'{od.stages}x{od.d_lo}..{od.d_hi} b{od.mbs}':>22} {('yes' if od.complete else 'no'):>5} "
+                  f"{'':>6} {'':>6} {r['old_s']:6.1f}", flush=True)
         bd = r["bound"]
         ub_b = None if (r["ub"] is None or r["b"] is None) else r["ub"] / r["b"]
         c_ub = None if (r["ub"] is None or r["c"] is None) else r["c"] / r["ub"]

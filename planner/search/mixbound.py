@@ -15,6 +15,8 @@ N <= y . cap + D_hi max(mu, 0) + D_lo min(mu, 0), mu >= max_c (m_c - y . u_c). A
 proven floor. y comes from column generation (scipy's HiGHS, imported lazily; soundness needs no exactness);
 (S, b, D-range) nodes are refined best-first (smallest floor first, D ranges split) and the bound is the
 smallest floor left, so stopping at ``time_limit_s`` still returns a valid bound (``complete`` False).
+Where the pools are few (:data:`EXACT`, :mod:`planner.search.mixexact`) a node's floor is instead the exact LP's
+over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ CG_ROUNDS = 8
 DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the node's floor
 CG_AHEAD = (0.01, 1e-5)
 CG_REPEAT = 3          # column generations per node at rising floors
+EXACT = True           # price exactly by GPU usage (mixexact) where the pools are few enough
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class _Node:
     cg_runs: int = 0
     dp_at: float = -1.0                          # the floor of this node's last fill-table refinement
     dp_runs: int = 0
+    exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
@@ -82,6 +86,14 @@ class _Unit:
         self.tab = tab
         self.priced: list[Priced] = []
         self.cols: dict[tuple, None] = {}
+        self._usage = False                      # not built yet
+
+    def usage(self):
+        """The exact pricing table of :mod:`planner.search.mixexact` (None: too large), built once."""
+        if self._usage is False:
+            from planner.search.mixexact import usage_table
+            self._usage = usage_table(self.tab) if EXACT else None
+        return self._usage
 
     def add(self, y: np.ndarray) -> int:
         self.priced.append(price(self.tab, y))
@@ -245,6 +257,22 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             complete = False
             break
         done += 1
+        if not node.exact and unit.usage() is not None:
+            from planner.search.mixexact import node_floor_exact
+            # a D range is split later anyway: its floor only orders the heap, to 0.1 %
+            rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
+            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel))
+            node.exact = True
+            heapq.heappush(heap, (node.key(), id(node), node))
+            continue
+        if node.exact:
+            if node.d_lo == node.d_hi:
+                break       # a single D at the exact LP's floor: the smallest floor left
+            edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
+            for lo, hi in zip(edges[:-1], edges[1:] - 1):
+                child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys))
+                heapq.heappush(heap, (child.key(), id(child), child))
+            continue
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
             # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
             # would not see them (alternating ahead factors)

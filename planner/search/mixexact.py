@@ -1,0 +1,204 @@
+"""Exact pricing for the bound on Sailor's whole space (:mod:`planner.search.mixbound`) where the pools are few.
+
+The Lagrangian and fill-table pricings of :mod:`planner.search.mixprice` / :mod:`planner.search.mixdp` only
+bound ``max_c (m_c - y . u_c)`` from above, and the column generation feeding them only sees the programs'
+minimisers, so on heterogeneous clusters their dual point can stay far from the LP's optimum. Here, instead,
+one dynamic program over the stages gives, for every in-flight class k, period level v and GPU usage vector u
+(GPUs per pool, each at most the pool's count), the smallest fill of any chain of that class and level using
+exactly u: ``minfill[k, v, u]``. It does not depend on the pool prices, so at a makespan T' every usage vector
+is one column of the LP ``max sum n_u m_u(T')`` (m_u(T'): the most micro-batches a chain with that usage can
+run within T', the largest over the levels) and the LP is solved whole (no column generation). A chain using
+more of a pool than the pool holds is in no plan (a plan has >= 1 pipeline of each of its chains), so it is
+left out. docs/PLANNER.md section 7.2 item 7 proves it.
+
+The node's floor is then checked by weak duality at the LP's dual point y: ``y . caps + D_hi max(mu, 0) +
+D_lo min(mu, 0) < N`` with ``mu = max_u (m_u - y . u)`` over EVERY column (exact, not the solver's word), so
+the solver's accuracy never enters the proof. numpy; the LP by scipy's HiGHS (the ``lp`` extra).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.search.mixprice import classes, levels
+from planner.search.mixtab import MixUnit, REL
+
+MAX_CELLS = 10_000_000      # usage vectors x groups x levels x classes per stage step: beyond it, no exact table
+
+
+@dataclass(frozen=True)
+class UsageTable:
+    """``fill[k, v, u...]``: the smallest fill (sum of compute + 2 sum of crossings) over chains of in-flight
+    class k whose largest compute is level v, using exactly u GPUs of each pool (inf: none); ``dims`` the
+    usage range per pool (0..dims - 1)."""
+
+    fill: np.ndarray
+    dims: tuple[int, ...]
+
+
+def usage_table(unit: MixUnit) -> UsageTable | None:
+    """The table, or None where it would be too large (MAX_CELLS)."""
+    masks, _ = classes(unit)
+    lv = levels(unit)
+    grp = unit.grp
+    n_k, n_v, n_g, s_num = len(masks), len(lv), len(grp.names), unit.s_num
+    used = np.zeros(len(grp.caps), dtype=np.int64)
+    for g in range(n_g):
+        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
+    dims = tuple(int(min(grp.caps[p], s_num * used[p])) + 1 for p in range(len(grp.caps)))
+    if n_k * n_v * n_g * 2 * math.prod(dims) > MAX_CELLS:
+        return None
+    allowed = masks[:, None] & (unit.comp[None, None] <= lv[None, :, None, None] * (1 + REL))     # [K, V, G, S]
+    hit = unit.comp[None] >= lv[:, None, None] * (1 - REL)                                       # [V, G, S]
+    inf = np.inf
+    shape = (n_k, n_v, n_g, 2) + dims
+    cost = np.full(shape, inf)
+
+    def shifted(a: np.ndarray, g: int) -> np.ndarray:
+        """``a`` [..., *dims] moved up by group g's usage along its pool's axis (what falls off is dropped)."""
+        ax = a.ndim - len(dims) + int(grp.pool[g])
+        t = int(grp.tp[g])
+        out = np.full_like(a, inf)
+        if t >= a.shape[ax]:
+            return out
+        src = [slice(None)] * a.ndim
+        dst = [slice(None)] * a.ndim
+        src[ax] = slice(0, a.shape[ax] - t)
+        dst[ax] = slice(t, None)
+        out[tuple(dst)] = a[tuple(src)]
+        return out
+
+    zero = np.full(dims, inf)
+    zero[(0,) * len(dims)] = 0.0
+    for g in range(n_g):
+        start = shifted(zero, g) + unit.comp[g, 0]
+        ok = allowed[:, :, g, 0]                                    # [K, V]
+        h = hit[:, g, 0]                                            # [V]
+        on = ok & h[None]
+        off = ok & ~h[None]
+        cost[:, :, g, 1] = np.where(on.reshape(n_k, n_v, *([1] * len(dims))), start, inf)
+        cost[:, :, g, 0] = np.where(off.reshape(n_k, n_v, *([1] * len(dims))), start, inf)
+    fin = np.isfinite(unit.p2p)
+    for s in range(1, s_num):
+        new = np.full(shape, inf)
+        for h in range(n_g):
+            ok = allowed[:, :, h, s]
+            if not ok.any():
+                continue
+            best = np.full((n_k, n_v, 2) + dims, inf)
+            for g in np.nonzero(fin[:, h])[0]:          # in place: no [.., G, ..] temporary
+                np.minimum(best, cost[:, :, g] + 2 * unit.p2p[g, h], out=best)
+            best = shifted(best, h) + unit.comp[h, s]
+            hs = hit[:, h, s].reshape(1, n_v, *([1] * len(dims)))
+            okr = ok.reshape(n_k, n_v, *([1] * len(dims)))
+            new[:, :, h, 1] = np.where(okr, np.where(hs, np.minimum(best[:, :, 0], best[:, :, 1]), best[:, :, 1]), inf)
+            new[:, :, h, 0] = np.where(okr & ~hs, best[:, :, 0], inf)
+        cost = new
+    return UsageTable(cost[:, :, :, 1].min(axis=2), dims)
+
+
+def counts(unit: MixUnit, table: UsageTable, t_prime: float) -> np.ndarray:
+    """[*dims] m_u(T'): the most micro-batches (<= N) any chain using exactly u can run within ``t_prime``
+    (0: none): a level-v chain of fill f runs m when its class at m allows it (fill[k(m), v, u] <= f),
+    (m - 1) v + f <= T' and, for m > S, (m - 1) f / S + f <= T' (the period is >= the round trip from stage 0,
+    ``round_trip_bounds``). Every comparison is relaxed (REL), so the counts can only be over-estimated."""
+    _, cls = classes(unit)
+    lv = levels(unit)
+    s_num, n_mb = unit.s_num, unit.n_mb
+    tp = t_prime * (1 + 1e-11) + 1e-15
+    nd = len(table.dims)
+    v = lv.reshape(-1, *([1] * nd))                                                 # [V, 1..]
+    best = np.zeros(table.fill.shape[1:])                                           # [V, *dims]
+    for m in range(1, min(s_num, n_mb + 1)):                # counts below S: their own class, room T' - (m - 1) v
+        f = table.fill[cls[m - 1]]
+        best = np.where(f * (1 - REL) <= tp - (m - 1) * v, float(m), best)
+    if n_mb >= s_num:                                        # m >= S: the last class, a closed form
+        f = table.fill[cls[s_num - 1]]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m1 = np.floor((tp - f * (1 - REL)) / v * (1 + REL)) + 1                   # (m - 1) v + f <= T'
+            m2 = np.floor(tp * s_num / (f * (1 - REL)) * (1 + REL) - s_num + 1)      # m > S: round trip
+        m2 = np.where(f > 0, m2, np.inf)
+        cand = np.minimum(m1, float(n_mb))
+        cand = np.where(cand > s_num, np.maximum(float(s_num), np.minimum(cand, m2)), cand)
+        ok = np.isfinite(f) & (m1 >= s_num)
+        best = np.where(ok, np.maximum(best, cand), best)
+    return best.max(axis=0)
+
+
+def _columns(unit: MixUnit, table: UsageTable, t_prime: float) -> tuple[np.ndarray, np.ndarray]:
+    mu = counts(unit, table, t_prime)
+    idx = np.argwhere(mu >= 1)
+    return idx.astype(float), mu[tuple(idx.T)]
+
+
+def dual_bound(unit: MixUnit, table: UsageTable, t_prime: float, y: np.ndarray, d_lo: int, d_hi: int) -> float:
+    """Weak duality at pool prices ``y`` >= 0: every plan of the node within T' has N <= this. ``mu`` is the
+    largest m_u - y . u over every column, and >= -N (the LP's slack column, which only raises the bound)."""
+    u, m = _columns(unit, table, t_prime)
+    mu = float(np.max(m - u @ y)) if m.size else -math.inf
+    mu = max(mu, -float(unit.n_mb))
+    return float(y @ unit.grp.caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
+
+
+def lp_value(unit: MixUnit, table: UsageTable, t_prime: float, d_lo: int, d_hi: int
+             ) -> tuple[float, np.ndarray | None, np.ndarray, np.ndarray]:
+    """(LP optimum, pool duals y, weights n, columns u [C, P]) of ``max sum n_u m_u`` s.t. ``sum n_u u <=
+    caps``, ``d_lo <= sum n_u <= d_hi``, plus one column using no pool and paying N micro-batches (last in n),
+    which keeps the LP feasible when the pools cannot hold d_lo pipelines (None: the solver failed)."""
+    from scipy.optimize import linprog
+    u, m = _columns(unit, table, t_prime)
+    caps = unit.grp.caps.astype(float)
+    u_all = np.vstack([u.reshape(-1, len(caps)), np.zeros((1, len(caps)))])
+    m_all = np.append(m, -float(unit.n_mb))
+    a_ub = np.vstack([u_all.T, np.ones((1, len(m_all))), -np.ones((1, len(m_all)))])
+    b_ub = np.concatenate([caps, [d_hi, -d_lo]])
+    res = linprog(-m_all, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    if res.status != 0:
+        return -math.inf, None, np.zeros(0), u
+    return -res.fun, np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0), res.x, u
+
+
+def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
+                     rel: float = 1e-5) -> float:
+    """The largest T >= ``t_ref`` (a floor already proven; returned if none above is) found by bisection at
+    which the LP's dual point PROVES (``dual_bound`` < N (1 - 1e-9)) that no plan with D in [d_lo, d_hi]
+    iterates within T; inf where it proves that at a T beyond which no count grows (no plan at any T)."""
+    base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
+    if not math.isfinite(base):
+        return math.inf
+    n = float(unit.n_mb)
+
+    def proven(t: float) -> bool:
+        tp = t - base
+        if tp <= 0:
+            return True
+        _, y, _, _ = lp_value(unit, table, tp, d_lo, d_hi)
+        if y is None:               # no column or a failed LP: y = 0 is still a dual point
+            y = np.zeros(len(unit.grp.caps))
+        return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
+
+    vmax = float(unit.comp[unit.usable].max())
+    p2p = unit.p2p[np.isfinite(unit.p2p)]
+    # at T' = t_sat every chain of fill <= S (vmax + 2 p2p max) runs as many micro-batches as its class and N
+    # allow (both conditions of ``counts``), so the counts no longer grow
+    t_sat = (base + (unit.n_mb + unit.s_num) * (vmax + 2 * (float(p2p.max()) if p2p.size else 0.0))) * 1.01 + 1e-9
+    if proven(t_sat):
+        return math.inf
+    lo, hi = max(t_ref, base), t_sat
+    if not proven(lo):
+        return t_ref
+    step = 1.05                     # the floor is usually a little above t_ref: search upwards first
+    while lo * step < hi:
+        if not proven(lo * step):
+            hi = lo * step
+            break
+        lo, step = lo * step, step * step
+    while hi - lo > rel * hi:
+        mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, t_ref)
