@@ -5,7 +5,6 @@ combined by the least cap at every D of the union of the types' steps), kept her
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import replace
 from itertools import combinations, product
 import math
 
