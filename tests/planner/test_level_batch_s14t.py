@@ -21,12 +21,8 @@ def _unique_rows(arr):
 
 def reference_level_splits(num_layers: int, s_num: int, caps: set[tuple[int, ...]], slack: Slack,
                  have: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """([K, S] the splits of :func:`higher_middles` for every cap vector of ``caps`` (length S: first, middles,
-    last) and the cap-free vector, with every first and last stage size within the vector's first and last
-    caps and below the lowest middle's largest stage + ``slack.first`` / ``slack.last``, less the rows of
-    ``have``, sorted; [K, 3] per split what it needs of a task's slack: the least (M - max(low), a - max(low),
-    c - max(low)) over the vectors that give it, each part on its own: :func:`keep` holds a task's
-    rows and a superset of them). ``slack``: :func:`level_slack_layers`, over every task."""
+    """:func:`planner.search.midlevels.level_splits` as it was before session 14 (one middle total at a time):
+    the reference the batched version must equal."""
     L, n = num_layers, s_num - 2
     if n < 2 or not slack.middle > 0:
         return np.zeros((0, s_num), dtype=np.int64), np.zeros((0, 3))
