@@ -82,14 +82,20 @@ def _random_slack(rng: random.Random) -> Slack:
     return Slack(mid, rng.uniform(-3.0, 6.0), rng.uniform(-3.0, 6.0))
 
 
+def _random_caps(rng: random.Random, s_min: int = 3, short: int = 0) -> tuple[int, int, set[tuple[int, ...]]]:
+    """(layers L, depth S in s_min .. min(L - short, 24), a random set of cap vectors of length S, 5 % of
+    entries 0)."""
+    L = rng.randint(6, 40)
+    S = rng.randint(s_min, min(L - short, 24))
+    top = L - S + 1
+    return L, S, {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
+                  for _ in range(rng.randint(0, 40))}
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_batched_level_splits_equal_the_per_total_loop(seed):
     rng = random.Random(seed)
-    L = rng.randint(6, 40)
-    S = rng.randint(3, min(L, 24))
-    top = L - S + 1
-    caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
-            for _ in range(rng.randint(0, 40))}
+    L, S, caps = _random_caps(rng)
     slack = _random_slack(rng)
     fam = np.array(sorted({tuple(int(x) for x in np.diff(np.r_[0, np.sort(rng.sample(range(1, L), S - 1)), L]))
                            for _ in range(rng.randint(0, 30))}), dtype=np.int64).reshape(-1, S)
@@ -108,11 +114,7 @@ def test_the_random_cases_list_higher_levels():
     listed = 0
     for seed in range(60):
         rng = random.Random(seed)
-        L = rng.randint(6, 40)
-        S = rng.randint(3, min(L, 24))
-        top = L - S + 1
-        caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
-                for _ in range(rng.randint(0, 40))}
+        L, S, caps = _random_caps(rng)
         listed += len(ML.level_splits(L, S, caps, _random_slack(rng), np.zeros((0, S)))[0]) > 0
     assert listed >= 30
 
@@ -155,12 +157,7 @@ def reference_cap_bound_splits(num_layers, s_num, caps, family):
 def test_batched_cap_bound_splits_equal_the_per_total_loop(seed):
     from planner.search.midcaps import cap_bound_splits
     from planner.search.tables import split_family
-    rng = random.Random(100 + seed)
-    L = rng.randint(6, 40)
-    S = rng.randint(4, min(L - 1, 24))
-    top = L - S + 1
-    caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
-            for _ in range(rng.randint(0, 40))}
+    L, S, caps = _random_caps(random.Random(100 + seed), 4, 1)
     fam = split_family(L, S)
     want = reference_cap_bound_splits(L, S, caps, fam)
     got = cap_bound_splits(L, S, caps, fam)
@@ -173,12 +170,7 @@ def test_batched_cap_bound_splits_equal_the_per_total_loop(seed):
 def _cases_for_cap_bound():
     from planner.search.tables import split_family
     for seed in range(60):
-        rng = random.Random(100 + seed)
-        L = rng.randint(6, 40)
-        S = rng.randint(4, min(L - 1, 24))
-        top = L - S + 1
-        caps = {tuple(rng.randint(0 if rng.random() < 0.05 else 1, top) for _ in range(S))
-                for _ in range(rng.randint(0, 40))}
+        L, S, caps = _random_caps(random.Random(100 + seed), 4, 1)
         yield L, S, caps, split_family(L, S)
 
 
