@@ -19,9 +19,9 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError, InternalError
 from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
-from planner.simulator.sync_modes import with_chosen_sync_modes
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
 from planner.search.budget import Progress
+from planner.search.verify import checked_plans
 from planner.simulator import Estimate, SimContext
 from planner.simulator import simulate as _simulate
 
@@ -118,15 +118,16 @@ def plan(request: PlanRequest, context: SimContext, progress: Progress | None = 
     ctx = context_for(context, cluster)
     # a model that ties its embeddings is planned as tied plans (planner.search.tied prices the shared weight)
     space = replace(search_space(request), tie_embeddings=ctx.model.tied_embeddings)
+    # the production check (plan_search's verify) runs below, once: checked_plans simulates each candidate's
+    # plan, checks it exactly as plan_search would, and reuses that estimate for the plan annotated with the
+    # sync modes it assumed (docs/PLANNER.md 2.3, Session 14, second pass)
     res = plan_search(ctx, cluster, gbs, objective, space, top_k=request.top_k, progress=progress,
-                      time_limit_s=request.time_limit_s)
+                      time_limit_s=request.time_limit_s, verify=False)
     if not res.candidates:
         from planner.search.explain import diagnose_empty
         raise diagnose_empty(ctx, cluster, gbs, objective, space, res)
     # every stage carries the sync mode the estimate assumed (the runtime then runs exactly that)
-    plans = [with_chosen_sync_modes(build_plan(c, ctx.model.num_layers, gbs, ctx.model.name, space.precision), ctx)
-             for c in res.candidates]
-    ests = [simulate(p, ctx) for p in plans]
+    plans, ests = (list(x) for x in zip(*checked_plans(ctx, res.candidates, gbs)))
     if not ests[0].fits_in_memory:
         raise InternalError("the chosen plan does not fit in memory per the simulator")
     comparator_ran = request.comparator and request.planner != "grid"

@@ -128,12 +128,48 @@ def compute_index(counts: np.ndarray, num_layers: int) -> np.ndarray:
     return (cls * n + (ends - counts)) * n + ends
 
 
+class GatheredRows:
+    """A [K, S] array ``np.take(grid, index)`` gathered only where it is read: ``x[key]`` is
+    ``np.take(grid, index[key])``, which equals ``np.take(grid, index)[key]`` element for element (a gather copies
+    values; no arithmetic), and ``np.asarray(x)`` the whole array. For a field the search reads only for the rows
+    it scores (the backward seconds: ``pools.pool_model``'s row, a chain's one split), so a family of K splits
+    does not gather K x S values per (type, TP, micro-batch, depth) for a handful of rows (docs/PLANNER.md 2.3)."""
+
+    __slots__ = ("_grid", "_index")
+
+    def __init__(self, grid: np.ndarray, index: np.ndarray) -> None:
+        self._grid, self._index = grid, index
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._index.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._grid.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._index.ndim
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, key) -> np.ndarray:
+        return np.take(self._grid, self._index[key])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.take(self._grid, self._index)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
 def gathered_stage_arrays(tt: TypeTable, counts: np.ndarray, grid: StageGrid, index: np.ndarray,
                           cgrid: tuple[np.ndarray, np.ndarray], cindex: np.ndarray) -> StageArrays:
     """:func:`stage_arrays` of splits ``counts`` read from the grids of the same arguments: ``grid``
     (:meth:`DepthGrids.grid` of :func:`depth_grids`) at ``index`` (:func:`grid_index`) and ``cgrid``
-    (:func:`compute_grid`) at ``cindex`` (:func:`compute_index`); the same values, bit for bit."""
+    (:func:`compute_grid`) at ``cindex`` (:func:`compute_index`); the same values, bit for bit (the backward
+    seconds as :class:`GatheredRows`, gathered where read)."""
     memory = np.take(grid.memory_bytes, index)
-    return StageArrays(compute_s=np.take(cgrid[0], cindex), bwd_s=np.take(cgrid[1], cindex),
+    return StageArrays(compute_s=np.take(cgrid[0], cindex), bwd_s=GatheredRows(cgrid[1], cindex),
                        params=np.take(grid.params, index), update_s=np.take(grid.update_s, index),
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)

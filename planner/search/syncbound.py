@@ -13,7 +13,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.search.netvec import Group, LinkCache, link_time
+from planner.search.netvec import Group, LinkCache, floor_times, link_time
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
 
@@ -143,8 +143,8 @@ def _floor_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_b
     if have is None or have[0].shape[1] < n_cap:
         intra, cross = _links(cache, groups, conc)
         x = grad_bytes / np.arange(1, n_cap + 1, dtype=float)
-        have = cache.patterns[key] = (np.array([floor_time(lk, x) for lk in intra]),
-                                      np.array([floor_time(lk, x) for lk in cross]) if cross else None)
+        # floor_times: row j is floor_time(links[j], x), bit for bit, the links in one pass
+        have = cache.patterns[key] = (floor_times(intra, x), floor_times(cross, x) if cross else None)
     t_intra, t_cross = have
     return t_intra[:, :n_cap], None if t_cross is None else t_cross[:, :n_cap]
 

@@ -11,6 +11,7 @@ a bug in the planner, never bad input: it raises :class:`planner.errors.Internal
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from planner.errors import InternalError
 from planner.plan import Plan
@@ -85,3 +86,26 @@ def check_candidates(ctx: SimContext, cands: list[Candidate], gbs: int) -> list[
         check_candidate(cand, plan, est, peaks=search_replica_peaks(ctx, cand, plan))
         out.append((plan, est))
     return out
+
+
+def with_estimated_sync_modes(plan: Plan, est: Estimate) -> Plan:
+    """``plan`` with every stage's ``grad_sync`` set to the mode ``est`` (``simulate(plan, ctx)``) modelled for it,
+    stages with one replica (mode ``"none"``) keeping theirs: what
+    :func:`planner.simulator.sync_modes.with_chosen_sync_modes` returns, read from the estimate instead of
+    computed again. ``simulate`` builds ``est.stages[s].sync_mode`` from ``stage_sync(plan, ctx, s,
+    all_replica_costs(plan, ctx)[s]).mode``, the very expression ``chosen_sync_modes`` maps (flat and
+    hierarchical kept, anything else None)."""
+    stages = tuple(st if se.sync_mode not in ("flat", "hierarchical") else replace(st, grad_sync=se.sync_mode)
+                   for st, se in zip(plan.stages, est.stages))
+    return replace(plan, stages=stages)
+
+
+def checked_plans(ctx: SimContext, cands: list[Candidate], gbs: int) -> list[tuple[Plan, Estimate]]:
+    """:func:`check_candidates` (the same build, simulation and check, raising the same errors), each plan then
+    carrying the sync modes its estimate assumed (:func:`with_estimated_sync_modes`), paired with that one
+    estimate. The estimate is the annotated plan's as well, field for field: ``simulate`` reads a stage's
+    ``grad_sync`` only through ``sync_rule``, and ``zone_aware_sync`` under a forced mode returns exactly the
+    branch ``auto`` (or the preset's rule) returned for it (the same expressions on the same links; one zone:
+    the flat ring either way); the tied all-reduce takes stage 0's resulting mode. docs/PLANNER.md 2.3
+    (``tests/planner/test_verify_s14u.py`` simulates the annotated plans again and compares)."""
+    return [(with_estimated_sync_modes(plan, est), est) for plan, est in check_candidates(ctx, cands, gbs)]
