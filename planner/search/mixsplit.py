@@ -1,0 +1,369 @@
+"""The exact-priced bound of :mod:`planner.search.mixexact` extended to any layer split and recomputation.
+
+Contract: :func:`split_space_bound(ctx, cluster, gbs, space)` returns a :class:`planner.search.mixbound.SpaceBound`
+whose ``iteration_s`` is < ``simulate(plan, ctx).iteration_time_s`` for EVERY plan that ``simulate`` says fits
+and that has: S stages, any contiguous layer split (every stage >= 1 layer, the embedding on stage 0, the head on
+stage S - 1), the same D on every stage, one micro-batch size b, each replica a (type, zone, TP) group whose
+(b, TP) is an option of ``space`` (default :class:`SearchSpace`, ours), any mix of groups in a stage, any
+micro-batch counts, recomputation on or off (plan-wide), the distributed optimizer OFF, untied embeddings.
+docs/PLANNER.md section 7.6 is the proof.
+
+Method (7.6): a *lifted* chain is a chain whose stage s also picks its layer count n_s; per (S, b) one dynamic
+program over the stages, with states (group at the stage, layers so far, GPU usage u), gives per memory class k
+and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <= grid_v and usage u.
+Each chain picks its own split (a relaxation: a plan's chains share one). Compute is the recomputation-off one
+(recomputation only adds backward time); a replica may be used in class 1 (counts >= S) where it fits with
+S - s in flight with recomputation off OR on; class 0 (counts < S) has no memory mask. The columns and the LP
+are then those of :mod:`planner.search.mixexact` (weak duality at the solver's duals, checked over every
+column). Level v is credited the period grid_{v-1} (grid_0 for v = 0: a lower bound on any chain's largest
+compute), so a coarser grid only loosens the bound; the grid is as fine as ``MAX_CELLS`` allows.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.chaintab import ChainGroups, chain_groups
+from planner.search.mixbound import SpaceBound
+from planner.search.mixtab import REL, MixMemo, _p2p, _stage_sync_floor
+from planner.search.space import SearchSpace
+from planner.search.tasks import Tables, cluster_options
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+log = logging.getLogger(__name__)
+MAX_CELLS = 3_000_000       # classes x levels x groups x (L + 1) x usage vectors per state array
+MAX_LEVELS = 400
+SPLIT = 4
+
+
+@dataclass(frozen=True)
+class SplitUnit:
+    """One (S, b): ``comp[g, s, n]`` seconds per micro-batch of group g on stage s holding n layers
+    (recomputation off; inf where n is not a stage size), ``fits[g, s, n]`` it fits with S - s in flight
+    (recomputation off or on), ``p2p`` [G, G], ``sync`` [D + 1] and ``upd`` floors, ``g0`` a lower bound on
+    every lifted chain's largest compute."""
+
+    s_num: int
+    mbs: int
+    n_mb: int
+    n_layers: int
+    grp: ChainGroups
+    comp: np.ndarray
+    fits: np.ndarray
+    p2p: np.ndarray
+    sync: np.ndarray
+    upd: float
+    d_max: int
+    g0: float
+
+
+def _rows(n_layers: int, s_num: int, s: int, n: int) -> list[list[int]]:
+    """Splits with n layers on stage s, every other stage >= 1: the remainder on the last other stage and on the
+    first other stage (two placements; costs are taken as the smaller of both)."""
+    if s_num == 1:
+        return [[n_layers]]
+    rest = n_layers - n - (s_num - 2)
+    out = []
+    for j in (max(i for i in range(s_num) if i != s), min(i for i in range(s_num) if i != s)):
+        row = [1] * s_num
+        row[s] = n
+        row[j] = rest
+        out.append(row)
+    return out
+
+
+def split_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict, gbs: int, s_num: int,
+               mbs: int, precision: str, memo: MixMemo) -> SplitUnit | None:
+    grp = chain_groups(cluster, options, mbs, ctx)
+    if not grp.names or gbs % mbs:
+        return None
+    n_mb, n_l = gbs // mbs, ctx.model.num_layers
+    d_max = min(n_mb, cluster.total_gpus // s_num)
+    if d_max < 1 or s_num > n_l:
+        return None
+    n_g = len(grp.names)
+    sizes = range(1, n_l - s_num + 2)
+    rows, where = [], []
+    for s in range(s_num):
+        for n in sizes:
+            for row in _rows(n_l, s_num, s, n):
+                where.append((s, n))
+                rows.append(row)
+    counts = np.array(rows, dtype=np.int64)
+    comp = np.full((n_g, s_num, n_l + 1), np.inf)
+    fits = np.zeros((n_g, s_num, n_l + 1), dtype=bool)
+    params = np.full((n_g, s_num, n_l + 1), np.inf)
+    upd = np.full((n_g, s_num, n_l + 1), np.inf)
+    for gi, (g, _, tp) in enumerate(grp.names):
+        cap = tables.table(g, tp, mbs).usable_bytes * (1 + REL)
+        a0 = tables.raw_arrays(g, tp, mbs, counts, False)
+        a1 = tables.raw_arrays(g, tp, mbs, counts, True)
+        for r, (s, n) in enumerate(where):
+            comp[gi, s, n] = min(comp[gi, s, n], a0.compute_s[r, s], a1.compute_s[r, s])
+            params[gi, s, n] = min(params[gi, s, n], a0.params[r, s])
+            upd[gi, s, n] = min(upd[gi, s, n], a0.update_s[r, s], a1.update_s[r, s])
+            fits[gi, s, n] |= bool(a0.memory_bytes[r, s] <= cap) or bool(a1.memory_bytes[r, s] <= cap)
+    big = -(-n_l // s_num)          # some stage holds >= ceil(L / S) layers
+    g0 = float(comp[:, :, big:].min())
+    usable = fits.any(axis=(1, 2))
+    if not usable.any():
+        return None
+    grad_b = float(F.grad_bytes(params[:, :, big:].min()))
+    sync = _stage_sync_floor(ctx, grp, usable | True, grad_b, d_max, cluster, memo.rings, 1)
+    if not ctx.settings.dp_sync_waits_for_all:      # stage 0's sync: >= 1 layer and the embedding
+        sync = np.minimum(sync, _stage_sync_floor(ctx, grp, usable | True, float(F.grad_bytes(params[:, 0].min())),
+                                                  d_max, cluster, memo.rings, 1))
+    if mbs not in memo.p2p:
+        memo.p2p[mbs] = _p2p(ctx, cluster, grp, mbs, precision)
+    return SplitUnit(s_num, mbs, n_mb, n_l, grp, comp, fits, memo.p2p[mbs], sync, float(upd[:, :, big:].min()),
+                     d_max, g0)
+
+
+@dataclass(frozen=True)
+class SplitTable:
+    """``fill[k, v, *u]``: the smallest fill of a lifted chain of class k (0: no memory mask, 1: fits with
+    S - s in flight) with every compute <= ``grid[v]`` and usage u (inf: none); ``credit[v]`` the period credited
+    to level v."""
+
+    fill: np.ndarray
+    dims: tuple[int, ...]
+    grid: np.ndarray
+    credit: np.ndarray
+
+
+def _dims(unit: SplitUnit) -> tuple[int, ...]:
+    grp = unit.grp
+    used = np.zeros(len(grp.caps), dtype=np.int64)
+    for g in range(len(grp.names)):
+        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
+    return tuple(int(min(grp.caps[p], unit.s_num * used[p])) + 1 for p in range(len(grp.caps)))
+
+
+def level_grid(unit: SplitUnit, n_levels: int) -> np.ndarray:
+    fin = unit.comp[np.isfinite(unit.comp)]
+    top = float(fin.max())
+    if n_levels <= 1 or top <= unit.g0:
+        return np.array([top])
+    return unit.g0 * (top / unit.g0) ** (np.arange(n_levels) / (n_levels - 1))
+
+
+def split_table(unit: SplitUnit, max_cells: int = MAX_CELLS) -> SplitTable:
+    dims = _dims(unit)
+    n_g, s_num, n_l = len(unit.grp.names), unit.s_num, unit.n_layers
+    per_level = 2 * n_g * (n_l + 1) * math.prod(dims)
+    n_v = int(max(1, min(MAX_LEVELS, max_cells // per_level)))
+    grid = level_grid(unit, n_v)
+    grid[-1] = max(grid[-1], float(unit.comp[np.isfinite(unit.comp)].max()))
+    credit = np.concatenate([[unit.g0], grid[:-1]])
+    n_v = len(grid)
+    masks = np.stack([np.isfinite(unit.comp), unit.fits & np.isfinite(unit.comp)])            # [K, G, S, L+1]
+    allowed = masks[:, None] & (unit.comp[None, None] <= grid[None, :, None, None, None] * (1 + REL))  # [K,V,G,S,L+1]
+    nd = len(dims)
+    inf = np.inf
+    pool, tps = unit.grp.pool, unit.grp.tp
+
+    def shift(a: np.ndarray, ax: int, t: int) -> np.ndarray:
+        out = np.full_like(a, inf)
+        if t >= a.shape[ax]:
+            return out
+        src = [slice(None)] * a.ndim
+        dst = [slice(None)] * a.ndim
+        src[ax] = slice(0, a.shape[ax] - t)
+        dst[ax] = slice(t, None)
+        out[tuple(dst)] = a[tuple(src)]
+        return out
+
+    ubox = (1,) * nd
+    # cost[k, v, g, l, *u]
+    cost = np.full((2, n_v, n_g, n_l + 1) + dims, inf)
+    for h in range(n_g):
+        ax = 3 + int(pool[h])                     # in [k, v, l, *u]
+        for n in range(1, n_l + 1):
+            ok = allowed[:, :, h, 0, n]
+            if not ok.any():
+                continue
+            c = np.full((2, n_v, n_l + 1) + dims, inf)
+            c[(slice(None), slice(None), n) + (0,) * nd] = unit.comp[h, 0, n]
+            c = shift(c, ax, int(tps[h]))
+            c = np.where(ok.reshape(2, n_v, 1, *ubox), c, inf)
+            np.minimum(cost[:, :, h], c, out=cost[:, :, h])
+    fin = np.isfinite(unit.p2p)
+    for s in range(1, s_num):
+        last = s == s_num - 1
+        new = np.full_like(cost, inf)
+        for h in range(n_g):
+            ok_h = allowed[:, :, h, s]                                  # [K, V, L+1]
+            if not ok_h.any():
+                continue
+            best = np.full((2, n_v, n_l + 1) + dims, inf)
+            for g in np.nonzero(fin[:, h])[0]:
+                np.minimum(best, cost[:, :, g] + 2 * unit.p2p[g, h], out=best)
+            best = shift(best, 3 + int(pool[h]), int(tps[h]))
+            acc = new[:, :, h]
+            for n in range(1, n_l + 1):
+                if not ok_h[..., n].any():
+                    continue
+                okr = ok_h[..., n].reshape(2, n_v, 1, *ubox)
+                if last:        # only l + n = L is kept
+                    cand = np.where(okr[:, :, 0], best[:, :, n_l - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, :, n_l], cand, out=acc[:, :, n_l])
+                else:
+                    cand = np.where(okr, best[:, :, :n_l + 1 - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, :, n:], cand, out=acc[:, :, n:])
+        cost = new
+    fill = cost[:, :, :, n_l].min(axis=2)                                  # [K, V, *u]
+    return SplitTable(fill, dims, grid, credit)
+
+
+def counts(unit: SplitUnit, table: SplitTable, t_prime: float) -> np.ndarray:
+    """[*dims] the most micro-batches (<= N) any lifted chain of usage u can run within ``t_prime`` (0: none):
+    at level v, (m - 1) credit_v + fill <= T' with class 0 for m < S, class 1 for m >= S, and for m > S also
+    (m + S - 1) fill / S <= T' (relaxed by REL: counts only over-estimated)."""
+    s_num, n_mb = unit.s_num, unit.n_mb
+    tp = t_prime * (1 + 1e-11) + 1e-15
+    nd = len(table.dims)
+    v = table.credit.reshape(-1, *([1] * nd))
+    best = np.zeros(table.fill.shape[1:])
+    f = table.fill[0]
+    for m in range(1, min(s_num, n_mb + 1)):
+        best = np.where(f * (1 - REL) <= tp - (m - 1) * v, float(m), best)
+    if n_mb >= s_num:
+        f = table.fill[1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m1 = np.floor((tp - f * (1 - REL)) / v * (1 + REL)) + 1
+            m2 = np.floor(tp * s_num / (f * (1 - REL)) * (1 + REL) - s_num + 1)
+        m2 = np.where(f > 0, m2, np.inf)
+        cand = np.minimum(m1, float(n_mb))
+        cand = np.where(cand > s_num, np.maximum(float(s_num), np.minimum(cand, m2)), cand)
+        ok = np.isfinite(f) & (m1 >= s_num)
+        best = np.where(ok, np.maximum(best, cand), best)
+    return best.max(axis=0)
+
+
+def _columns(unit: SplitUnit, table: SplitTable, t_prime: float):
+    mu = counts(unit, table, t_prime)
+    idx = np.argwhere(mu >= 1)
+    return idx.astype(float), mu[tuple(idx.T)]
+
+
+def dual_bound(unit: SplitUnit, table: SplitTable, t_prime: float, y: np.ndarray, d_lo: int, d_hi: int) -> float:
+    """Weak duality at prices y >= 0 (mixexact.dual_bound over the lifted columns)."""
+    u, m = _columns(unit, table, t_prime)
+    mu = float(np.max(m - u @ y)) if m.size else -math.inf
+    mu = max(mu, -float(unit.n_mb))
+    return float(y @ unit.grp.caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
+
+
+def lp_duals(unit: SplitUnit, table: SplitTable, t_prime: float, d_lo: int, d_hi: int) -> np.ndarray:
+    from scipy.optimize import linprog
+    u, m = _columns(unit, table, t_prime)
+    caps = unit.grp.caps.astype(float)
+    u_all = np.vstack([u.reshape(-1, len(caps)), np.zeros((1, len(caps)))])
+    m_all = np.append(m, -float(unit.n_mb))
+    a_ub = np.vstack([u_all.T, np.ones((1, len(m_all))), -np.ones((1, len(m_all)))])
+    b_ub = np.concatenate([caps, [d_hi, -d_lo]])
+    res = linprog(-m_all, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    if res.status != 0:
+        return np.zeros(len(caps))
+    return np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0)
+
+
+def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: float, rel: float = 1e-5) -> float:
+    """The largest T >= ``t_ref`` found at which weak duality proves no plan with D in [d_lo, d_hi] iterates
+    within T (inf: none at any T; proven at t_sat, beyond which no count grows)."""
+    base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
+    if not math.isfinite(base):
+        return math.inf
+    n = float(unit.n_mb)
+
+    def proven(t: float) -> bool:
+        tp = t - base
+        if tp <= 0:
+            return True
+        y = lp_duals(unit, table, tp, d_lo, d_hi)
+        return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
+
+    fin = table.fill[np.isfinite(table.fill)]
+    if not fin.size:
+        return math.inf
+    t_sat = (base + (unit.n_mb + unit.s_num) * float(fin.max())) * 1.01 + 1e-9
+    if proven(t_sat):
+        return math.inf
+    lo, hi = max(t_ref, base), t_sat
+    if not proven(lo):
+        return t_ref
+    step = 1.05
+    while lo * step < hi:
+        if not proven(lo * step):
+            hi = lo * step
+            break
+        lo, step = lo * step, step * step
+    while hi - lo > rel * hi:
+        mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, t_ref)
+
+
+def cheap_floor(unit: SplitUnit, d_lo: int, d_hi: int) -> float:
+    """Some pipeline runs >= ceil(N / D_hi) micro-batches; its period and fill are each >= g0."""
+    return float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd + math.ceil(unit.n_mb / d_hi) * unit.g0
+
+
+def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace | None = None,
+                      time_limit_s: float | None = 300.0, max_cells: int = MAX_CELLS) -> SpaceBound | None:
+    """The bound of the module docstring (None: no unit)."""
+    t0 = time.perf_counter()
+    space = space or SearchSpace()
+    cluster = cluster.nonempty()
+    tables = Tables(ctx, replace(space, recompute=(False, True), distributed_optimizer=(False,)))
+    options = cluster_options(ctx, cluster, space)
+    mbs_all = sorted({m for o in options.values() for m, _ in o if gbs % m == 0})
+    max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
+    memo = MixMemo()
+    units: list[SplitUnit] = []
+    tabs: dict[int, SplitTable] = {}
+    heap: list = []
+    for s_num in range(1, max_s + 1):
+        for mbs in mbs_all:
+            unit = split_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, memo)
+            if unit is None:
+                continue
+            units.append(unit)
+            heapq.heappush(heap, (cheap_floor(unit, 1, unit.d_max), len(units) - 1, 1, unit.d_max, False))
+    if not heap:
+        return None
+    done, complete = 0, True
+    while True:
+        floor, ui, lo, hi, exact = heapq.heappop(heap)
+        unit = units[ui]
+        if not math.isfinite(floor):
+            break
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            complete = False
+            break
+        done += 1
+        if not exact:
+            if ui not in tabs:
+                tabs[ui] = split_table(unit, max_cells)
+            rel = 1e-5 if lo == hi else 1e-3
+            f = max(floor, node_floor(unit, tabs[ui], lo, hi, floor, rel))
+            heapq.heappush(heap, (f, ui, lo, hi, True))
+            continue
+        if lo == hi:
+            break
+        edges = np.unique(np.linspace(lo, hi + 1, SPLIT + 1).astype(int))
+        for a, b in zip(edges[:-1], edges[1:] - 1):
+            heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), False))
+    log.info("split-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", floor,
+             unit.s_num, unit.mbs, lo, hi, done, complete)
+    return SpaceBound(floor, unit.s_num, unit.mbs, lo, hi, complete, done, time.perf_counter() - t0)
