@@ -10,13 +10,14 @@ docs/PLANNER.md section 7.6 is the proof.
 
 Method (7.6): a *lifted* chain is a chain whose stage s also picks its layer count n_s; per (S, b) one dynamic
 program over the stages, with states (group at the stage, layers so far, GPU usage u), gives per memory class k
-and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <= grid_v and usage u.
+and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <= grid[v] and usage u.
 Each chain picks its own split (a relaxation: a plan's chains share one). Compute is the recomputation-off one
 (recomputation only adds backward time); a replica may be used in class 1 (counts >= S) where it fits with
 S - s in flight with recomputation off OR on; class 0 (counts < S) has no memory mask. The columns and the LP
 are then those of :mod:`planner.search.mixexact` (weak duality at the solver's duals, checked over every
-column). Level v is credited the period grid_{v-1} (grid_0 for v = 0: a lower bound on any chain's largest
-compute), so a coarser grid only loosens the bound; the grid is as fine as ``MAX_CELLS`` allows.
+column). Level v is credited the smallest compute value above grid[v - 1] (g0 for v = 0: a lower bound on any
+chain's largest compute), so a coarser grid only loosens the bound; class 1's grid is as fine as ``MAX_CELLS``
+allows (every distinct compute where that fits), class 0's one level.
 """
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
-MAX_CELLS = 3_000_000       # classes x levels x groups x (L + 1) x usage vectors per state array
-MAX_LEVELS = 400
+MAX_CELLS = 12_000_000      # levels x groups x (L + 1) x usage vectors per state array (class 1)
+MAX_LEVELS = 2000
 SPLIT = 4
 
 
@@ -128,14 +129,17 @@ def split_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: d
 
 @dataclass(frozen=True)
 class SplitTable:
-    """``fill[k, v, *u]``: the smallest fill of a lifted chain of class k (0: no memory mask, 1: fits with
-    S - s in flight) with every compute <= ``grid[v]`` and usage u (inf: none); ``credit[v]`` the period credited
-    to level v."""
+    """``fill1[v, *u]``: the smallest fill of a lifted chain that fits with S - s in flight (class 1, counts >= S)
+    with every compute <= ``grid1[v]`` and usage u (inf: none), ``credit1[v]`` the period credited to level v;
+    ``fill0`` / ``grid0`` / ``credit0`` the same with no memory mask (class 0, counts < S)."""
 
-    fill: np.ndarray
+    fill0: np.ndarray
+    grid0: np.ndarray
+    credit0: np.ndarray
+    fill1: np.ndarray
+    grid1: np.ndarray
+    credit1: np.ndarray
     dims: tuple[int, ...]
-    grid: np.ndarray
-    credit: np.ndarray
 
 
 def _dims(unit: SplitUnit) -> tuple[int, ...]:
@@ -146,25 +150,30 @@ def _dims(unit: SplitUnit) -> tuple[int, ...]:
     return tuple(int(min(grp.caps[p], unit.s_num * used[p])) + 1 for p in range(len(grp.caps)))
 
 
-def level_grid(unit: SplitUnit, n_levels: int) -> np.ndarray:
-    fin = unit.comp[np.isfinite(unit.comp)]
-    top = float(fin.max())
-    if n_levels <= 1 or top <= unit.g0:
-        return np.array([top])
-    return unit.g0 * (top / unit.g0) ** (np.arange(n_levels) / (n_levels - 1))
+def level_grid(unit: SplitUnit, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, credit): ``grid`` increasing computes ending at the largest; ``credit[v]`` a lower bound on the
+    largest compute of every lifted chain with all computes <= grid[v] but not all <= grid[v - 1]: the smallest
+    compute value above grid[v - 1] (such a chain has one), and >= g0 (every chain has a stage of >= ceil(L/S)
+    layers). The grid is every distinct compute where they are at most ``n_levels``, else quantiles of them."""
+    vals = np.unique(unit.comp[np.isfinite(unit.comp)])
+    if len(vals) > n_levels:
+        vals = vals[np.unique(np.round(np.linspace(0, len(vals) - 1, max(n_levels, 1))).astype(int))]
+        vals[-1] = float(unit.comp[np.isfinite(unit.comp)].max())
+    allv = np.unique(unit.comp[np.isfinite(unit.comp)])
+    credit = np.empty(len(vals))
+    credit[0] = unit.g0
+    for i in range(1, len(vals)):
+        above = allv[allv > vals[i - 1] * (1 + REL)]
+        credit[i] = max(unit.g0, float(above[0]) if above.size else vals[i])
+    return vals, credit
 
 
-def split_table(unit: SplitUnit, max_cells: int = MAX_CELLS) -> SplitTable:
-    dims = _dims(unit)
+def _table(unit: SplitUnit, mask: np.ndarray, grid: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """[V, *u] the smallest fill of a lifted chain (L layers in all) of replicas ``mask`` [G, S, L+1] with every
+    compute <= grid[v] (relaxed by REL) and usage u: one program over (stage, group, layers so far, usage)."""
     n_g, s_num, n_l = len(unit.grp.names), unit.s_num, unit.n_layers
-    per_level = 2 * n_g * (n_l + 1) * math.prod(dims)
-    n_v = int(max(1, min(MAX_LEVELS, max_cells // per_level)))
-    grid = level_grid(unit, n_v)
-    grid[-1] = max(grid[-1], float(unit.comp[np.isfinite(unit.comp)].max()))
-    credit = np.concatenate([[unit.g0], grid[:-1]])
     n_v = len(grid)
-    masks = np.stack([np.isfinite(unit.comp), unit.fits & np.isfinite(unit.comp)])            # [K, G, S, L+1]
-    allowed = masks[:, None] & (unit.comp[None, None] <= grid[None, :, None, None, None] * (1 + REL))  # [K,V,G,S,L+1]
+    allowed = mask[None] & (unit.comp[None] <= grid[:, None, None, None] * (1 + REL))          # [V, G, S, L+1]
     nd = len(dims)
     inf = np.inf
     pool, tps = unit.grp.pool, unit.grp.tp
@@ -181,45 +190,54 @@ def split_table(unit: SplitUnit, max_cells: int = MAX_CELLS) -> SplitTable:
         return out
 
     ubox = (1,) * nd
-    # cost[k, v, g, l, *u]
-    cost = np.full((2, n_v, n_g, n_l + 1) + dims, inf)
+    cost = np.full((n_v, n_g, n_l + 1) + dims, inf)          # cost[v, g, l, *u]
     for h in range(n_g):
-        ax = 3 + int(pool[h])                     # in [k, v, l, *u]
         for n in range(1, n_l + 1):
-            ok = allowed[:, :, h, 0, n]
+            ok = allowed[:, h, 0, n]
             if not ok.any():
                 continue
-            c = np.full((2, n_v, n_l + 1) + dims, inf)
-            c[(slice(None), slice(None), n) + (0,) * nd] = unit.comp[h, 0, n]
-            c = shift(c, ax, int(tps[h]))
-            c = np.where(ok.reshape(2, n_v, 1, *ubox), c, inf)
-            np.minimum(cost[:, :, h], c, out=cost[:, :, h])
+            c = np.full((n_v, n_l + 1) + dims, inf)
+            c[(slice(None), n) + (0,) * nd] = unit.comp[h, 0, n]
+            c = shift(c, 2 + int(pool[h]), int(tps[h]))
+            c = np.where(ok.reshape(n_v, 1, *ubox), c, inf)
+            np.minimum(cost[:, h], c, out=cost[:, h])
     fin = np.isfinite(unit.p2p)
     for s in range(1, s_num):
         last = s == s_num - 1
         new = np.full_like(cost, inf)
         for h in range(n_g):
-            ok_h = allowed[:, :, h, s]                                  # [K, V, L+1]
+            ok_h = allowed[:, h, s]                                     # [V, L+1]
             if not ok_h.any():
                 continue
-            best = np.full((2, n_v, n_l + 1) + dims, inf)
+            best = np.full((n_v, n_l + 1) + dims, inf)
             for g in np.nonzero(fin[:, h])[0]:
-                np.minimum(best, cost[:, :, g] + 2 * unit.p2p[g, h], out=best)
-            best = shift(best, 3 + int(pool[h]), int(tps[h]))
-            acc = new[:, :, h]
+                np.minimum(best, cost[:, g] + 2 * unit.p2p[g, h], out=best)
+            best = shift(best, 2 + int(pool[h]), int(tps[h]))
+            acc = new[:, h]
             for n in range(1, n_l + 1):
-                if not ok_h[..., n].any():
+                if not ok_h[:, n].any():
                     continue
-                okr = ok_h[..., n].reshape(2, n_v, 1, *ubox)
+                okr = ok_h[:, n].reshape(n_v, 1, *ubox)
                 if last:        # only l + n = L is kept
-                    cand = np.where(okr[:, :, 0], best[:, :, n_l - n] + unit.comp[h, s, n], inf)
-                    np.minimum(acc[:, :, n_l], cand, out=acc[:, :, n_l])
+                    cand = np.where(okr[:, 0], best[:, n_l - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, n_l], cand, out=acc[:, n_l])
                 else:
-                    cand = np.where(okr, best[:, :, :n_l + 1 - n] + unit.comp[h, s, n], inf)
-                    np.minimum(acc[:, :, n:], cand, out=acc[:, :, n:])
+                    cand = np.where(okr, best[:, :n_l + 1 - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, n:], cand, out=acc[:, n:])
         cost = new
-    fill = cost[:, :, :, n_l].min(axis=2)                                  # [K, V, *u]
-    return SplitTable(fill, dims, grid, credit)
+    return cost[:, :, n_l].min(axis=1)
+
+
+def split_table(unit: SplitUnit, max_cells: int = MAX_CELLS) -> SplitTable:
+    """Class 1 on the finest grid ``max_cells`` allows; class 0 (counts < S only) on one level."""
+    dims = _dims(unit)
+    n_g, n_l = len(unit.grp.names), unit.n_layers
+    per_level = n_g * (n_l + 1) * math.prod(dims)
+    n_v = int(max(1, min(MAX_LEVELS, max_cells // per_level)))
+    fin = np.isfinite(unit.comp)
+    g1, c1 = level_grid(unit, n_v)
+    g0, c0 = level_grid(unit, 1)
+    return SplitTable(_table(unit, fin, g0, dims), g0, c0, _table(unit, unit.fits & fin, g1, dims), g1, c1, dims)
 
 
 def counts(unit: SplitUnit, table: SplitTable, t_prime: float) -> np.ndarray:
@@ -229,13 +247,14 @@ def counts(unit: SplitUnit, table: SplitTable, t_prime: float) -> np.ndarray:
     s_num, n_mb = unit.s_num, unit.n_mb
     tp = t_prime * (1 + 1e-11) + 1e-15
     nd = len(table.dims)
-    v = table.credit.reshape(-1, *([1] * nd))
-    best = np.zeros(table.fill.shape[1:])
-    f = table.fill[0]
+    best = np.zeros(table.fill0.shape[1:])
+    v = table.credit0.reshape(-1, *([1] * nd))
+    f = table.fill0
     for m in range(1, min(s_num, n_mb + 1)):
-        best = np.where(f * (1 - REL) <= tp - (m - 1) * v, float(m), best)
+        best = np.maximum(best, np.where(f * (1 - REL) <= tp - (m - 1) * v, float(m), 0.0).max(axis=0))
     if n_mb >= s_num:
-        f = table.fill[1]
+        v = table.credit1.reshape(-1, *([1] * nd))
+        f = table.fill1
         with np.errstate(invalid="ignore", divide="ignore"):
             m1 = np.floor((tp - f * (1 - REL)) / v * (1 + REL)) + 1
             m2 = np.floor(tp * s_num / (f * (1 - REL)) * (1 + REL) - s_num + 1)
@@ -243,8 +262,8 @@ def counts(unit: SplitUnit, table: SplitTable, t_prime: float) -> np.ndarray:
         cand = np.minimum(m1, float(n_mb))
         cand = np.where(cand > s_num, np.maximum(float(s_num), np.minimum(cand, m2)), cand)
         ok = np.isfinite(f) & (m1 >= s_num)
-        best = np.where(ok, np.maximum(best, cand), best)
-    return best.max(axis=0)
+        best = np.maximum(best, np.where(ok, cand, 0.0).max(axis=0))
+    return best
 
 
 def _columns(unit: SplitUnit, table: SplitTable, t_prime: float):
@@ -290,7 +309,7 @@ def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: 
         y = lp_duals(unit, table, tp, d_lo, d_hi)
         return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
 
-    fin = table.fill[np.isfinite(table.fill)]
+    fin = np.concatenate([table.fill0[np.isfinite(table.fill0)], table.fill1[np.isfinite(table.fill1)]])
     if not fin.size:
         return math.inf
     t_sat = (base + (unit.n_mb + unit.s_num) * float(fin.max())) * 1.01 + 1e-9

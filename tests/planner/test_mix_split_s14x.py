@@ -72,20 +72,31 @@ def _lifted(unit: SplitUnit):
 def test_table_is_the_minimum_over_every_lifted_chain(seed):
     rng = np.random.default_rng(seed)
     unit = _unit(rng, 3, int(rng.integers(2, 4)), int(rng.integers(4, 7)))
-    tab = split_table(unit, max_cells=10 ** 6)
-    ref = np.full(tab.fill.shape, np.inf)
-    for u, vmax, fill, ok in _lifted(unit):
-        if (u >= np.array(tab.dims)).any():
-            continue
-        for v, top in enumerate(tab.grid):
-            if vmax <= top * (1 + 1e-12):
-                for k in (0, 1):
-                    if k == 0 or ok:
-                        ref[(k, v) + tuple(u)] = min(ref[(k, v) + tuple(u)], fill)
-    assert np.array_equal(np.isfinite(ref), np.isfinite(tab.fill))
-    fin = np.isfinite(ref)
-    assert np.allclose(tab.fill[fin], ref[fin], rtol=1e-12)
-    assert fin.sum() > 3
+    tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 300])))      # every compute a level, or a few
+    for fill_k, grid, k in ((tab.fill0, tab.grid0, 0), (tab.fill1, tab.grid1, 1)):
+        ref = np.full(fill_k.shape, np.inf)
+        for u, vmax, fill, ok in _lifted(unit):
+            if (u >= np.array(tab.dims)).any() or (k == 1 and not ok):
+                continue
+            for v, top in enumerate(grid):
+                if vmax <= top * (1 + 1e-12):
+                    ref[(v,) + tuple(u)] = min(ref[(v,) + tuple(u)], fill)
+        assert np.array_equal(np.isfinite(ref), np.isfinite(fill_k))
+        fin = np.isfinite(ref)
+        assert np.allclose(fill_k[fin], ref[fin], rtol=1e-12)
+        assert fin.sum() >= 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_credit_is_below_every_chains_largest_compute_at_its_level(seed):
+    rng = np.random.default_rng(50 + seed)
+    unit = _unit(rng, 3, int(rng.integers(2, 4)), int(rng.integers(4, 7)))
+    tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 300])))
+    for grid, credit in ((tab.grid0, tab.credit0), (tab.grid1, tab.credit1)):
+        assert grid[-1] >= unit.comp[np.isfinite(unit.comp)].max()
+        for _, vmax, _, _ in _lifted(unit):
+            v = int(np.argmax(vmax <= grid * (1 + 1e-12)))
+            assert credit[v] <= vmax
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -95,7 +106,7 @@ def test_counts_cover_every_lifted_chain(seed):
     rng = np.random.default_rng(100 + seed)
     s_num = int(rng.integers(2, 4))
     unit = _unit(rng, 3, s_num, int(rng.integers(4, 7)), n_mb=int(rng.integers(2, 12)))
-    tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 2000])))     # a fine and a coarse grid
+    tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 300])))      # a fine and a coarse grid
     chains = list(_lifted(unit))
     for t in rng.uniform(1.0, 60.0, 6):
         cnt = counts(unit, tab, t)
