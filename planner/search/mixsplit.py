@@ -66,16 +66,22 @@ class SplitUnit:
 
 
 def _rows(n_layers: int, s_num: int, s: int, n: int) -> list[list[int]]:
-    """Splits with n layers on stage s, every other stage >= 1: the remainder on the last other stage and on the
-    first other stage (two placements; costs are taken as the smaller of both)."""
+    """Splits with n layers on stage s, every other stage >= 1, one per first layer ``lo`` stage s can have
+    (lo >= s, lo + n <= L - (S - 1 - s)): per-layer times differ between layers, so a stage's compute is taken
+    as the smallest over every window of n layers it can hold; its memory and parameters do not depend on which
+    layers (``layer_sizes`` and the activation terms are per layer, the same for every layer)."""
     if s_num == 1:
         return [[n_layers]]
-    rest = n_layers - n - (s_num - 2)
     out = []
-    for j in (max(i for i in range(s_num) if i != s), min(i for i in range(s_num) if i != s)):
+    lo_min = 0 if s == 0 else (n_layers - n if s == s_num - 1 else s)
+    lo_max = 0 if s == 0 else n_layers - (s_num - 1 - s) - n
+    for lo in range(lo_min, lo_max + 1):
         row = [1] * s_num
         row[s] = n
-        row[j] = rest
+        if s > 0:
+            row[s - 1] = lo - (s - 1)
+        if s < s_num - 1:
+            row[-1] = n_layers - lo - n - (s_num - 2 - s)
         out.append(row)
     return out
 
@@ -90,7 +96,7 @@ def split_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: d
     if d_max < 1 or s_num > n_l:
         return None
     n_g = len(grp.names)
-    sizes = range(1, n_l - s_num + 2)
+    sizes = range(1, n_l - s_num + 2) if s_num > 1 else [n_l]
     rows, where = [], []
     for s in range(s_num):
         for n in sizes:

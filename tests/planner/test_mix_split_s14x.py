@@ -192,3 +192,19 @@ def test_split_bound_below_our_search_and_sailors_bound(ctxs, case):
                                  time_limit_s=None)
     if sail is not None:
         assert bd.iteration_s <= sail.iteration_s * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("n_layers,s_num", [(6, 3), (5, 4), (24, 9), (4, 2), (3, 3), (24, 2)])
+def test_rows_hold_every_window_a_stage_can_have(n_layers, s_num):
+    """Per-layer times differ (Sailor's OPT-350 profiles: up to 17 % between layers), so a stage's compute is
+    the smallest over every first layer it can have: stage 0 starts at 0, stage S - 1 ends at L, a middle stage
+    s starts at s .. L - (S - 1 - s) - n; every row is a split (sum L, every stage >= 1)."""
+    from planner.search.mixsplit import _rows
+    for s in range(s_num):
+        for n in range(1, n_layers - s_num + 2):
+            rows = _rows(n_layers, s_num, s, n)
+            assert all(sum(r) == n_layers and min(r) >= 1 and r[s] == n for r in rows)
+            starts = [sum(r[:s]) for r in rows]
+            want = [0] if s == 0 else ([n_layers - n] if s == s_num - 1 else
+                                       list(range(s, n_layers - (s_num - 1 - s) - n + 1)))
+            assert starts == want
