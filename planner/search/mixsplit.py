@@ -40,6 +40,7 @@ from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
 MAX_CELLS = 12_000_000      # levels x groups x (L + 1) x usage vectors per state array (class 1)
+COARSE_CELLS = 400_000      # a unit's first table: its floor orders the heap before the fine one is built
 MAX_LEVELS = 2000
 SPLIT = 4
 
@@ -356,7 +357,7 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
     memo = MixMemo()
     units: list[SplitUnit] = []
-    tabs: dict[int, SplitTable] = {}
+    tabs: dict[tuple[int, int], SplitTable] = {}
     heap: list = []
     for s_num in range(1, max_s + 1):
         for mbs in mbs_all:
@@ -364,12 +365,13 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
             if unit is None:
                 continue
             units.append(unit)
-            heapq.heappush(heap, (cheap_floor(unit, 1, unit.d_max), len(units) - 1, 1, unit.d_max, False))
+            heapq.heappush(heap, (cheap_floor(unit, 1, unit.d_max), len(units) - 1, 1, unit.d_max, 0))
     if not heap:
         return None
+    cells = (min(COARSE_CELLS, max_cells), max_cells)
     done, complete = 0, True
     while True:
-        floor, ui, lo, hi, exact = heapq.heappop(heap)
+        floor, ui, lo, hi, stage = heapq.heappop(heap)
         unit = units[ui]
         if not math.isfinite(floor):
             break
@@ -377,18 +379,18 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
             complete = False
             break
         done += 1
-        if not exact:
-            if ui not in tabs:
-                tabs[ui] = split_table(unit, max_cells)
-            rel = 1e-5 if lo == hi else 1e-3
-            f = max(floor, node_floor(unit, tabs[ui], lo, hi, floor, rel))
-            heapq.heappush(heap, (f, ui, lo, hi, True))
+        if stage < len(cells):      # every table's floor is proven; the fine one is built only where needed
+            if (ui, stage) not in tabs:
+                tabs[(ui, stage)] = split_table(unit, cells[stage])
+            rel = 1e-5 if lo == hi and stage == len(cells) - 1 else 1e-3
+            f = max(floor, node_floor(unit, tabs[(ui, stage)], lo, hi, floor, rel))
+            heapq.heappush(heap, (f, ui, lo, hi, stage + 1))
             continue
         if lo == hi:
             break
         edges = np.unique(np.linspace(lo, hi + 1, SPLIT + 1).astype(int))
         for a, b in zip(edges[:-1], edges[1:] - 1):
-            heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), False))
+            heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), len(cells) - 1))
     log.info("split-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", floor,
              unit.s_num, unit.mbs, lo, hi, done, complete)
     return SpaceBound(floor, unit.s_num, unit.mbs, lo, hi, complete, done, time.perf_counter() - t0)
