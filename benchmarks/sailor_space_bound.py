@@ -41,19 +41,27 @@ def _bound(ctx, cluster, gbs, limit_s: float, exact: bool):
         mb.EXACT = old
 
 
-def run(st, data: str, limit_s: float, compare: bool = False) -> dict:
+def _split_bound(ctx, cluster, gbs, limit_s: float):
+    from planner.search.mixsplit import split_space_bound
+    t0 = time.perf_counter()
+    bound = split_space_bound(ctx, cluster, gbs, time_limit_s=limit_s)
+    return bound, time.perf_counter() - t0
+
+
+def run(st, data: str, limit_s: float, compare: bool = False, split: bool = False, sailor: bool = True) -> dict:
     ctx, cluster, gbs = _context(st, data)
     objective = _objective(st)
     (b, b_s), (c, c_s) = (_plan(ctx, cluster, gbs, objective, p) for p in ("sailor-space", "ours"))
     old = _bound(ctx, cluster, gbs, limit_s, False) if compare else (None, 0.0)
-    bound, ub_s = _bound(ctx, cluster, gbs, limit_s, True)
+    sp = _split_bound(ctx, cluster, gbs, limit_s) if split else (None, 0.0)
+    bound, ub_s = _bound(ctx, cluster, gbs, limit_s, True) if sailor else (None, 0.0)
     return {"b": b.estimate.throughput_iters_per_s if b else None,
             "c": c.estimate.throughput_iters_per_s if c else None,
             "b_usd": b.estimate.cost_per_iteration_usd if b else None,
             "c_usd": c.estimate.cost_per_iteration_usd if c else None,
             "ub": bound.iters_per_s if bound else None, "bound": bound, "cost": objective.kind == "cost",
             "ub_old": old[0].iters_per_s if old[0] else None, "old": old[0], "old_s": old[1],
-            "b_s": b_s, "c_s": c_s, "ub_s": ub_s}
+            "b_s": b_s, "c_s": c_s, "ub_s": ub_s, "split": sp[0], "split_s": sp[1]}
 
 
 def main() -> int:
@@ -65,6 +73,9 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per bound (default 120)")
     ap.add_argument("--compare", action="store_true", help="also the bound without the exact pricing "
                     "(mixbound.EXACT off, section 7 before session 14), in the same process, first")
+    ap.add_argument("--split", action="store_true", help="also the bound over every layer split with "
+                    "recomputation on/off (planner/search/mixsplit.py, docs/PLANNER.md 7.6), in the same process")
+    ap.add_argument("--split-only", action="store_true", help="with --split: skip the bound on Sailor's space")
     args = ap.parse_args()
     skip = ["4 types"] if args.skip is None else args.skip
     chosen = [st for st in setups() if (not args.only or args.only in st.name) and not any(s in st.name for s in skip)]
@@ -75,7 +86,15 @@ def main() -> int:
           flush=True)
     ratios, mins = [], []
     for st in chosen:
-        r = run(st, args.sailor_data, args.time_limit, args.compare)
+        r = run(st, args.sailor_data, args.time_limit, args.compare, args.split or args.split_only,
+                not args.split_only)
+        if r["split"] is not None and r["b"] is not None and not r["cost"]:
+            sb = r["split"]
+            ub = sb.iters_per_s
+            print(f"{'  split+recompute':22} {'':>9} {'':>9} {f(ub):>9} {ub / r['b']:7.3f} "
+                  f"{f(None if r['c'] is None else r['c'] / ub, '.3f'):>7} "
+                  f"{f'{sb.stages}x{sb.d_lo}..{sb.d_hi} b{sb.mbs}':>22} {('yes' if sb.complete else 'no'):>5} "
+                  f"{'':>6} {'':>6} {r['split_s']:6.1f}", flush=True)
         if args.compare and not r["cost"] and r["ub_old"] is not None and r["b"] is not None:
             od = r["old"]
             print(f"{'  without exact':22} {'':>9} {'':>9} {f(r['ub_old']):>9} {r['ub_old'] / r['b']:7.3f} "
@@ -97,6 +116,9 @@ def main() -> int:
               f"{at:>22} {('yes' if bd and bd.complete else 'no'):>5} {r['b_s']:6.1f} {r['c_s']:6.1f} "
               f"{r['ub_s']:6.1f}", flush=True)
     load1 = os.getloadavg()[0]
+    if args.split_only:
+        print(f"load {load0:.1f} -> {load1:.1f}")
+        return 0
     if not ratios:
         print("summary: no throughput setup")
         return 1

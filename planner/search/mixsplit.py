@@ -1,0 +1,396 @@
+"""The exact-priced bound of :mod:`planner.search.mixexact` extended to any layer split and recomputation.
+
+Contract: :func:`split_space_bound(ctx, cluster, gbs, space)` returns a :class:`planner.search.mixbound.SpaceBound`
+whose ``iteration_s`` is < ``simulate(plan, ctx).iteration_time_s`` for EVERY plan that ``simulate`` says fits
+and that has: S stages, any contiguous layer split (every stage >= 1 layer, the embedding on stage 0, the head on
+stage S - 1), the same D on every stage, one micro-batch size b, each replica a (type, zone, TP) group whose
+(b, TP) is an option of ``space`` (default :class:`SearchSpace`, ours), any mix of groups in a stage, any
+micro-batch counts, recomputation on or off (plan-wide), the distributed optimizer OFF, untied embeddings.
+docs/PLANNER.md section 7.6 is the proof.
+
+Method (7.6): a *lifted* chain is a chain whose stage s also picks its layer count n_s; per (S, b) one dynamic
+program over the stages, with states (group at the stage, layers so far, GPU usage u), gives per memory class k
+and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <= grid[v] and usage u.
+Each chain picks its own split (a relaxation: a plan's chains share one). Compute is the recomputation-off one
+(recomputation only adds backward time); a replica may be used in class 1 (counts >= S) where it fits with
+S - s in flight with recomputation off OR on; class 0 (counts < S) has no memory mask. The columns and the LP
+are then those of :mod:`planner.search.mixexact` (weak duality at the solver's duals, checked over every
+column). Level v is credited the smallest compute value above grid[v - 1] (g0 for v = 0: a lower bound on any
+chain's largest compute), so a coarser grid only loosens the bound; class 1's grid is as fine as ``MAX_CELLS``
+allows (every distinct compute where that fits), class 0's one level.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.chaintab import ChainGroups, chain_groups
+from planner.search.mixbound import SpaceBound
+from planner.search.mixtab import REL, MixMemo, _p2p, _stage_sync_floor
+from planner.search.space import SearchSpace
+from planner.search.tasks import Tables, cluster_options
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+log = logging.getLogger(__name__)
+MAX_CELLS = 12_000_000      # levels x groups x (L + 1) x usage vectors per state array (class 1)
+COARSE_CELLS = 400_000      # a unit's first table: its floor orders the heap before the fine one is built
+MAX_LEVELS = 2000
+SPLIT = 4
+
+
+@dataclass(frozen=True)
+class SplitUnit:
+    """One (S, b): ``comp[g, s, n]`` seconds per micro-batch of group g on stage s holding n layers
+    (recomputation off; inf where n is not a stage size), ``fits[g, s, n]`` it fits with S - s in flight
+    (recomputation off or on), ``p2p`` [G, G], ``sync`` [D + 1] and ``upd`` floors, ``g0`` a lower bound on
+    every lifted chain's largest compute."""
+
+    s_num: int
+    mbs: int
+    n_mb: int
+    n_layers: int
+    grp: ChainGroups
+    comp: np.ndarray
+    fits: np.ndarray
+    p2p: np.ndarray
+    sync: np.ndarray
+    upd: float
+    d_max: int
+    g0: float
+
+
+def _rows(n_layers: int, s_num: int, s: int, n: int) -> list[list[int]]:
+    """Splits with n layers on stage s, every other stage >= 1, one per first layer ``lo`` stage s can have
+    (lo >= s, lo + n <= L - (S - 1 - s)): per-layer times differ between layers, so a stage's compute is taken
+    as the smallest over every window of n layers it can hold; its memory and parameters do not depend on which
+    layers (``layer_sizes`` and the activation terms are per layer, the same for every layer)."""
+    if s_num == 1:
+        return [[n_layers]]
+    out = []
+    lo_min = 0 if s == 0 else (n_layers - n if s == s_num - 1 else s)
+    lo_max = 0 if s == 0 else n_layers - (s_num - 1 - s) - n
+    for lo in range(lo_min, lo_max + 1):
+        row = [1] * s_num
+        row[s] = n
+        if s > 0:
+            row[s - 1] = lo - (s - 1)
+        if s < s_num - 1:
+            row[-1] = n_layers - lo - n - (s_num - 2 - s)
+        out.append(row)
+    return out
+
+
+def split_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dict, gbs: int, s_num: int,
+               mbs: int, precision: str, memo: MixMemo) -> SplitUnit | None:
+    grp = chain_groups(cluster, options, mbs, ctx)
+    if not grp.names or gbs % mbs:
+        return None
+    n_mb, n_l = gbs // mbs, ctx.model.num_layers
+    d_max = min(n_mb, cluster.total_gpus // s_num)
+    if d_max < 1 or s_num > n_l:
+        return None
+    n_g = len(grp.names)
+    sizes = range(1, n_l - s_num + 2) if s_num > 1 else [n_l]
+    rows, where = [], []
+    for s in range(s_num):
+        for n in sizes:
+            for row in _rows(n_l, s_num, s, n):
+                where.append((s, n))
+                rows.append(row)
+    counts = np.array(rows, dtype=np.int64)
+    comp = np.full((n_g, s_num, n_l + 1), np.inf)
+    fits = np.zeros((n_g, s_num, n_l + 1), dtype=bool)
+    params = np.full((n_g, s_num, n_l + 1), np.inf)
+    upd = np.full((n_g, s_num, n_l + 1), np.inf)
+    for gi, (g, _, tp) in enumerate(grp.names):
+        cap = tables.table(g, tp, mbs).usable_bytes * (1 + REL)
+        a0 = tables.raw_arrays(g, tp, mbs, counts, False)
+        a1 = tables.raw_arrays(g, tp, mbs, counts, True)
+        for r, (s, n) in enumerate(where):
+            comp[gi, s, n] = min(comp[gi, s, n], a0.compute_s[r, s], a1.compute_s[r, s])
+            params[gi, s, n] = min(params[gi, s, n], a0.params[r, s])
+            upd[gi, s, n] = min(upd[gi, s, n], a0.update_s[r, s], a1.update_s[r, s])
+            fits[gi, s, n] |= bool(a0.memory_bytes[r, s] <= cap) or bool(a1.memory_bytes[r, s] <= cap)
+    big = -(-n_l // s_num)          # some stage holds >= ceil(L / S) layers
+    g0 = float(comp[:, :, big:].min())
+    usable = fits.any(axis=(1, 2))
+    if not usable.any():
+        return None
+    grad_b = float(F.grad_bytes(params[:, :, big:].min()))
+    sync = _stage_sync_floor(ctx, grp, usable | True, grad_b, d_max, cluster, memo.rings, 1)
+    if not ctx.settings.dp_sync_waits_for_all:      # stage 0's sync: >= 1 layer and the embedding
+        sync = np.minimum(sync, _stage_sync_floor(ctx, grp, usable | True, float(F.grad_bytes(params[:, 0].min())),
+                                                  d_max, cluster, memo.rings, 1))
+    if mbs not in memo.p2p:
+        memo.p2p[mbs] = _p2p(ctx, cluster, grp, mbs, precision)
+    return SplitUnit(s_num, mbs, n_mb, n_l, grp, comp, fits, memo.p2p[mbs], sync, float(upd[:, :, big:].min()),
+                     d_max, g0)
+
+
+@dataclass(frozen=True)
+class SplitTable:
+    """``fill1[v, *u]``: the smallest fill of a lifted chain that fits with S - s in flight (class 1, counts >= S)
+    with every compute <= ``grid1[v]`` and usage u (inf: none), ``credit1[v]`` the period credited to level v;
+    ``fill0`` / ``grid0`` / ``credit0`` the same with no memory mask (class 0, counts < S)."""
+
+    fill0: np.ndarray
+    grid0: np.ndarray
+    credit0: np.ndarray
+    fill1: np.ndarray
+    grid1: np.ndarray
+    credit1: np.ndarray
+    dims: tuple[int, ...]
+
+
+def _dims(unit: SplitUnit) -> tuple[int, ...]:
+    grp = unit.grp
+    used = np.zeros(len(grp.caps), dtype=np.int64)
+    for g in range(len(grp.names)):
+        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
+    return tuple(int(min(grp.caps[p], unit.s_num * used[p])) + 1 for p in range(len(grp.caps)))
+
+
+def level_grid(unit: SplitUnit, n_levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, credit): ``grid`` increasing computes ending at the largest; ``credit[v]`` a lower bound on the
+    largest compute of every lifted chain with all computes <= grid[v] but not all <= grid[v - 1]: the smallest
+    compute value above grid[v - 1] (such a chain has one), and >= g0 (every chain has a stage of >= ceil(L/S)
+    layers). The grid is every distinct compute where they are at most ``n_levels``, else quantiles of them."""
+    vals = np.unique(unit.comp[np.isfinite(unit.comp)])
+    if len(vals) > n_levels:
+        vals = vals[np.unique(np.round(np.linspace(0, len(vals) - 1, max(n_levels, 1))).astype(int))]
+        vals[-1] = float(unit.comp[np.isfinite(unit.comp)].max())
+    allv = np.unique(unit.comp[np.isfinite(unit.comp)])
+    credit = np.empty(len(vals))
+    credit[0] = unit.g0
+    for i in range(1, len(vals)):
+        above = allv[allv > vals[i - 1] * (1 + REL)]
+        credit[i] = max(unit.g0, float(above[0]) if above.size else vals[i])
+    return vals, credit
+
+
+def _table(unit: SplitUnit, mask: np.ndarray, grid: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """[V, *u] the smallest fill of a lifted chain (L layers in all) of replicas ``mask`` [G, S, L+1] with every
+    compute <= grid[v] (relaxed by REL) and usage u: one program over (stage, group, layers so far, usage)."""
+    n_g, s_num, n_l = len(unit.grp.names), unit.s_num, unit.n_layers
+    n_v = len(grid)
+    allowed = mask[None] & (unit.comp[None] <= grid[:, None, None, None] * (1 + REL))          # [V, G, S, L+1]
+    nd = len(dims)
+    inf = np.inf
+    pool, tps = unit.grp.pool, unit.grp.tp
+
+    def shift(a: np.ndarray, ax: int, t: int) -> np.ndarray:
+        out = np.full_like(a, inf)
+        if t >= a.shape[ax]:
+            return out
+        src = [slice(None)] * a.ndim
+        dst = [slice(None)] * a.ndim
+        src[ax] = slice(0, a.shape[ax] - t)
+        dst[ax] = slice(t, None)
+        out[tuple(dst)] = a[tuple(src)]
+        return out
+
+    ubox = (1,) * nd
+    cost = np.full((n_v, n_g, n_l + 1) + dims, inf)          # cost[v, g, l, *u]
+    for h in range(n_g):
+        for n in range(1, n_l + 1):
+            ok = allowed[:, h, 0, n]
+            if not ok.any():
+                continue
+            c = np.full((n_v, n_l + 1) + dims, inf)
+            c[(slice(None), n) + (0,) * nd] = unit.comp[h, 0, n]
+            c = shift(c, 2 + int(pool[h]), int(tps[h]))
+            c = np.where(ok.reshape(n_v, 1, *ubox), c, inf)
+            np.minimum(cost[:, h], c, out=cost[:, h])
+    fin = np.isfinite(unit.p2p)
+    for s in range(1, s_num):
+        last = s == s_num - 1
+        new = np.full_like(cost, inf)
+        for h in range(n_g):
+            ok_h = allowed[:, h, s]                                     # [V, L+1]
+            if not ok_h.any():
+                continue
+            best = np.full((n_v, n_l + 1) + dims, inf)
+            for g in np.nonzero(fin[:, h])[0]:
+                np.minimum(best, cost[:, g] + 2 * unit.p2p[g, h], out=best)
+            best = shift(best, 2 + int(pool[h]), int(tps[h]))
+            acc = new[:, h]
+            for n in range(1, n_l + 1):
+                if not ok_h[:, n].any():
+                    continue
+                okr = ok_h[:, n].reshape(n_v, 1, *ubox)
+                if last:        # only l + n = L is kept
+                    cand = np.where(okr[:, 0], best[:, n_l - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, n_l], cand, out=acc[:, n_l])
+                else:
+                    cand = np.where(okr, best[:, :n_l + 1 - n] + unit.comp[h, s, n], inf)
+                    np.minimum(acc[:, n:], cand, out=acc[:, n:])
+        cost = new
+    return cost[:, :, n_l].min(axis=1)
+
+
+def split_table(unit: SplitUnit, max_cells: int = MAX_CELLS) -> SplitTable:
+    """Class 1 on the finest grid ``max_cells`` allows; class 0 (counts < S only) on one level."""
+    dims = _dims(unit)
+    n_g, n_l = len(unit.grp.names), unit.n_layers
+    per_level = n_g * (n_l + 1) * math.prod(dims)
+    n_v = int(max(1, min(MAX_LEVELS, max_cells // per_level)))
+    fin = np.isfinite(unit.comp)
+    g1, c1 = level_grid(unit, n_v)
+    g0, c0 = level_grid(unit, 1)
+    return SplitTable(_table(unit, fin, g0, dims), g0, c0, _table(unit, unit.fits & fin, g1, dims), g1, c1, dims)
+
+
+def counts(unit: SplitUnit, table: SplitTable, t_prime: float) -> np.ndarray:
+    """[*dims] the most micro-batches (<= N) any lifted chain of usage u can run within ``t_prime`` (0: none):
+    at level v, (m - 1) credit_v + fill <= T' with class 0 for m < S, class 1 for m >= S, and for m > S also
+    (m + S - 1) fill / S <= T' (relaxed by REL: counts only over-estimated)."""
+    s_num, n_mb = unit.s_num, unit.n_mb
+    tp = t_prime * (1 + 1e-11) + 1e-15
+    nd = len(table.dims)
+    best = np.zeros(table.fill0.shape[1:])
+    v = table.credit0.reshape(-1, *([1] * nd))
+    f = table.fill0
+    for m in range(1, min(s_num, n_mb + 1)):
+        best = np.maximum(best, np.where(f * (1 - REL) <= tp - (m - 1) * v, float(m), 0.0).max(axis=0))
+    if n_mb >= s_num:
+        v = table.credit1.reshape(-1, *([1] * nd))
+        f = table.fill1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m1 = np.floor((tp - f * (1 - REL)) / v * (1 + REL)) + 1
+            m2 = np.floor(tp * s_num / (f * (1 - REL)) * (1 + REL) - s_num + 1)
+        m2 = np.where(f > 0, m2, np.inf)
+        cand = np.minimum(m1, float(n_mb))
+        cand = np.where(cand > s_num, np.maximum(float(s_num), np.minimum(cand, m2)), cand)
+        ok = np.isfinite(f) & (m1 >= s_num)
+        best = np.maximum(best, np.where(ok, cand, 0.0).max(axis=0))
+    return best
+
+
+def _columns(unit: SplitUnit, table: SplitTable, t_prime: float):
+    mu = counts(unit, table, t_prime)
+    idx = np.argwhere(mu >= 1)
+    return idx.astype(float), mu[tuple(idx.T)]
+
+
+def dual_bound(unit: SplitUnit, table: SplitTable, t_prime: float, y: np.ndarray, d_lo: int, d_hi: int) -> float:
+    """Weak duality at prices y >= 0 (mixexact.dual_bound over the lifted columns)."""
+    u, m = _columns(unit, table, t_prime)
+    mu = float(np.max(m - u @ y)) if m.size else -math.inf
+    mu = max(mu, -float(unit.n_mb))
+    return float(y @ unit.grp.caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
+
+
+def lp_duals(unit: SplitUnit, table: SplitTable, t_prime: float, d_lo: int, d_hi: int) -> np.ndarray:
+    from scipy.optimize import linprog
+    u, m = _columns(unit, table, t_prime)
+    caps = unit.grp.caps.astype(float)
+    u_all = np.vstack([u.reshape(-1, len(caps)), np.zeros((1, len(caps)))])
+    m_all = np.append(m, -float(unit.n_mb))
+    a_ub = np.vstack([u_all.T, np.ones((1, len(m_all))), -np.ones((1, len(m_all)))])
+    b_ub = np.concatenate([caps, [d_hi, -d_lo]])
+    res = linprog(-m_all, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    if res.status != 0:
+        return np.zeros(len(caps))
+    return np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0)
+
+
+def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: float, rel: float = 1e-5) -> float:
+    """The largest T >= ``t_ref`` found at which weak duality proves no plan with D in [d_lo, d_hi] iterates
+    within T (inf: none at any T; proven at t_sat, beyond which no count grows)."""
+    base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
+    if not math.isfinite(base):
+        return math.inf
+    n = float(unit.n_mb)
+
+    def proven(t: float) -> bool:
+        tp = t - base
+        if tp <= 0:
+            return True
+        y = lp_duals(unit, table, tp, d_lo, d_hi)
+        return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
+
+    fin = np.concatenate([table.fill0[np.isfinite(table.fill0)], table.fill1[np.isfinite(table.fill1)]])
+    if not fin.size:
+        return math.inf
+    t_sat = (base + (unit.n_mb + unit.s_num) * float(fin.max())) * 1.01 + 1e-9
+    if proven(t_sat):
+        return math.inf
+    lo, hi = max(t_ref, base), t_sat
+    if not proven(lo):
+        return t_ref
+    step = 1.05
+    while lo * step < hi:
+        if not proven(lo * step):
+            hi = lo * step
+            break
+        lo, step = lo * step, step * step
+    while hi - lo > rel * hi:
+        mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        if proven(mid):
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, t_ref)
+
+
+def cheap_floor(unit: SplitUnit, d_lo: int, d_hi: int) -> float:
+    """Some pipeline runs >= ceil(N / D_hi) micro-batches; its period and fill are each >= g0."""
+    return float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd + math.ceil(unit.n_mb / d_hi) * unit.g0
+
+
+def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace | None = None,
+                      time_limit_s: float | None = 300.0, max_cells: int = MAX_CELLS) -> SpaceBound | None:
+    """The bound of the module docstring (None: no unit)."""
+    t0 = time.perf_counter()
+    space = space or SearchSpace()
+    cluster = cluster.nonempty()
+    tables = Tables(ctx, replace(space, recompute=(False, True), distributed_optimizer=(False,)))
+    options = cluster_options(ctx, cluster, space)
+    mbs_all = sorted({m for o in options.values() for m, _ in o if gbs % m == 0})
+    max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
+    memo = MixMemo()
+    units: list[SplitUnit] = []
+    tabs: dict[tuple[int, int], SplitTable] = {}
+    heap: list = []
+    for s_num in range(1, max_s + 1):
+        for mbs in mbs_all:
+            unit = split_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, memo)
+            if unit is None:
+                continue
+            units.append(unit)
+            heapq.heappush(heap, (cheap_floor(unit, 1, unit.d_max), len(units) - 1, 1, unit.d_max, 0))
+    if not heap:
+        return None
+    cells = (min(COARSE_CELLS, max_cells), max_cells)
+    done, complete = 0, True
+    while True:
+        floor, ui, lo, hi, stage = heapq.heappop(heap)
+        unit = units[ui]
+        if not math.isfinite(floor):
+            break
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            complete = False
+            break
+        done += 1
+        if stage < len(cells):      # every table's floor is proven; the fine one is built only where needed
+            if (ui, stage) not in tabs:
+                tabs[(ui, stage)] = split_table(unit, cells[stage])
+            rel = 1e-5 if lo == hi and stage == len(cells) - 1 else 1e-3
+            f = max(floor, node_floor(unit, tabs[(ui, stage)], lo, hi, floor, rel))
+            heapq.heappush(heap, (f, ui, lo, hi, stage + 1))
+            continue
+        if lo == hi:
+            break
+        edges = np.unique(np.linspace(lo, hi + 1, SPLIT + 1).astype(int))
+        for a, b in zip(edges[:-1], edges[1:] - 1):
+            heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), len(cells) - 1))
+    log.info("split-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", floor,
+             unit.s_num, unit.mbs, lo, hi, done, complete)
+    return SpaceBound(floor, unit.s_num, unit.mbs, lo, hi, complete, done, time.perf_counter() - t0)
