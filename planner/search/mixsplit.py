@@ -32,7 +32,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.chaintab import ChainGroups, chain_groups
 from planner.search.mixbound import SpaceBound
-from planner.search.mixtab import REL, MixMemo, _p2p, _stage_sync_floor
+from planner.search.mixtab import REL, MixMemo, pair_p2p, stage_sync_floor
 from planner.search.space import SearchSpace
 from planner.search.tasks import Tables, cluster_options
 from planner.simulator import formulas as F
@@ -124,12 +124,12 @@ def split_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: d
     if not usable.any():
         return None
     grad_b = float(F.grad_bytes(params[:, :, big:].min()))
-    sync = _stage_sync_floor(ctx, grp, usable | True, grad_b, d_max, cluster, memo.rings, 1)
+    sync = stage_sync_floor(ctx, grp, usable | True, grad_b, d_max, cluster, memo.rings, 1)
     if not ctx.settings.dp_sync_waits_for_all:      # stage 0's sync: >= 1 layer and the embedding
-        sync = np.minimum(sync, _stage_sync_floor(ctx, grp, usable | True, float(F.grad_bytes(params[:, 0].min())),
+        sync = np.minimum(sync, stage_sync_floor(ctx, grp, usable | True, float(F.grad_bytes(params[:, 0].min())),
                                                   d_max, cluster, memo.rings, 1))
     if mbs not in memo.p2p:
-        memo.p2p[mbs] = _p2p(ctx, cluster, grp, mbs, precision)
+        memo.p2p[mbs] = pair_p2p(ctx, cluster, grp, mbs, precision)
     return SplitUnit(s_num, mbs, n_mb, n_l, grp, comp, fits, memo.p2p[mbs], sync, float(upd[:, :, big:].min()),
                      d_max, g0)
 

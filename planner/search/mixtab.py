@@ -101,7 +101,7 @@ def _endpoint(ctx: SimContext, g: str, z: str) -> Endpoint:
     return Endpoint(g, z, ctx.node_size(g))
 
 
-def _p2p(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, mbs: int, precision: str) -> np.ndarray:
+def pair_p2p(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, mbs: int, precision: str) -> np.ndarray:
     """[G, G] one crossing's seconds as ``p2p_transfer_s`` times it (the smaller of both TP patterns); where
     the context declares node sizes per replica, the link floor of ``bound.p2p_floor`` instead."""
     n_g = len(grp.names)
@@ -171,7 +171,7 @@ def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: i
     return np.where(d * tp_min > cum[-1], np.inf, need)
 
 
-def _stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
+def stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
                       cluster: ClusterSpec, rings: dict, tp_min: int = 1) -> np.ndarray:
     """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
     >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
@@ -239,10 +239,10 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
     per_stage, with_min = [], []
     for s in range(s_num):
         grad_b = float(F.grad_bytes(core.params[usable[:, s], s].min()))
-        per_stage.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, memo.rings, tp_min))
+        per_stage.append(stage_sync_floor(ctx, grp, usable[:, s], grad_b, d_max, cluster, memo.rings, tp_min))
         if exact[:, s].any():      # this stage holds the TP-tp_min replica: its sync reduces that TP's gradient
             grad_t = float(F.grad_bytes(core.params[exact[:, s], s].min()))
-            with_min.append(_stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, memo.rings, tp_min))
+            with_min.append(stage_sync_floor(ctx, grp, usable[:, s], grad_t, d_max, cluster, memo.rings, tp_min))
     per_stage = np.array(per_stage)
     if ctx.settings.dp_sync_waits_for_all:      # the slowest stage's sync, >= the one holding TP tp_min
         sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
@@ -250,5 +250,5 @@ def mix_unit(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: dic
         sync = per_stage[0]
     upd = float(max(core.upd[usable[:, s], s].min() for s in range(s_num)))
     if mbs not in memo.p2p:
-        memo.p2p[mbs] = _p2p(ctx, cluster, grp, mbs, precision)
+        memo.p2p[mbs] = pair_p2p(ctx, cluster, grp, mbs, precision)
     return MixUnit(s_num, mbs, n_mb, grp, core.comp, kmax, memo.p2p[mbs], sync, upd, d_max)
