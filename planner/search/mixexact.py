@@ -18,6 +18,7 @@ the solver's accuracy never enters the proof. numpy; the LP by scipy's HiGHS (th
 from __future__ import annotations
 
 import math
+from typing import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,17 +59,7 @@ def usage_table(unit: MixUnit) -> UsageTable | None:
 
     def shifted(a: np.ndarray, g: int) -> np.ndarray:
         """``a`` [..., *dims] moved up by group g's usage along its pool's axis (what falls off is dropped)."""
-        ax = a.ndim - len(dims) + int(grp.pool[g])
-        t = int(grp.tp[g])
-        out = np.full_like(a, inf)
-        if t >= a.shape[ax]:
-            return out
-        src = [slice(None)] * a.ndim
-        dst = [slice(None)] * a.ndim
-        src[ax] = slice(0, a.shape[ax] - t)
-        dst[ax] = slice(t, None)
-        out[tuple(dst)] = a[tuple(src)]
-        return out
+        return shift_up(a, a.ndim - len(dims) + int(grp.pool[g]), int(grp.tp[g]))
 
     zero = np.full(dims, inf)
     zero[(0,) * len(dims)] = 0.0
@@ -137,9 +128,16 @@ def dual_bound(unit: MixUnit, table: UsageTable, t_prime: float, y: np.ndarray, 
     """Weak duality at pool prices ``y`` >= 0: every plan of the node within T' has N <= this. ``mu`` is the
     largest m_u - y . u over every column, and >= -N (the LP's slack column, which only raises the bound)."""
     u, m = _columns(unit, table, t_prime)
+    return weak_dual(u, m, y, unit.grp.caps, unit.n_mb, d_lo, d_hi)
+
+
+def weak_dual(u: np.ndarray, m: np.ndarray, y: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: int,
+              d_hi: int) -> float:
+    """``y . caps + D mu`` with ``mu`` = max(largest m - u . y over the columns, -N) and D = d_hi if mu >= 0
+    else d_lo: >= sum n_u m_u for every feasible n of the LP (weak duality at prices y >= 0)."""
     mu = float(np.max(m - u @ y)) if m.size else -math.inf
-    mu = max(mu, -float(unit.n_mb))
-    return float(y @ unit.grp.caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
+    mu = max(mu, -float(n_mb))
+    return float(y @ caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
 
 
 def lp_value(unit: MixUnit, table: UsageTable, t_prime: float, d_lo: int, d_hi: int
@@ -147,17 +145,26 @@ def lp_value(unit: MixUnit, table: UsageTable, t_prime: float, d_lo: int, d_hi: 
     """(LP optimum, pool duals y, weights n, columns u [C, P]) of ``max sum n_u m_u`` s.t. ``sum n_u u <=
     caps``, ``d_lo <= sum n_u <= d_hi``, plus one column using no pool and paying N micro-batches (last in n),
     which keeps the LP feasible when the pools cannot hold d_lo pipelines (None: the solver failed)."""
-    from scipy.optimize import linprog
     u, m = _columns(unit, table, t_prime)
-    caps = unit.grp.caps.astype(float)
+    value, y, x = solve_lp(u, m, unit.grp.caps, unit.n_mb, d_lo, d_hi)
+    return value, y, x, u
+
+
+def solve_lp(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: int, d_hi: int
+             ) -> tuple[float, np.ndarray | None, np.ndarray]:
+    """(optimum, pool duals y >= 0, weights) of ``max sum n_u m_u`` s.t. ``sum n_u u <= caps``, ``d_lo <= sum
+    n_u <= d_hi``, n >= 0, over the columns (u, m) plus one using no pool and paying N (last in the weights);
+    (-inf, None, []) when the solver fails. scipy's HiGHS, imported lazily (the ``lp`` extra)."""
+    from scipy.optimize import linprog
+    caps = caps.astype(float)
     u_all = np.vstack([u.reshape(-1, len(caps)), np.zeros((1, len(caps)))])
-    m_all = np.append(m, -float(unit.n_mb))
+    m_all = np.append(m, -float(n_mb))
     a_ub = np.vstack([u_all.T, np.ones((1, len(m_all))), -np.ones((1, len(m_all)))])
     b_ub = np.concatenate([caps, [d_hi, -d_lo]])
     res = linprog(-m_all, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
     if res.status != 0:
-        return -math.inf, None, np.zeros(0), u
-    return -res.fun, np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0), res.x, u
+        return -math.inf, None, np.zeros(0)
+    return -res.fun, np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0), res.x
 
 
 def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
@@ -184,12 +191,21 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
     # at T' = t_sat every chain of fill <= S (vmax + 2 p2p max) runs as many micro-batches as its class and N
     # allow (both conditions of ``counts``), so the counts no longer grow
     t_sat = (base + (unit.n_mb + unit.s_num) * (vmax + 2 * (float(p2p.max()) if p2p.size else 0.0))) * 1.01 + 1e-9
+    return largest_proven(proven, max(t_ref, base), t_sat, t_ref, rel)
+
+
+def largest_proven(proven: Callable[[float], bool], lo: float, t_sat: float, t_ref: float, rel: float) -> float:
+    """The search for a node's floor, given ``proven(T)`` (weak duality proves no plan of the node iterates
+    within T; monotone: proven at T implies proven below): inf when proven at ``t_sat`` (beyond which no count
+    grows), ``t_ref`` when not proven at ``lo``, else a T >= ``t_ref`` proven, within relative ``rel`` of the
+    largest such (upwards by squaring steps from 1.05, since the floor is usually a little above ``t_ref``, then
+    bisection)."""
     if proven(t_sat):
         return math.inf
-    lo, hi = max(t_ref, base), t_sat
+    hi = t_sat
     if not proven(lo):
         return t_ref
-    step = 1.05                     # the floor is usually a little above t_ref: search upwards first
+    step = 1.05
     while lo * step < hi:
         if not proven(lo * step):
             hi = lo * step
@@ -202,3 +218,17 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
         else:
             hi = mid
     return max(lo, t_ref)
+
+
+def shift_up(a: np.ndarray, ax: int, t: int) -> np.ndarray:
+    """``a`` moved up by ``t`` along axis ``ax`` (a usage axis: ``t`` more GPUs of that pool), inf shifted in and
+    what falls off the end dropped."""
+    out = np.full_like(a, np.inf)
+    if t >= a.shape[ax]:
+        return out
+    src = [slice(None)] * a.ndim
+    dst = [slice(None)] * a.ndim
+    src[ax] = slice(0, a.shape[ax] - t)
+    dst[ax] = slice(t, None)
+    out[tuple(dst)] = a[tuple(src)]
+    return out

@@ -32,6 +32,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.chaintab import ChainGroups, chain_groups
 from planner.search.mixbound import SpaceBound
+from planner.search.mixexact import largest_proven, shift_up, solve_lp, weak_dual
 from planner.search.mixtab import REL, MixMemo, pair_p2p, stage_sync_floor
 from planner.search.space import SearchSpace
 from planner.search.tasks import Tables, cluster_options
@@ -185,17 +186,6 @@ def _table(unit: SplitUnit, mask: np.ndarray, grid: np.ndarray, dims: tuple[int,
     inf = np.inf
     pool, tps = unit.grp.pool, unit.grp.tp
 
-    def shift(a: np.ndarray, ax: int, t: int) -> np.ndarray:
-        out = np.full_like(a, inf)
-        if t >= a.shape[ax]:
-            return out
-        src = [slice(None)] * a.ndim
-        dst = [slice(None)] * a.ndim
-        src[ax] = slice(0, a.shape[ax] - t)
-        dst[ax] = slice(t, None)
-        out[tuple(dst)] = a[tuple(src)]
-        return out
-
     ubox = (1,) * nd
     cost = np.full((n_v, n_g, n_l + 1) + dims, inf)          # cost[v, g, l, *u]
     for h in range(n_g):
@@ -205,7 +195,7 @@ def _table(unit: SplitUnit, mask: np.ndarray, grid: np.ndarray, dims: tuple[int,
                 continue
             c = np.full((n_v, n_l + 1) + dims, inf)
             c[(slice(None), n) + (0,) * nd] = unit.comp[h, 0, n]
-            c = shift(c, 2 + int(pool[h]), int(tps[h]))
+            c = shift_up(c, 2 + int(pool[h]), int(tps[h]))
             c = np.where(ok.reshape(n_v, 1, *ubox), c, inf)
             np.minimum(cost[:, h], c, out=cost[:, h])
     fin = np.isfinite(unit.p2p)
@@ -219,7 +209,7 @@ def _table(unit: SplitUnit, mask: np.ndarray, grid: np.ndarray, dims: tuple[int,
             best = np.full((n_v, n_l + 1) + dims, inf)
             for g in np.nonzero(fin[:, h])[0]:
                 np.minimum(best, cost[:, g] + 2 * unit.p2p[g, h], out=best)
-            best = shift(best, 2 + int(pool[h]), int(tps[h]))
+            best = shift_up(best, 2 + int(pool[h]), int(tps[h]))
             acc = new[:, h]
             for n in range(1, n_l + 1):
                 if not ok_h[:, n].any():
@@ -282,23 +272,13 @@ def _columns(unit: SplitUnit, table: SplitTable, t_prime: float):
 def dual_bound(unit: SplitUnit, table: SplitTable, t_prime: float, y: np.ndarray, d_lo: int, d_hi: int) -> float:
     """Weak duality at prices y >= 0 (mixexact.dual_bound over the lifted columns)."""
     u, m = _columns(unit, table, t_prime)
-    mu = float(np.max(m - u @ y)) if m.size else -math.inf
-    mu = max(mu, -float(unit.n_mb))
-    return float(y @ unit.grp.caps) + (d_hi * mu if mu >= 0 else d_lo * mu)
+    return weak_dual(u, m, y, unit.grp.caps, unit.n_mb, d_lo, d_hi)
 
 
 def lp_duals(unit: SplitUnit, table: SplitTable, t_prime: float, d_lo: int, d_hi: int) -> np.ndarray:
-    from scipy.optimize import linprog
     u, m = _columns(unit, table, t_prime)
-    caps = unit.grp.caps.astype(float)
-    u_all = np.vstack([u.reshape(-1, len(caps)), np.zeros((1, len(caps)))])
-    m_all = np.append(m, -float(unit.n_mb))
-    a_ub = np.vstack([u_all.T, np.ones((1, len(m_all))), -np.ones((1, len(m_all)))])
-    b_ub = np.concatenate([caps, [d_hi, -d_lo]])
-    res = linprog(-m_all, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
-    if res.status != 0:
-        return np.zeros(len(caps))
-    return np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0)
+    _, y, _ = solve_lp(u, m, unit.grp.caps, unit.n_mb, d_lo, d_hi)
+    return np.zeros(len(unit.grp.caps)) if y is None else y      # y = 0 is still a dual point
 
 
 def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: float, rel: float = 1e-5) -> float:
@@ -320,24 +300,7 @@ def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: 
     if not fin.size:
         return math.inf
     t_sat = (base + (unit.n_mb + unit.s_num) * float(fin.max())) * 1.01 + 1e-9
-    if proven(t_sat):
-        return math.inf
-    lo, hi = max(t_ref, base), t_sat
-    if not proven(lo):
-        return t_ref
-    step = 1.05
-    while lo * step < hi:
-        if not proven(lo * step):
-            hi = lo * step
-            break
-        lo, step = lo * step, step * step
-    while hi - lo > rel * hi:
-        mid = math.sqrt(lo * hi) if lo > 0 else 0.5 * hi
-        if proven(mid):
-            lo = mid
-        else:
-            hi = mid
-    return max(lo, t_ref)
+    return largest_proven(proven, max(t_ref, base), t_sat, t_ref, rel)
 
 
 def cheap_floor(unit: SplitUnit, d_lo: int, d_hi: int) -> float:

@@ -53,24 +53,33 @@ def _bound(ctx, cluster, gbs):
     return sailor_space_bound(ctx, cluster, gbs, SPACE, time_limit_s=None)
 
 
-def _random_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
-    """Random plans of Sailor's space: S <= 3 on Sailor's split, b in {1, 2}, D <= 4, every replica a random
-    (type, zone, TP) group of the cluster (stages mix chains), the pools' capacities and one TP per (stage,
-    type) respected, random positive counts."""
+def random_compositions(rng: random.Random, total: int, parts: int) -> list[int]:
+    """A random composition of ``total`` into ``parts`` positive parts."""
+    cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+
+def random_pipelines(ctx, cluster, gbs, rng: random.Random, draws: int):
+    """(S, b, N, pipelines) of random plans: S <= 3, b in {1, 2}, D <= 4 <= N, every replica a random (type,
+    zone, TP) group of the cluster (stages mix chains), the pools' capacities and one TP per (stage, type)
+    respected; the caller draws the rest from ``rng`` between yields."""
     groups = [(p.gpu_type, p.zone, t) for p in cluster.pools for t in (1, 2)
               if t <= p.count and t <= ctx.node_size(p.gpu_type) and ctx.model.num_heads % t == 0]
-    L = ctx.model.num_layers
     for _ in range(draws):
         s_num, mbs, d = rng.choice((1, 2, 2, 3, 3)), rng.choice((1, 2)), rng.randint(1, 4)
         n_mb = gbs // mbs
-        if d > n_mb:
+        if d > n_mb or s_num > ctx.model.num_layers:
             continue
         pipes = tuple(tuple(rng.choice(groups) for _ in range(s_num)) for _ in range(d))
-        if not _valid(cluster, pipes):
-            continue
-        cuts = sorted(rng.sample(range(1, n_mb), d - 1)) if d > 1 else []
-        counts = [b - a for a, b in zip([0] + cuts, cuts + [n_mb])]
-        yield sailor_plan_of(even_last_split(L, s_num), pipes, mbs, gbs, counts)
+        if _valid(cluster, pipes):
+            yield s_num, mbs, n_mb, pipes
+
+
+def _random_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
+    """Random plans of Sailor's space (:func:`random_pipelines` on Sailor's split), random positive counts."""
+    for s_num, mbs, n_mb, pipes in random_pipelines(ctx, cluster, gbs, rng, draws):
+        counts = random_compositions(rng, n_mb, len(pipes))
+        yield sailor_plan_of(even_last_split(ctx.model.num_layers, s_num), pipes, mbs, gbs, counts)
 
 
 def _check_against_the_enumeration(ctxs, case, max_d: int, loosest: float) -> None:

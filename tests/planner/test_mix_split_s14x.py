@@ -3,7 +3,7 @@
 counts are every lifted chain's most micro-batches under the credited period, and the bound is <= every random plan
 of the covered space that ``simulate`` says fits (random splits, recomputation on/off, stages mixing chains, random
 counts), <= our search's best plan without the distributed optimizer, and <= the exact-priced bound on Sailor's
-space is NOT required (that space is a subset: the new bound may only be lower or equal)."""
+space (a subset of the covered space)."""
 from __future__ import annotations
 
 import math
@@ -18,8 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "planner"))
 
-from sailor_full_space import _search_key, _valid, contexts, random_cases  # noqa: E402
+from sailor_full_space import _search_key, contexts, random_cases  # noqa: E402
+from test_mix_bound_h11b import random_compositions, random_pipelines  # noqa: E402
 
 import planner.search.mixbound as MB  # noqa: E402
 from planner.baselines.spaces import PLANNERS  # noqa: E402
@@ -128,23 +130,13 @@ def ctxs():
 
 
 def _random_split_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
-    """Random plans of the covered space: S <= 3, a random composition of the L layers, recomputation random,
-    b in {1, 2}, D <= 4, every replica a random group (stages mix chains), pools and one TP per (stage, type)."""
-    groups = [(p.gpu_type, p.zone, t) for p in cluster.pools for t in (1, 2)
-              if t <= p.count and t <= ctx.node_size(p.gpu_type) and ctx.model.num_heads % t == 0]
+    """Random plans of the covered space: :func:`random_pipelines` (S <= 3, b in {1, 2}, D <= 4, stages mixing
+    chains, pools and one TP per (stage, type)), a random composition of the L layers, random counts,
+    recomputation random."""
     L = ctx.model.num_layers
-    for _ in range(draws):
-        s_num, mbs, d = rng.choice((1, 2, 2, 3, 3)), rng.choice((1, 2)), rng.randint(1, 4)
-        n_mb = gbs // mbs
-        if d > n_mb or s_num > L:
-            continue
-        pipes = tuple(tuple(rng.choice(groups) for _ in range(s_num)) for _ in range(d))
-        if not _valid(cluster, pipes):
-            continue
-        cuts = sorted(rng.sample(range(1, L), s_num - 1))
-        split = [b - a for a, b in zip([0] + cuts, cuts + [L])]
-        mcuts = sorted(rng.sample(range(1, n_mb), d - 1)) if d > 1 else []
-        mcounts = [b - a for a, b in zip([0] + mcuts, mcuts + [n_mb])]
+    for s_num, mbs, n_mb, pipes in random_pipelines(ctx, cluster, gbs, rng, draws):
+        split = random_compositions(rng, L, s_num)
+        mcounts = random_compositions(rng, n_mb, len(pipes))
         stages, first = [], 0
         for s, n in enumerate(split):
             stages.append(Stage(first, n, tuple(Replica(c[s][0], c[s][2], c[s][1]) for c in pipes)))
