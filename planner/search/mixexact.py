@@ -175,22 +175,31 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
     base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
     if not math.isfinite(base):
         return math.inf
-    n = float(unit.n_mb)
-
-    def proven(t: float) -> bool:
-        tp = t - base
-        if tp <= 0:
-            return True
-        _, y, _, _ = lp_value(unit, table, tp, d_lo, d_hi)
-        if y is None:               # no column or a failed LP: y = 0 is still a dual point
-            y = np.zeros(len(unit.grp.caps))
-        return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
-
     vmax = float(unit.comp[unit.usable].max())
     p2p = unit.p2p[np.isfinite(unit.p2p)]
     # at T' = t_sat every chain of fill <= S (vmax + 2 p2p max) runs as many micro-batches as its class and N
     # allow (both conditions of ``counts``), so the counts no longer grow
     t_sat = (base + (unit.n_mb + unit.s_num) * (vmax + 2 * (float(p2p.max()) if p2p.size else 0.0))) * 1.01 + 1e-9
+    return duality_floor(lambda tp: _columns(unit, table, tp), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
+                         t_ref, rel)
+
+
+def duality_floor(columns: Callable[[float], tuple[np.ndarray, np.ndarray]], caps: np.ndarray, n_mb: int,
+                  base: float, t_sat: float, d_lo: int, d_hi: int, t_ref: float, rel: float) -> float:
+    """A node's floor (:func:`largest_proven`) where T is proven when, at T' = T - ``base`` (the node's sync and
+    step floors), weak duality at the LP's duals over ``columns(T')`` (usage u [C, P], counts m [C]) gives
+    fewer than N micro-batches (:func:`solve_lp`, :func:`weak_dual`; y = 0 where the solver fails, still a dual
+    point). The columns are built once per T."""
+    def proven(t: float) -> bool:
+        tp = t - base
+        if tp <= 0:
+            return True
+        u, m = columns(tp)
+        _, y, _ = solve_lp(u, m, caps, n_mb, d_lo, d_hi)
+        if y is None:
+            y = np.zeros(len(caps))
+        return weak_dual(u, m, y, caps, n_mb, d_lo, d_hi) < n_mb * (1 - 1e-9)
+
     return largest_proven(proven, max(t_ref, base), t_sat, t_ref, rel)
 
 

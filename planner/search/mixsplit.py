@@ -32,7 +32,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.chaintab import ChainGroups, chain_groups
 from planner.search.mixbound import SpaceBound
-from planner.search.mixexact import largest_proven, shift_up, solve_lp, weak_dual
+from planner.search.mixexact import duality_floor, shift_up
 from planner.search.mixtab import REL, MixMemo, pair_p2p, stage_sync_floor
 from planner.search.space import SearchSpace
 from planner.search.tasks import Tables, cluster_options
@@ -269,38 +269,19 @@ def _columns(unit: SplitUnit, table: SplitTable, t_prime: float):
     return idx.astype(float), mu[tuple(idx.T)]
 
 
-def dual_bound(unit: SplitUnit, table: SplitTable, t_prime: float, y: np.ndarray, d_lo: int, d_hi: int) -> float:
-    """Weak duality at prices y >= 0 (mixexact.dual_bound over the lifted columns)."""
-    u, m = _columns(unit, table, t_prime)
-    return weak_dual(u, m, y, unit.grp.caps, unit.n_mb, d_lo, d_hi)
-
-
-def lp_duals(unit: SplitUnit, table: SplitTable, t_prime: float, d_lo: int, d_hi: int) -> np.ndarray:
-    u, m = _columns(unit, table, t_prime)
-    _, y, _ = solve_lp(u, m, unit.grp.caps, unit.n_mb, d_lo, d_hi)
-    return np.zeros(len(unit.grp.caps)) if y is None else y      # y = 0 is still a dual point
-
-
 def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: float, rel: float = 1e-5) -> float:
     """The largest T >= ``t_ref`` found at which weak duality proves no plan with D in [d_lo, d_hi] iterates
-    within T (inf: none at any T; proven at t_sat, beyond which no count grows)."""
+    within T (inf: none at any T; proven at t_sat, beyond which no count grows): :func:`mixexact.duality_floor`
+    over the lifted columns."""
     base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
     if not math.isfinite(base):
         return math.inf
-    n = float(unit.n_mb)
-
-    def proven(t: float) -> bool:
-        tp = t - base
-        if tp <= 0:
-            return True
-        y = lp_duals(unit, table, tp, d_lo, d_hi)
-        return dual_bound(unit, table, tp, y, d_lo, d_hi) < n * (1 - 1e-9)
-
     fin = np.concatenate([table.fill0[np.isfinite(table.fill0)], table.fill1[np.isfinite(table.fill1)]])
     if not fin.size:
         return math.inf
     t_sat = (base + (unit.n_mb + unit.s_num) * float(fin.max())) * 1.01 + 1e-9
-    return largest_proven(proven, max(t_ref, base), t_sat, t_ref, rel)
+    return duality_floor(lambda tp: _columns(unit, table, tp), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
+                         t_ref, rel)
 
 
 def cheap_floor(unit: SplitUnit, d_lo: int, d_hi: int) -> float:

@@ -11,7 +11,6 @@ a bug in the planner, never bad input: it raises :class:`planner.errors.Internal
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from planner.errors import InternalError
 from planner.plan import Plan
@@ -20,6 +19,7 @@ from planner.search.space import Candidate
 from planner.search.tables import TypeTable, build_type_table, stage_peak_bytes
 from planner.simulator import Estimate, simulate
 from planner.simulator.settings import SimContext
+from planner.simulator.sync_modes import with_sync_modes, written_mode
 
 REL_TOL = 1e-9
 
@@ -95,9 +95,7 @@ def with_estimated_sync_modes(plan: Plan, est: Estimate) -> Plan:
     computed again. ``simulate`` builds ``est.stages[s].sync_mode`` from ``stage_sync(plan, ctx, s,
     all_replica_costs(plan, ctx)[s]).mode``, the very expression ``chosen_sync_modes`` maps (flat and
     hierarchical kept, anything else None)."""
-    stages = tuple(st if se.sync_mode not in ("flat", "hierarchical") else replace(st, grad_sync=se.sync_mode)
-                   for st, se in zip(plan.stages, est.stages))
-    return replace(plan, stages=stages)
+    return with_sync_modes(plan, tuple(written_mode(se.sync_mode) for se in est.stages))
 
 
 def checked_plans(ctx: SimContext, cands: list[Candidate], gbs: int) -> list[tuple[Plan, Estimate]]:
