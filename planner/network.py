@@ -223,32 +223,53 @@ class NetworkModel:
 _GRID = 161   # sizes 2**(i/4) bytes, i = 0..160 (1 B to 1 TB)
 
 
+_GRID_BYTES = tuple(2.0 ** (i / 4) for i in range(_GRID))
+_GRID_U = tuple(math.log2(max(x, 1.0) / 1e6) for x in _GRID_BYTES)     # Link.fit_value_gb_per_s's u at each
+
+
+@lru_cache(maxsize=256)
+def _grid_values(fit: tuple[float, float, float], hi: float, lo: float | None
+                 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(the raw fit in GB/s, the raw transfer time) at every grid size ``2 ** (i / 4)``: the expressions of
+    :meth:`Link.fit_value_gb_per_s` and :meth:`Link._raw_transfer_s` (through :meth:`Link.bandwidth_bytes_per_s`)
+    on a ``Link(hi, 0.0, fit, lo)``, inlined: the same operations on the same numbers in the same order (``u``
+    from the same ``math.log2`` expression, tabulated once), so the same floats, nan included."""
+    Link(hi, 0.0, fit, lo)      # its checks, as before
+    a, b, c = fit
+    lo_bw = lo if lo is not None else hi * 0.01
+    vertex = -b / (2 * a) if a < 0 else 0.0
+    values, raws = [], []
+    for x, u in zip(_GRID_BYTES, _GRID_U):
+        if a < 0:
+            u = min(u, vertex)
+        v = a * u * u + b * u + c
+        values.append(v)
+        raws.append(x / min(hi, max(lo_bw, v * 1e9)))
+    return tuple(values), tuple(raws)
+
+
 @lru_cache(maxsize=1024)
 def _valid_from(fit: tuple[float, float, float], hi: float, lo: float | None) -> int:
     """Grid index from which a fit is valid: inside the last run of sizes where it is positive, the size of
     least transfer time (below it the fitted time would *fall* as messages grow: the fit's extrapolation)."""
-    link = Link(hi, 0.0, fit, lo)
+    values, raws = _grid_values(fit, hi, lo)
     j = _GRID - 1
-    while j >= 0 and link.fit_value_gb_per_s(2.0 ** (j / 4)) > 0:
+    while j >= 0 and values[j] > 0:
         j -= 1
     run = range(j + 1, _GRID)
     if not run:
         return _GRID
-    return min(run, key=lambda i: link._raw_transfer_s(2.0 ** (i / 4)))
+    return min(run, key=raws.__getitem__)
 
 
 @lru_cache(maxsize=256)
 def _envelope(fit: tuple[float, float, float], hi: float, lo: float | None) -> tuple[float, ...]:
     """Transfer time on the size grid; from the fit's valid start on, its running max (never faster for
     more bytes). Below the valid start the raw (floored) time, with nothing carried into the valid range."""
-    link = Link(hi, 0.0, fit, lo)
+    raws = _grid_values(fit, hi, lo)[1]
     start = _valid_from(fit, hi, lo)
-    out, best = [], 0.0
-    for i in range(_GRID):
-        raw = link._raw_transfer_s(2.0 ** (i / 4))
-        if i < start:
-            out.append(raw)
-            continue
+    out, best = list(raws[:start]), 0.0
+    for raw in raws[start:]:
         best = max(best, raw)
         out.append(best)
     return tuple(out)

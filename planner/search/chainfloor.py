@@ -95,7 +95,7 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
     hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
     frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
     frac[hidden] = np.inf
-    pools = np.unique(grp.pool)
+    pools = sorted_unique(grp.pool)
     by_pool = np.stack([frac[:, grp.pool == p].min(axis=1) for p in pools])  # [P', K, S] (used pools)
     y = _dual_weights(tuple(int(c) for c in grp.caps))[:, pools]              # [Y, P']
     with np.errstate(invalid="ignore"):         # 0 x inf: a pool without an allowed group is left out

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.search.rows import unique_inverse
+
 TOL = 1e-9
 
 
@@ -95,7 +97,7 @@ def unique_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _last_below_each(values: np.ndarray, slack: float, last_below) -> np.ndarray:
     """``last_below(x + slack)`` of every x of ``values`` (integers), once per distinct value."""
-    ux, back = np.unique(values, return_inverse=True)
+    ux, back = unique_inverse(values)
     return np.array([last_below(x + slack) for x in ux.tolist()], dtype=np.int64)[back.reshape(-1)]
 
 
@@ -194,7 +196,10 @@ def fresh_rows(rows: np.ndarray, have: np.ndarray) -> np.ndarray:
     if rows.shape[1] and min(both) >= 0 and max(both) < 255:
         width = f"S{rows.shape[1]}"
         key = np.ascontiguousarray(rows + 1, dtype=np.uint8).view(width).ravel()
-        known = np.ascontiguousarray(have + 1, dtype=np.uint8).view(width).ravel()
-        return ~np.isin(key, known)
+        known = np.sort(np.ascontiguousarray(have + 1, dtype=np.uint8).view(width).ravel())
+        # membership by binary search in the sorted keys (``~np.isin(key, known)``, whose np.unique imports
+        # numpy.ma on a process's first call)
+        at = np.minimum(np.searchsorted(known, key), len(known) - 1)
+        return known[at] != key
     known_set = {tuple(r) for r in have.tolist()}
     return np.array([tuple(r) not in known_set for r in rows.tolist()], dtype=bool)

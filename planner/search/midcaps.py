@@ -26,6 +26,7 @@ from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
 from planner.search.levelbatch import fresh_rows, lowest_rows
 from planner.search.splits import front_loaded
+from planner.search.rows import sorted_unique
 from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
@@ -157,7 +158,7 @@ def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.nda
     mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
     end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
     if dist:
-        vals = np.unique(np.concatenate([mid.ravel(), end.ravel()]))
+        vals = sorted_unique(np.concatenate([mid.ravel(), end.ravel()]))     # np.unique, without numpy.ma
         vals = vals[vals < NEVER]
         if not len(vals):
             return

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.network import Endpoint, Link, _envelope, _turns, _valid_from
-from planner.search.rows import int_row_sum, sorted_unique, unique_first
+from planner.search.rows import int_row_sum, sorted_unique, unique_first, unique_inverse
 from planner.simulator import formulas as F
 from planner.search.tied import TiedSync
 from planner.simulator.settings import SimContext
@@ -308,7 +308,7 @@ def same_sync_rows(groups: list[Group], D: np.ndarray, *sizes: np.ndarray | None
     parts += [(c, int(c.max()) + 1) for c in (D @ onehot).T]
     for x in sizes:
         if x is not None:
-            _, xi = np.unique(x, return_inverse=True)
+            _, xi = unique_inverse(x)
             parts.append((xi.reshape(-1).astype(np.int64), int(xi.max()) + 1))
     key, radix = np.zeros(len(D), dtype=np.int64), 1
     for col, n in parts:

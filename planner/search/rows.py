@@ -201,3 +201,12 @@ def sorted_unique(x: np.ndarray) -> np.ndarray:
     else:
         mask[1:] = aux[1:] != aux[:-1]
     return aux[mask]
+
+
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` with the inverse flattened: :func:`sorted_unique` and each value's
+    position among them by binary search (equal values, -0.0 and 0.0, and every nan find the one entry
+    ``np.unique`` keeps for them), without importing numpy.ma."""
+    flat = np.asarray(x).reshape(-1)
+    values = sorted_unique(flat)
+    return values, np.searchsorted(values, flat)
