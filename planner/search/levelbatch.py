@@ -63,13 +63,17 @@ def higher_middles_batch(totals: np.ndarray, arr: np.ndarray,
     depth = int(active.sum(axis=1).max()) if len(arr) else 0
     if depth == 0:
         return low_max, np.zeros(0, dtype=np.int64), np.zeros((0, n), dtype=np.int64)
-    lv, active = lv[:, :depth], active[:, :depth]
-    cur = _front_loaded_rows(np.repeat(t, depth), np.repeat(arr, depth, axis=0),
-                             lv.reshape(-1)).reshape(len(arr), depth, n)
-    before = np.concatenate([prev[:, None, :], cur[:, :-1, :]], axis=1)
-    new = active & (cur != before).any(axis=2)
-    at, d = np.nonzero(new)
-    return low_max, at, cur[at, d]
+    # the middles at the active (row, level) entries only, row-major (the order np.nonzero gives): each row's
+    # entries are consecutive from its first level on (a prefix), so an entry's predecessor level is the entry
+    # before it, or the lowest level's middle at a row's first entry
+    r, d = np.nonzero(active[:, :depth])
+    cur = _front_loaded_rows(t[r], arr[r], lv[r, d])
+    before = np.empty_like(cur)
+    before[1:] = cur[:-1]
+    first = d == 0
+    before[first] = prev[r[first]]
+    new = (cur != before).any(axis=1)
+    return low_max, r[new], cur[new]
 
 
 def unique_rows(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.search.levelbatch import fresh_rows, lowest_rows
+from planner.search.levelbatch import fresh_rows, lowest_rows, unique_rows
 from planner.search.splits import front_loaded
 from planner.search.rows import sorted_unique
 from planner.search.tables import NEVER, _memory_terms, dist_min_dp, head_params, stage_params
@@ -180,8 +180,11 @@ def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.nda
     lay[np.arange(len(vi)), first] = cnt_end[vi, first]
     lay[:, L - 1] = cnt_end[vi, L]
     lay = np.minimum(lay, top[si][:, None])
-    for s, f, row in zip(s_arr[si].tolist(), first.tolist(), lay.tolist()):
-        out[s].add(tuple(row[f:]))
+    # a row's vector is its columns from ``first`` on: with the columns before zeroed and the depth in front, equal
+    # vectors of a depth are equal rows, added once (the same sets; most rows repeat another task's or D's)
+    lay[np.arange(L)[None, :] < first[:, None]] = 0
+    for row in unique_rows(np.column_stack([s_arr[si], lay]))[0].tolist():
+        out[row[0]].add(tuple(row[1 + L - row[0]:]))
 
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
