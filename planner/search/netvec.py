@@ -164,6 +164,11 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
     return out
 
 
+def link_params(link: Link) -> tuple:
+    """What :func:`link_time` reads of a link (links equal in these have equal times)."""
+    return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s)
+
+
 def checked_time(link: Link, nbytes: float) -> float:
     """:func:`link_time` of one size (inf where ``simulate`` would refuse it)."""
     return float(link_time(link, np.array([nbytes], dtype=float))[0])
@@ -261,16 +266,22 @@ class _Rings:
             return out
         live = n > 1
         nn = np.maximum(n, 1)
+        # pairs on links of equal parameters give a row equal times (elementwise in the row's sizes): one
+        # computation over the rows holding any of them, maxed in once (a maximum is exact in any order)
+        by_link: dict[tuple, tuple[Link, list[tuple[int, int]]]] = {}
         for q in pairs:
-            sel = np.array([q in r for r in ranks])[inv] & live
+            lk = self.link(q)
+            by_link.setdefault(link_params(lk), (lk, []))[1].append(q)
+        for lk, qs in by_link.values():
+            sel = np.array([any(q in r for q in qs) for r in ranks])[inv] & live
             if not np.any(sel):
                 continue
             n_sel = nn[sel]
             if param is None:
-                t = F.ring_s(n_sel, link_time(self.link(q), nbytes[sel] / n_sel))
+                t = F.ring_s(n_sel, link_time(lk, nbytes[sel] / n_sel))
             else:   # both chunks in one link_time call (elementwise: the same times as two calls)
                 k = int(np.count_nonzero(sel))
-                tgp = link_time(self.link(q), np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
+                tgp = link_time(lk, np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
                 t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
                                     self.cache.ctx.settings.sharded_collective_scale)
             out[sel] = np.maximum(out[sel], t)

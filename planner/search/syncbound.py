@@ -14,6 +14,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
 from planner.search.netvec import Group, LinkCache, floor_times, link_time
+from planner.search.netvec import link_params as _link_params
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
 
@@ -157,8 +158,3 @@ def floor_time(link, nbytes: np.ndarray) -> np.ndarray:
     if link.fit_gb_per_s is not None:
         nbytes = np.maximum(nbytes, link.valid_from_bytes())
     return link_time(link, nbytes)
-
-
-def _link_params(link) -> tuple:
-    """What :func:`link_time` reads of a link."""
-    return (link.max_bw_bytes_per_s, link.latency_s, link.fit_gb_per_s, link.min_bw_bytes_per_s)
