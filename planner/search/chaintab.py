@@ -83,7 +83,13 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
     n_g = len(grp.names)
     comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
     dmin = np.ones((n_g, s_num), dtype=np.int64)
+    seen: dict[tuple[str, int], int] = {}       # groups of one (type, TP) in other zones: the same rows
     for gi, (g, _, tp) in enumerate(grp.names):
+        twin = seen.setdefault((g, tp), gi)
+        if twin != gi:
+            for x in (comp, bwd, upd, fits, params, dmin):
+                x[gi] = x[twin]
+            continue
         arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
         if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on

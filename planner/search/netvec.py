@@ -273,7 +273,8 @@ class _Rings:
             lk = self.link(q)
             by_link.setdefault(link_params(lk), (lk, []))[1].append(q)
         for lk, qs in by_link.values():
-            sel = np.array([any(q in r for q in qs) for r in ranks])[inv] & live
+            sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
+                   np.array([any(q in r for q in qs) for r in ranks]))[inv] & live
             if not np.any(sel):
                 continue
             n_sel = nn[sel]
