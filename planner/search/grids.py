@@ -11,7 +11,7 @@ depth). docs/PLANNER.md 2.3.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -164,12 +164,24 @@ class GatheredRows:
 
 
 def gathered_stage_arrays(tt: TypeTable, counts: np.ndarray, grid: StageGrid, index: np.ndarray,
-                          cgrid: tuple[np.ndarray, np.ndarray], cindex: np.ndarray) -> StageArrays:
+                          cgrid: tuple[np.ndarray, np.ndarray], cindex: np.ndarray,
+                          lazy: bool = False) -> StageArrays:
     """:func:`stage_arrays` of splits ``counts`` read from the grids of the same arguments: ``grid``
     (:meth:`DepthGrids.grid` of :func:`depth_grids`) at ``index`` (:func:`grid_index`) and ``cgrid``
     (:func:`compute_grid`) at ``cindex`` (:func:`compute_index`); the same values, bit for bit (the backward
-    seconds as :class:`GatheredRows`, gathered where read)."""
+    seconds as :class:`GatheredRows`, gathered where read). ``lazy``: compute, parameters and optimizer step as
+    :class:`GatheredRows` too (memory and fits gathered: whether any split fits decides whether the others are
+    read at all; :func:`gathered_in_full` gathers them)."""
     memory = np.take(grid.memory_bytes, index)
-    return StageArrays(compute_s=np.take(cgrid[0], cindex), bwd_s=GatheredRows(cgrid[1], cindex),
-                       params=np.take(grid.params, index), update_s=np.take(grid.update_s, index),
+    take = GatheredRows if lazy else np.take
+    return StageArrays(compute_s=take(cgrid[0], cindex), bwd_s=GatheredRows(cgrid[1], cindex),
+                       params=take(grid.params, index), update_s=take(grid.update_s, index),
                        memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
+
+
+def gathered_in_full(arr: StageArrays) -> StageArrays:
+    """``arr`` of :func:`gathered_stage_arrays` with ``lazy`` as the one without: its lazy fields gathered whole
+    (``np.asarray`` of a :class:`GatheredRows` is its ``np.take``), the backward seconds left gathered where
+    read."""
+    return replace(arr, **{f: np.asarray(getattr(arr, f)) for f in ("compute_s", "params", "update_s")
+                           if isinstance(getattr(arr, f), GatheredRows)})

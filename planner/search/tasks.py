@@ -20,7 +20,7 @@ from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
 from planner.search.taskbound import cheap_bounds
 from planner.search.grids import (DepthGrids, StageGrid, compute_grid, compute_index, depth_grids,
-                                  gathered_stage_arrays, grid_index)
+                                  gathered_in_full, gathered_stage_arrays, grid_index)
 from planner.search.tables import (NEVER, StageArrays, TypeTable, build_type_table, dist_min_dp, memory_terms_of,
                                    stage_arrays)
 from planner.simulator import formulas as F
@@ -134,8 +134,10 @@ class Tables:
                     arr = stage_arrays(self.ctx, tt, counts, self.space.precision, self.space.optimizer, recompute,
                                        self.space.tie_embeddings)
                 else:
+                    # compute, parameters and step gathered once the table is kept (the chain plans read
+                    # single rows of a table with no fitting split: gathered row by row)
                     arr = gathered_stage_arrays(tt, counts, grid, index, self._cgrid(g, tp, mbs, recompute),
-                                                self.memo[("grid-index", s_num)][2])
+                                                self.memo[("grid-index", s_num)][2], lazy=True)
                 self._arr[("plain", g, tp, mbs, s_num, recompute)] = arr
                 over = float((arr.memory_bytes.max(axis=1) - tt.usable_bytes).min())
                 if self.min_overflow_bytes is None or over < self.min_overflow_bytes:
@@ -143,6 +145,8 @@ class Tables:
                 if not arr.fits.any() and not (True in self.space.distributed_optimizer and
                                                (self.dist_dmin(g, tp, mbs, s_num, recompute) < NEVER).any()):
                     arr = None
+                elif grid is not None:
+                    arr = self._arr[("plain", g, tp, mbs, s_num, recompute)] = gathered_in_full(arr)
             self._arr[key] = arr
         return self._arr[key]
 
