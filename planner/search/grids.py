@@ -156,7 +156,7 @@ class GatheredRows:
         return len(self._index)
 
     def __getitem__(self, key) -> np.ndarray:
-        return np.take(self._grid, self._index[key])
+        return self._grid.take(self._index[key])
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.take(self._grid, self._index)
@@ -172,11 +172,11 @@ def gathered_stage_arrays(tt: TypeTable, counts: np.ndarray, grid: StageGrid, in
     seconds as :class:`GatheredRows`, gathered where read). ``lazy``: compute, parameters and optimizer step as
     :class:`GatheredRows` too (memory and fits gathered: whether any split fits decides whether the others are
     read at all; :func:`gathered_in_full` gathers them)."""
-    memory = np.take(grid.memory_bytes, index)
-    take = GatheredRows if lazy else np.take
+    memory = grid.memory_bytes.take(index)       # (the method np.take calls: the same gather)
+    take = GatheredRows if lazy else np.ndarray.take
     return StageArrays(compute_s=take(cgrid[0], cindex), bwd_s=GatheredRows(cgrid[1], cindex),
                        params=take(grid.params, index), update_s=take(grid.update_s, index),
-                       memory_bytes=memory, fits=np.all(memory <= tt.usable_bytes, axis=1), counts=counts)
+                       memory_bytes=memory, fits=(memory <= tt.usable_bytes).all(axis=1), counts=counts)
 
 
 def gathered_in_full(arr: StageArrays) -> StageArrays:

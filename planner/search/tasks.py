@@ -224,7 +224,10 @@ class Tables:
               ) -> tuple[StageGrid | None, np.ndarray | None]:
         """(:class:`StageGrid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
         ((None, None): a depth the grids do not hold)."""
-        grid = self._depths(g, tp, mbs, recompute).grid(s_num)
+        key = ("stage-grid", g, tp, mbs, s_num, recompute)      # the depth's views, built once
+        if key not in self._arr:
+            self._arr[key] = self._depths(g, tp, mbs, recompute).grid(s_num)
+        grid = self._arr[key]
         return (None, None) if grid is None else (grid, self._split_index(s_num)[0])
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
