@@ -204,9 +204,10 @@ def sorted_unique(x: np.ndarray) -> np.ndarray:
 
 
 def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` with the inverse flattened: :func:`sorted_unique` and each value's
-    position among them by binary search (equal values, -0.0 and 0.0, and every nan find the one entry
-    ``np.unique`` keeps for them), without importing numpy.ma."""
+    """``np.unique(x, return_inverse=True)`` with the inverse flattened: :func:`sorted_unique` (``np.unique(x)``,
+    equal in value; of a zero present as 0.0 and -0.0 it may keep the other sign) and each value's position among
+    them by binary search (the same inverse: equal values, -0.0 and 0.0, and every nan find their one entry),
+    without importing numpy.ma."""
     flat = np.asarray(x).reshape(-1)
     values = sorted_unique(flat)
     return values, np.searchsorted(values, flat)

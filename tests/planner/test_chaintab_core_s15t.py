@@ -20,22 +20,20 @@ SPACE = SearchSpace(max_stages=4, mbs_options=(1, 2), tp_options=(1, 2), recompu
 
 
 def _reference(ctx, tables, grp, mbs, counts, recompute, d_cap, precision, dist) -> StageTab:
-    s_num = counts.shape[1]
-    n_g = len(grp.names)
-    comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
-    dmin = np.ones((n_g, s_num), dtype=np.int64)
-    for gi, (g, _, tp) in enumerate(grp.names):
-        arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
-        comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
-        if dist:
-            if not (arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes).all():
-                dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, recompute, 1, counts, per_stage=True)[0]
-            fits[gi] = dmin[gi] <= d_cap
-        else:
-            fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
-    pbytes = F.bytes_per_element(precision) if dist else None
-    return StageTab(comp, bwd, upd, fits.astype(bool), None, None, None, dmin, upd / d_cap if dist else upd,
-                    pbytes, params, d_cap)
+    """The rule before session 15: every group's rows read from its own table, one group at a time."""
+    rows = [tables.raw_arrays(g, tp, mbs, counts, recompute) for g, _, tp in grp.names]
+    usable = [tables.table(g, tp, mbs).usable_bytes for g, _, tp in grp.names]
+    comp, bwd, upd, params = (np.stack([np.asarray(getattr(r, f)[0], dtype=float) for r in rows])
+                              for f in ("compute_s", "bwd_s", "update_s", "params"))
+    plain_fit = np.stack([r.memory_bytes[0] <= u for r, u in zip(rows, usable)])
+    dmin = np.ones(comp.shape, dtype=np.int64)
+    if dist:
+        for gi, (g, _, tp) in enumerate(grp.names):
+            if not plain_fit[gi].all():
+                dmin[gi] = tables.dist_dmin(g, tp, mbs, counts.shape[1], recompute, 1, counts, per_stage=True)[0]
+    fits = (dmin <= d_cap) if dist else plain_fit
+    return StageTab(comp, bwd, upd, fits, None, None, None, dmin, upd / d_cap if dist else upd,
+                    F.bytes_per_element(precision) if dist else None, params, d_cap)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -14,14 +14,14 @@ from planner.search.grids import GatheredRows, gathered_in_full, gathered_stage_
 from planner.search.space import SearchSpace
 from planner.search.tables import stage_arrays
 
-GPUS = "A100-40@us-central1-a=32,V100-16@us-central1-a=64"
 FIELDS = ("compute_s", "bwd_s", "params", "update_s", "memory_bytes", "fits", "counts")
 
 
 @pytest.fixture(scope="module")
 def ctx():
-    bundle = api.load_data(api.DataSource(model="gpt-neo-2.7b"))
-    return api.context_for(api.make_context(bundle, None), parse_gpus(GPUS, bundle.catalog))
+    data = api.load_data(api.DataSource(model="gpt-neo-2.7b"))
+    cluster = parse_gpus("A100-40@us-central1-a=32,V100-16@us-central1-a=64", data.catalog)
+    return api.context_for(api.make_context(data, None), cluster)
 
 
 def _same(a, b) -> bool:

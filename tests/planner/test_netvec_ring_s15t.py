@@ -22,28 +22,21 @@ ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-west1-b")
 
 
 class _PairRings(netvec._Rings):
-    """The rule before session 15: one link time per ring pair."""
+    """The rule before session 15: one link time per ring pair, over the rows whose pattern holds it."""
 
     def ring(self, ranks, inv, n, nbytes, param=None, halves=(1, 1)):
-        pairs = sorted({q for r in ranks for q in r})
         out = np.zeros(len(inv))
-        if not pairs:
-            return out
-        live = n > 1
         nn = np.maximum(n, 1)
-        for q in pairs:
-            sel = np.array([q in r for r in ranks])[inv] & live
-            if not np.any(sel):
+        scale = self.cache.ctx.settings.sharded_collective_scale
+        for q in sorted({q for r in ranks for q in r}):
+            rows = np.flatnonzero(np.array([q in r for r in ranks])[inv] & (n > 1))
+            if len(rows) == 0:
                 continue
-            n_sel = nn[sel]
-            if param is None:
-                t = F.ring_s(n_sel, netvec.link_time(self.link(q), nbytes[sel] / n_sel))
-            else:
-                k = int(np.count_nonzero(sel))
-                tgp = netvec.link_time(self.link(q), np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
-                t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
-                                    self.cache.ctx.settings.sharded_collective_scale)
-            out[sel] = np.maximum(out[sel], t)
+            lk = self.link(q)
+            grad_t = netvec.link_time(lk, nbytes[rows] / nn[rows])      # elementwise: two calls as one
+            t = F.ring_s(nn[rows], grad_t) if param is None else F.ring_halves_s(
+                nn[rows], halves[0], grad_t, halves[1], netvec.link_time(lk, param[rows] / nn[rows]), scale)
+            out[rows] = np.maximum(out[rows], t)
         return out
 
 
