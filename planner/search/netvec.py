@@ -116,24 +116,13 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
     capped at +inf where ``a >= 0``: ``minimum(u, inf)`` is ``u``; the grid and turn tables padded, each row
     indexed within its own length: the count of turn sizes <= a size is ``searchsorted(..., 'right')``, the
     padding +inf counted by no finite size); links without a fit, and non-finite sizes, one by one."""
-    return _link_rows(links, nbytes, True)
-
-
-def link_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
-    """[len(links), len(nbytes)]: row j is :func:`link_time` of ``links[j]`` at ``nbytes``, bit for bit (the
-    pass of :func:`floor_times` without the floor: sizes below a fit's valid range are refused, inf, as
-    :func:`link_time` refuses them)."""
-    return _link_rows(links, nbytes, False)
-
-
-def _link_rows(links: list[Link], nbytes: np.ndarray, floor: bool) -> np.ndarray:
     x = np.asarray(nbytes, dtype=float)
     out = np.empty((len(links), len(x)))
     fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if np.isfinite(x).all() else []
     batched = set(fit_rows)
     for j, lk in enumerate(links):
         if j not in batched:
-            xj = x if lk.fit_gb_per_s is None or not floor else np.maximum(x, lk.valid_from_bytes())
+            xj = x if lk.fit_gb_per_s is None else np.maximum(x, lk.valid_from_bytes())
             out[j] = link_time(lk, xj)
     if not fit_rows:
         return out
@@ -153,8 +142,7 @@ def _link_rows(links: list[Link], nbytes: np.ndarray, floor: bool) -> np.ndarray
     sizes = np.full((len(tabs), max(1, max(len(t[1]) for t in tabs))), np.inf)
     for r, (g, sz, e, _) in enumerate(tabs):
         grid[r, :len(g)], ext[r, :len(e)], sizes[r, :len(sz)] = g, e, sz
-    # floor_time: sizes below the valid range read at its start; else as given (refused below it, as link_time)
-    X = np.maximum(x[None, :], start) if floor else np.broadcast_to(x[None, :], (len(tabs), len(x)))
+    X = np.maximum(x[None, :], start)                  # floor_time: sizes below the valid range read at its start
     m = np.maximum(X, 1.0)
     u = np.log2(m / 1e6)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -284,23 +272,17 @@ class _Rings:
         for q in pairs:
             lk = self.link(q)
             by_link.setdefault(link_params(lk), (lk, []))[1].append(q)
-        # every link's times at every row's chunk sizes in one pass when several links have a fit (link_times:
-        # row j is link_time of link j, elementwise, so row j at the rows of ``sel`` is link_time at their sizes)
-        x = nbytes / nn if param is None else np.concatenate([nbytes / nn, param / nn])
-        links = [lk for lk, _ in by_link.values()]
-        table = link_times(links, x) if sum(lk.fit_gb_per_s is not None for lk in links) > 1 else None
-        for j, (lk, qs) in enumerate(by_link.values()):
+        for lk, qs in by_link.values():
             sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
                    np.array([any(q in r for q in qs) for r in ranks]))[inv] & live
             if not np.any(sel):
                 continue
             n_sel = nn[sel]
             if param is None:
-                t = F.ring_s(n_sel, link_time(lk, x[sel]) if table is None else table[j, sel])
+                t = F.ring_s(n_sel, link_time(lk, nbytes[sel] / n_sel))
             else:   # both chunks in one link_time call (elementwise: the same times as two calls)
                 k = int(np.count_nonzero(sel))
-                both = np.concatenate([sel, sel])
-                tgp = link_time(lk, x[both]) if table is None else table[j, both]
+                tgp = link_time(lk, np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
                 t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
                                     self.cache.ctx.settings.sharded_collective_scale)
             out[sel] = np.maximum(out[sel], t)

@@ -88,23 +88,3 @@ def test_ring_per_link_equals_ring_per_pair(sailor, monkeypatch):
         fewer += n_new < n_old
     assert fewer        # links of equal parameters were merged somewhere
 
-
-@pytest.mark.parametrize("seed", range(3))
-def test_link_times_equal_link_time_per_link(seed):
-    """netvec.link_times (the rows ``ring`` reads): row j is link_time of link j bit for bit, at sizes across,
-    below and far below the fits' valid ranges, zero, and (one by one) non-finite sizes."""
-    from tests.planner.test_netvec_s14u import _links
-    rng = np.random.default_rng(seed)
-    links = list(rng.permutation(np.array(_links(), dtype=object)))
-    x = np.concatenate([[0.0, 1.0, 3.0], 10.0 ** rng.uniform(0, 11, 200), rng.uniform(1e5, 1e7, 50)])
-    if seed == 2:
-        x = np.concatenate([x, [np.inf, np.nan]])
-    with np.errstate(invalid="ignore"):         # link_time casts nan's grid index (its own behaviour)
-        got = netvec.link_times(links, x)
-        want = np.array([netvec.link_time(lk, x) for lk in links])
-    assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
-    assert np.isinf(want).any() and np.isfinite(want).any()
-    # sizes below a fit's valid range are refused here (inf), where floor_times reads them at the start
-    with np.errstate(invalid="ignore"):
-        floored = netvec.floor_times(links, x)
-    assert (np.isinf(got) & np.isfinite(floored)).any()
