@@ -180,8 +180,9 @@ def gathered_stage_arrays(tt: TypeTable, counts: np.ndarray, grid: StageGrid, in
 
 
 def gathered_in_full(arr: StageArrays) -> StageArrays:
-    """``arr`` of :func:`gathered_stage_arrays` with ``lazy`` as the one without: its lazy fields gathered whole
-    (``np.asarray`` of a :class:`GatheredRows` is its ``np.take``), the backward seconds left gathered where
-    read."""
-    return replace(arr, **{f: np.asarray(getattr(arr, f)) for f in ("compute_s", "params", "update_s")
+    """``arr`` of :func:`gathered_stage_arrays` with ``lazy``: compute and parameters gathered whole (``np.asarray``
+    of a :class:`GatheredRows` is its ``np.take``), as without ``lazy``; the backward seconds and the optimizer step
+    left gathered where read (the search reads the step by rows, and its per-split maximum from the parameters':
+    ``Tables.split_stats``)."""
+    return replace(arr, **{f: np.asarray(getattr(arr, f)) for f in ("compute_s", "params")
                            if isinstance(getattr(arr, f), GatheredRows)})

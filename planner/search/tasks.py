@@ -308,8 +308,17 @@ class Tables:
         key = ("stats", g, tp, mbs, s_num, recompute)
         if key not in self._arr:
             a = self.arrays(g, tp, mbs, s_num, recompute)
-            self._arr[key] = SplitStats(a.update_s.max(axis=1), a.params.max(axis=1), a.compute_s.max(axis=1),
-                                        a.compute_s.sum(axis=1))
+            params_max = a.params.max(axis=1)
+            tt = self.table(g, tp, mbs)
+            per, scale = tt.update_s_per_param, self.ctx.settings.update_scale
+            if 0.0 <= per < np.inf and 0.0 <= scale < np.inf:
+                # the step is (per * params) * scale, stage by stage (tables.params_and_update, grids.depth_grids):
+                # non-decreasing in the parameters (rounding is monotone), so the slowest stage's step is the
+                # step of the largest stage's parameters, bit for bit
+                upd_max = F.update_s(per, params_max, 1, False) * scale
+            else:
+                upd_max = np.asarray(a.update_s).max(axis=1)
+            self._arr[key] = SplitStats(upd_max, params_max, a.compute_s.max(axis=1), a.compute_s.sum(axis=1))
         return self._arr[key]
 
     def levels(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool, p2p_s: float,
