@@ -68,7 +68,7 @@ def test_ring_per_link_equals_ring_per_pair(sailor, monkeypatch):
         rng = np.random.default_rng(seed + (10 if sailor else 0))
         types = ("A100-40", "V100-16") if sailor else ("A100-40", "H100-80")
         groups = [Group(z, g, int(rng.choice([1, 2, 4]))) for z in ZONES for g in types]
-        R = 600
+        R = 300
         D = rng.integers(0, 4, size=(R, len(groups))) * (rng.random((R, len(groups))) < 0.5)
         sizes = rng.choice([2e7, 5e7, 3e8, 1.5e9], size=R)
         full, param = sizes * 4, (sizes / 2 if seed % 2 else None)
