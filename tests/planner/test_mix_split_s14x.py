@@ -47,14 +47,15 @@ def _unit(rng: np.random.Generator, n_g: int, s_num: int, n_l: int, n_mb: int = 
     for s in range(s_num):
         comp[:, s, 1:n_l - s_num + 2] = per[:, None] * np.arange(1, n_l - s_num + 2)[None] + rng.uniform(0, 0.3, (n_g, 1))
     fits = rng.random(comp.shape) < 0.7
+    fits0 = rng.random((s_num - 1,) + comp.shape) < 0.8       # counts m < S: a mask per count
     p2p = rng.uniform(0.0, 0.3, (n_g, n_g))
     g0 = float(comp[:, :, -(-n_l // s_num):].min())
-    return SplitUnit(s_num, 1, n_mb, n_l, grp, comp, fits, p2p, np.zeros(n_mb + 1), 0.0, n_mb, g0)
+    return SplitUnit(s_num, 1, n_mb, n_l, grp, comp, fits, p2p, np.zeros(n_mb + 1), n_mb, g0, fits0)
 
 
 def _lifted(unit: SplitUnit):
-    """(usage, largest compute, fill, fits class 1) of every lifted chain (group and >= 1 layers per stage,
-    L layers in all)."""
+    """(usage, largest compute, fill, fits class 1, [fits with m in flight for m = 1..S - 1]) of every lifted
+    chain (group and >= 1 layers per stage, L layers in all)."""
     n_g, s_num, _ = unit.comp.shape
     for ch in product(range(n_g), repeat=s_num):
         for ns in product(range(1, unit.n_layers + 1), repeat=s_num):
@@ -67,7 +68,8 @@ def _lifted(unit: SplitUnit):
             np.add.at(u, unit.grp.pool[list(ch)], unit.grp.tp[list(ch)])
             fill = float(c.sum() + 2 * sum(unit.p2p[a, b] for a, b in zip(ch[:-1], ch[1:])))
             ok = all(unit.fits[g, s, n] for s, (g, n) in enumerate(zip(ch, ns)))
-            yield u, float(c.max()), fill, ok
+            ok0 = [all(unit.fits0[m, g, s, n] for s, (g, n) in enumerate(zip(ch, ns))) for m in range(s_num - 1)]
+            yield u, float(c.max()), fill, ok, ok0
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -75,10 +77,14 @@ def test_table_is_the_minimum_over_every_lifted_chain(seed):
     rng = np.random.default_rng(seed)
     unit = _unit(rng, 3, int(rng.integers(2, 4)), int(rng.integers(4, 7)))
     tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 300])))      # every compute a level, or a few
-    for fill_k, grid, k in ((tab.fill0, tab.grid0, 0), (tab.fill1, tab.grid1, 1)):
+    # class 1 on its grid; each count m < S on one level with its own mask (fill0[m - 1])
+    for fill_k, grid, k in [(tab.fill0[m], tab.grid0, -1 - m) for m in range(unit.s_num - 1)] + \
+            [(tab.fill1, tab.grid1, 1)]:
+        if k < 0:
+            fill_k = fill_k[None]
         ref = np.full(fill_k.shape, np.inf)
-        for u, vmax, fill, ok in _lifted(unit):
-            if (u >= np.array(tab.dims)).any() or (k == 1 and not ok):
+        for u, vmax, fill, ok, ok0 in _lifted(unit):
+            if (u >= np.array(tab.dims)).any() or (k == 1 and not ok) or (k < 0 and not ok0[-1 - k]):
                 continue
             for v, top in enumerate(grid):
                 if vmax <= top * (1 + 1e-12):
@@ -96,7 +102,7 @@ def test_credit_is_below_every_chains_largest_compute_at_its_level(seed):
     tab = split_table(unit, max_cells=int(rng.choice([10 ** 6, 300])))
     for grid, credit in ((tab.grid0, tab.credit0), (tab.grid1, tab.credit1)):
         assert grid[-1] >= unit.comp[np.isfinite(unit.comp)].max()
-        for _, vmax, _, _ in _lifted(unit):
+        for _, vmax, _, _, _ in _lifted(unit):
             v = int(np.argmax(vmax <= grid * (1 + 1e-12)))
             assert credit[v] <= vmax
 
@@ -112,13 +118,13 @@ def test_counts_cover_every_lifted_chain(seed):
     chains = list(_lifted(unit))
     for t in rng.uniform(1.0, 60.0, 6):
         cnt = counts(unit, tab, t)
-        for u, vmax, fill, ok in chains:
+        for u, vmax, fill, ok, ok0 in chains:
             if (u >= np.array(tab.dims)).any():
                 continue
             m = 0
             for mm in range(1, unit.n_mb + 1):
-                if mm >= s_num and not ok:
-                    break
+                if (mm >= s_num and not ok) or (mm < s_num and not ok0[mm - 1]):
+                    continue
                 if (mm - 1) * vmax + fill <= t and (mm <= s_num or (mm + s_num - 1) * fill / s_num <= t):
                     m = mm
             assert cnt[tuple(u)] >= m

@@ -1,0 +1,103 @@
+"""Sync and step floors of the split-space bound per smallest TP degree (session 15, helper s15x).
+
+Contract: :func:`split_base(ctx, cluster, grp, params, upd, tau, d_max, rings, dist, elem)` returns [d_max + 1]:
+per replica count D, a floor on ``sync + update`` of EVERY plan of :mod:`planner.search.mixsplit`'s space with
+S stages (any contiguous split, every stage >= 1 layer), D replicas per stage, smallest TP degree ``tau`` (every
+replica TP >= tau, some replica TP = tau), the distributed optimizer off, or on where ``dist`` allows it.
+docs/PLANNER.md 7.6 (session 15) is the proof: the stage holding a TP-tau replica reduces >= that group's
+gradient at its layer count, every other stage >= the smallest gradient of a TP >= tau group at its layer count,
+and the split is any composition of the L layers, so the floor is the smallest over compositions of the largest
+stage floor (:func:`minmax_composition`). numpy only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.chaintab import ChainGroups
+from planner.search.mixtab import stage_sync_floor
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+BISECT = 80
+
+
+def minmax_composition(stage_f: np.ndarray, n_layers: int) -> np.ndarray:
+    """[D] a lower bound (within 2^-80 of the largest value) on min over compositions (n_s >= 1, sum n_s = L)
+    of max_s ``stage_f[s, n_s, D]`` (``stage_f`` [S, L + 1, D], index n = layer count, inf where impossible;
+    inf: no composition). Each row is replaced by its suffix minimum over n (a non-decreasing lower bound), so
+    the stages within t hold 1..cap_s(t) layers, and t is feasible iff every cap_s >= 1 and sum cap_s >= L."""
+    f = stage_f[:, 1:, :]
+    g = np.minimum.accumulate(f[:, ::-1], axis=1)[:, ::-1]
+
+    def feasible(t: np.ndarray) -> np.ndarray:
+        cap = (g <= t[None, None, :]).sum(axis=1)
+        return (cap >= 1).all(axis=0) & (cap.sum(axis=0) >= n_layers)
+
+    fin = np.where(np.isfinite(g), g, -np.inf).max(axis=(0, 1))
+    hi = np.where(np.isfinite(fin), np.maximum(fin, 0.0), 0.0)
+    ok = feasible(hi)
+    lo = np.zeros_like(hi)
+    zero = feasible(lo)
+    for _ in range(BISECT):
+        mid = 0.5 * (lo + hi)
+        f_mid = feasible(mid)
+        hi = np.where(f_mid, mid, hi)
+        lo = np.where(f_mid, lo, mid)
+    return np.where(~ok, np.inf, np.where(zero, 0.0, lo))
+
+
+def _stage_rows(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, sel: np.ndarray,
+                usable: np.ndarray, tau: int, d_max: int, rings: dict, dist: tuple[float, float] | None,
+                elem: int, memo: dict) -> np.ndarray:
+    """[S, L + 1, d_max + 1] per (stage, layer count) the sync floor of a stage whose members reduce >= the
+    smallest gradient of the groups ``sel`` there (inf: none); ``dist``: (None, scale) the distributed
+    optimizer's sync, its parameter half from the same parameters at ``elem`` bytes."""
+    n_g, s_num, n1 = params.shape
+    out = np.full((s_num, n1, d_max + 1), np.inf)
+    if not sel.any():
+        return out
+    low = params[sel].min(axis=0)                       # [S, L + 1]
+    for s in range(s_num):
+        for n in range(1, n1):
+            p = float(low[s, n])
+            if not np.isfinite(p):
+                continue
+            key = (p, tau, d_max, usable.tobytes(), dist)
+            if key not in memo:
+                arg = None if dist is None else (p * elem, dist[1])
+                memo[key] = stage_sync_floor(ctx, grp, usable, float(F.grad_bytes(p)), d_max, cluster, rings,
+                                             tau, arg)
+            out[s, n] = memo[key]
+    return out
+
+
+def split_sync(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, tau: int,
+               d_max: int, rings: dict, dist: tuple[float, float] | None, elem: int, memo: dict) -> np.ndarray:
+    """[d_max + 1] the sync floor of the module docstring (one optimizer setting: ``dist`` None = off)."""
+    ge, eq = grp.tp >= tau, grp.tp == tau
+    s_num, n_l = params.shape[1], params.shape[2] - 1
+    f_ge = _stage_rows(ctx, cluster, grp, params, ge, ge, tau, d_max, rings, dist, elem, memo)
+    if not ctx.settings.dp_sync_waits_for_all:      # stage 0's sync (no backward left to hide it)
+        return f_ge[0, 1:].min(axis=0)
+    f_eq = _stage_rows(ctx, cluster, grp, params, eq, ge, tau, d_max, rings, dist, elem, memo)
+    best = np.full(d_max + 1, np.inf)
+    for s in sorted({0, min(1, s_num - 1), s_num - 1}):     # middle stages are alike: stage 1 stands for them
+        rows = f_ge.copy()
+        rows[s] = np.maximum(f_eq[s], f_ge[s])
+        best = np.minimum(best, minmax_composition(rows, n_l))
+    return best
+
+
+def split_base(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, upd: float, tau: int,
+               d_max: int, rings: dict, dist: bool, elem: int, memo: dict) -> np.ndarray:
+    """[d_max + 1] floor on sync + update: without the distributed optimizer the sync floor plus ``upd`` (the
+    smallest step of a replica of the stage holding >= ceil(L / S) layers); with it (``dist``) also its own
+    sync floor plus ``upd / D`` (the step of a 1/D shard); the smaller of both."""
+    d = np.arange(d_max + 1, dtype=float)
+    base = split_sync(ctx, cluster, grp, params, tau, d_max, rings, None, elem, memo) + upd
+    if dist:
+        sharded = split_sync(ctx, cluster, grp, params, tau, d_max, rings, (None, ctx.settings.sharded_collective_scale),
+                             elem, memo) + upd / np.maximum(d, 1.0)
+        base = np.minimum(base, sharded)
+    return base
