@@ -1,23 +1,28 @@
-"""The exact-priced bound of :mod:`planner.search.mixexact` extended to any layer split and recomputation.
+"""The exact-priced bound of :mod:`planner.search.mixexact` extended to any layer split, recomputation and the
+distributed optimizer.
 
 Contract: :func:`split_space_bound(ctx, cluster, gbs, space)` returns a :class:`planner.search.mixbound.SpaceBound`
 whose ``iteration_s`` is < ``simulate(plan, ctx).iteration_time_s`` for EVERY plan that ``simulate`` says fits
 and that has: S stages, any contiguous layer split (every stage >= 1 layer, the embedding on stage 0, the head on
 stage S - 1), the same D on every stage, one micro-batch size b, each replica a (type, zone, TP) group whose
 (b, TP) is an option of ``space`` (default :class:`SearchSpace`, ours), any mix of groups in a stage, any
-micro-batch counts, recomputation on or off (plan-wide), the distributed optimizer OFF, untied embeddings.
-docs/PLANNER.md section 7.6 is the proof.
+micro-batch counts, recomputation on or off (plan-wide), the distributed optimizer off, or on where
+``space.distributed_optimizer`` holds True (session 15), untied embeddings. docs/PLANNER.md section 7.6 is the
+proof.
 
-Method (7.6): a *lifted* chain is a chain whose stage s also picks its layer count n_s; per (S, b) one dynamic
-program over the stages, with states (group at the stage, layers so far, GPU usage u), gives per memory class k
-and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <= grid[v] and usage u.
-Each chain picks its own split (a relaxation: a plan's chains share one). Compute is the recomputation-off one
-(recomputation only adds backward time); a replica may be used in class 1 (counts >= S) where it fits with
-S - s in flight with recomputation off OR on; class 0 (counts < S) has no memory mask. The columns and the LP
-are then those of :mod:`planner.search.mixexact` (weak duality at the solver's duals, checked over every
-column). Level v is credited the smallest compute value above grid[v - 1] (g0 for v = 0: a lower bound on any
-chain's largest compute), so a coarser grid only loosens the bound; class 1's grid is as fine as ``MAX_CELLS``
-allows (every distinct compute where that fits), class 0's one level.
+Method (7.6): a *lifted* chain is a chain whose stage s also picks its layer count n_s; per (S, b, smallest TP
+tau) one dynamic program over the stages, with states (group at the stage, layers so far, GPU usage u), gives
+per memory class and period level v the smallest fill of any lifted chain with sum n_s = L, every compute <=
+grid[v] and usage u. Each chain picks its own split (a relaxation: a plan's chains share one). Compute is the
+recomputation-off one (recomputation only adds backward time); a replica may be used in class 1 (counts >= S)
+where it fits with S - s in flight, in class m < S where it fits with min(S - s, m) in flight, each with
+recomputation off OR on and, where covered, the distributed optimizer over the most replicas the unit allows
+(session 15; before it class 0 had no memory mask). The columns and the LP are then those of
+:mod:`planner.search.mixexact` (weak duality at the solver's duals, checked over every column). Level v is
+credited the smallest compute value above grid[v - 1] (g0 for v = 0: a lower bound on any chain's largest
+compute), so a coarser grid only loosens the bound; class 1's grid is as fine as ``MAX_CELLS`` allows, the
+classes m < S one level each. The sync + step floor per D is :mod:`planner.search.mixsplit_sync`'s (session 15:
+the stage holding the TP-tau replica at its own gradient, the split any composition).
 """
 from __future__ import annotations
 
@@ -395,6 +400,6 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
         edges = np.unique(np.linspace(lo, hi + 1, SPLIT + 1).astype(int))
         for a, b in zip(edges[:-1], edges[1:] - 1):
             heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), len(cells) - 1))
-    log.info("split-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", floor,
-             unit.s_num, unit.mbs, lo, hi, done, complete)
+    log.info("split-space bound %.6g s at S=%d b=%d tau=%d D=%d..%d (%d refinements, complete=%s)", floor,
+             unit.s_num, unit.mbs, unit.tp_min, lo, hi, done, complete)
     return SpaceBound(floor, unit.s_num, unit.mbs, lo, hi, complete, done, time.perf_counter() - t0)
