@@ -135,10 +135,10 @@ def ctxs():
     return contexts(None)
 
 
-def _random_split_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
+def random_split_plans(ctx, cluster, gbs, rng: random.Random, draws: int, dist: bool = False):
     """Random plans of the covered space: :func:`random_pipelines` (S <= 3, b in {1, 2}, D <= 4, stages mixing
     chains, pools and one TP per (stage, type)), a random composition of the L layers, random counts,
-    recomputation random."""
+    recomputation random; with ``dist`` the distributed optimizer random too (session 15)."""
     L = ctx.model.num_layers
     for s_num, mbs, n_mb, pipes in random_pipelines(ctx, cluster, gbs, rng, draws):
         split = random_compositions(rng, L, s_num)
@@ -147,29 +147,41 @@ def _random_split_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
         for s, n in enumerate(split):
             stages.append(Stage(first, n, tuple(Replica(c[s][0], c[s][2], c[s][1]) for c in pipes)))
             first += n
+        rec = rng.random() < 0.5
         yield Plan(num_layers=L, stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
-                   microbatches_per_pipeline=tuple(mcounts), recompute_activations=rng.random() < 0.5)
+                   microbatches_per_pipeline=tuple(mcounts), recompute_activations=rec,
+                   distributed_optimizer=dist and rng.random() < 0.5)
+
+
+def check_random_plans(ctxs, rng: random.Random, cases, space, draws: int, dist: bool = False) -> dict[str, int]:
+    """Every random plan of :func:`random_split_plans` that ``simulate`` says fits iterates in at least the split
+    bound of its cluster; returns how many fitted, and how many of them were uneven, recomputing, used the
+    distributed optimizer (D > 1), ran fewer micro-batches than S on some pipeline, had smallest TP 2."""
+    n = dict(fitted=0, uneven=0, recomputed=0, dist=0, few=0, tp2=0)
+    for case in cases:
+        ctx = ctxs[case.ctx_name]
+        cluster = parse_gpus(case.gpus, ctx.catalog)
+        bd = split_space_bound(ctx, cluster, case.gbs, space, time_limit_s=None)
+        for plan in random_split_plans(ctx, cluster, case.gbs, rng, draws, dist):
+            est = simulate(plan, ctx)
+            if not est.fits_in_memory:
+                continue
+            sizes = [st.num_layers for st in plan.stages]
+            n["fitted"] += 1
+            n["uneven"] += max(sizes) - min(sizes) > 1
+            n["recomputed"] += plan.recompute_activations
+            n["dist"] += plan.distributed_optimizer and plan.dp_degree > 1
+            n["few"] += min(plan.microbatch_counts) < plan.num_stages
+            n["tp2"] += min(r.tp for _, _, r in plan.replicas()) == 2
+            assert bd is not None
+            assert est.iteration_time_s >= bd.iteration_s * (1 - REL), (plan, est.iteration_time_s, bd)
+    return n
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_random_plan_beats_the_split_bound(ctxs, seed):
-    rng = random.Random(70 + seed)
-    fitted = uneven = recomputed = 0
-    for case in random_cases(4, 40 + seed, False):
-        ctx = ctxs[case.ctx_name]
-        cluster = parse_gpus(case.gpus, ctx.catalog)
-        bd = split_space_bound(ctx, cluster, case.gbs, SPACE, time_limit_s=None)
-        for plan in _random_split_plans(ctx, cluster, case.gbs, rng, 300):
-            est = simulate(plan, ctx)
-            if not est.fits_in_memory:
-                continue
-            fitted += 1
-            sizes = [st.num_layers for st in plan.stages]
-            uneven += max(sizes) - min(sizes) > 1
-            recomputed += plan.recompute_activations
-            assert bd is not None
-            assert est.iteration_time_s >= bd.iteration_s * (1 - REL), (plan, est.iteration_time_s, bd)
-    assert fitted >= 40 and uneven >= 5 and recomputed >= 5, (fitted, uneven, recomputed)
+    n = check_random_plans(ctxs, random.Random(70 + seed), random_cases(4, 40 + seed, False), SPACE, 300)
+    assert n["fitted"] >= 40 and n["uneven"] >= 5 and n["recomputed"] >= 5, n
 
 
 @pytest.mark.parametrize("case", random_cases(6, 21, False), ids=lambda c: c.name)

@@ -19,12 +19,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "planner"))
 
 from sailor_full_space import contexts, random_cases  # noqa: E402
-from test_mix_bound_h11b import random_compositions, random_pipelines  # noqa: E402
+from test_mix_bound_h11b import random_compositions  # noqa: E402
+from test_mix_split_s14x import check_random_plans  # noqa: E402
 
 from planner.cluster import parse_gpus  # noqa: E402
 from planner.plan import Plan, Replica, Stage  # noqa: E402
 from planner.search.chaintab import chain_groups  # noqa: E402
-from planner.search.mixsplit import split_core, split_space_bound  # noqa: E402
+from planner.search.mixsplit import split_core  # noqa: E402
 from planner.search.tasks import Tables, cluster_options  # noqa: E402
 from planner.search.mixsplit_sync import minmax_composition  # noqa: E402
 from planner.search.space import SearchSpace  # noqa: E402
@@ -66,44 +67,10 @@ def ctxs():
     return contexts(None)
 
 
-def _random_plans(ctx, cluster, gbs, rng: random.Random, draws: int):
-    """Random plans of the covered space: :func:`random_pipelines` (S <= 3, b in {1, 2}, D <= 4, stages mixing
-    chains and TP degrees), a random composition of the layers, random counts (often below S), recomputation
-    and the distributed optimizer random."""
-    L = ctx.model.num_layers
-    for s_num, mbs, n_mb, pipes in random_pipelines(ctx, cluster, gbs, rng, draws):
-        split = random_compositions(rng, L, s_num)
-        mcounts = random_compositions(rng, n_mb, len(pipes))
-        stages, first = [], 0
-        for s, n in enumerate(split):
-            stages.append(Stage(first, n, tuple(Replica(c[s][0], c[s][2], c[s][1]) for c in pipes)))
-            first += n
-        yield Plan(num_layers=L, stages=tuple(stages), micro_batch_size=mbs, global_batch_size=gbs,
-                   microbatches_per_pipeline=tuple(mcounts), recompute_activations=rng.random() < 0.5,
-                   distributed_optimizer=rng.random() < 0.5)
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_no_random_plan_beats_the_split_bound_with_the_distributed_optimizer(ctxs, seed):
-    rng = random.Random(170 + seed)
-    fitted = dist = uneven = few = tp2 = 0
-    for case in random_cases(4, 140 + seed, False):
-        ctx = ctxs[case.ctx_name]
-        cluster = parse_gpus(case.gpus, ctx.catalog)
-        bd = split_space_bound(ctx, cluster, case.gbs, SPACE, time_limit_s=None)
-        for plan in _random_plans(ctx, cluster, case.gbs, rng, 250):
-            est = simulate(plan, ctx)
-            if not est.fits_in_memory:
-                continue
-            fitted += 1
-            sizes = [st.num_layers for st in plan.stages]
-            uneven += max(sizes) - min(sizes) > 1
-            dist += plan.distributed_optimizer and plan.dp_degree > 1
-            few += min(plan.microbatch_counts) < plan.num_stages
-            tp2 += min(r.tp for _, _, r in plan.replicas()) == 2
-            assert bd is not None
-            assert est.iteration_time_s >= bd.iteration_s * (1 - REL), (plan, est.iteration_time_s, bd)
-    assert fitted >= 40 and dist >= 5 and uneven >= 5 and few >= 2 and tp2 >= 1, (fitted, dist, uneven, few, tp2)
+    n = check_random_plans(ctxs, random.Random(170 + seed), random_cases(4, 140 + seed, False), SPACE, 250, True)
+    assert n["fitted"] >= 40 and n["dist"] >= 5 and n["uneven"] >= 5 and n["few"] >= 2 and n["tp2"] >= 1, n
 
 
 def _mem_ctx(ctx, gib: float):
