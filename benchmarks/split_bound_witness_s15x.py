@@ -35,7 +35,7 @@ def main() -> int:
     ctx, cluster, gbs = _context(st, args.sailor_data)
     rows = node_witness(ctx, cluster, gbs, args.stages, args.mbs, args.dp)
     for w in rows:
-        print(f"tau {w.tp_min}: floor {w.floor_s:.6f} s ({1 / w.floor_s:.4f} it/s)  base {w.base_s:.6f} s = "
+        print(f"taus {w.taus}: floor {w.floor_s:.6f} s ({1 / w.floor_s:.4f} it/s)  base {w.base_s:.6f} s = "
               f"min(sync {w.sync_s:.6f} + step {w.upd_s:.6f}, dist sync {w.sync_dist_s:.6f} + step / D "
               f"{w.upd_s / args.dp:.6f})  T' {w.floor_s - w.base_s:.6f} s")
         for u, m, x in w.columns:
@@ -43,7 +43,7 @@ def main() -> int:
             print(f"    {x:8.3f} pipelines using {use}: {m:.0f} micro-batches")
     best = min(rows, key=lambda w: w.floor_s) if rows else None
     print(f"summary: {st.name} S {args.stages} b {args.mbs} D {args.dp}: node floor "
-          f"{best.floor_s if best else float('nan'):.6f} s at tau {best.tp_min if best else '-'}")
+          f"{best.floor_s if best else float('nan'):.6f} s at taus {best.taus if best else '-'}")
     return 0
 
 

@@ -31,6 +31,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, replace
+from itertools import product
 
 import numpy as np
 
@@ -52,6 +53,7 @@ COARSE_CELLS = 400_000      # a unit's first table: its floor orders the heap be
 MAX_LEVELS = 2000
 SPLIT = 4
 DIST = True                 # cover the distributed optimizer where the space has it (session 15)
+VEC_STAGES = 3              # up to this many stages, units per smallest TP of every stage (session 15)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class SplitUnit:
     g0: float
     fits0: np.ndarray | None = None
     tp_min: int = 1
+    taus: tuple[int, ...] = (1,)
 
 
 @dataclass(frozen=True)
@@ -158,17 +161,18 @@ def split_core(ctx: SimContext, tables: Tables, grp: ChainGroups, s_num: int, mb
     return SplitCore(grp, comp, params, upd, fit_m)
 
 
-def split_unit(ctx: SimContext, cluster: ClusterSpec, core: SplitCore, gbs: int, s_num: int, mbs: int, tau: int,
-               dist: bool, memo: MixMemo, sync_memo: dict, precision: str) -> SplitUnit | None:
-    """The unit of (S, b, smallest TP ``tau``) (None: no group of TP ``tau``, or no replica count): groups of
-    TP < tau left out; D <= GPUs / (S tau) (every replica holds >= tau GPUs)."""
+def split_unit(ctx: SimContext, cluster: ClusterSpec, core: SplitCore, gbs: int, s_num: int, mbs: int,
+               taus: tuple[int, ...], dist: bool, memo: MixMemo, sync_memo: dict, precision: str) -> SplitUnit | None:
+    """The unit of (S, b) and smallest TP ``taus``: (tau,) for the whole plan, or one per stage (None: no group
+    of some such TP, or no replica count). Groups of TP below the stage's tau are left out; D <= GPUs / (the
+    GPUs one pipeline holds at least: S tau, or the sum of the stages' taus)."""
     grp = core.grp
     n_mb, n_l = gbs // mbs, ctx.model.num_layers
-    d_max = min(n_mb, cluster.total_gpus // (s_num * tau))
-    ge = grp.tp >= tau
-    if d_max < 1 or s_num > n_l or not (grp.tp == tau).any():
+    per_stage = np.array(taus if len(taus) == s_num else taus * s_num)
+    d_max = min(n_mb, cluster.total_gpus // int(per_stage.sum()))
+    if d_max < 1 or s_num > n_l or not all((grp.tp == t).any() for t in taus):
         return None
-    keep = ge[:, None, None]
+    keep = (grp.tp[:, None] >= per_stage[None, :])[:, :, None]          # [G, S, 1]
     comp = np.where(keep, core.comp, np.inf)
     fit_m = core.fit_m & keep[None] & np.isfinite(comp)[None]
     if not fit_m.any():
@@ -177,11 +181,20 @@ def split_unit(ctx: SimContext, cluster: ClusterSpec, core: SplitCore, gbs: int,
     g0 = float(comp[:, :, big:].min())
     upd = float(np.where(keep, core.upd, np.inf)[:, :, big:].min())
     params = np.where(keep, core.params, np.inf)
-    base = split_base(ctx, cluster, grp, params, upd, tau, d_max, memo.rings, dist, F.bytes_per_element(precision),
-                      sync_memo)
+    base = split_base(ctx, cluster, grp, params, upd, taus, d_max, memo.rings, dist,
+                      F.bytes_per_element(precision), sync_memo)
     if mbs not in memo.p2p:
         memo.p2p[mbs] = pair_p2p(ctx, cluster, grp, mbs, precision)
-    return SplitUnit(s_num, mbs, n_mb, n_l, grp, comp, fit_m[-1], memo.p2p[mbs], base, d_max, g0, fit_m[:-1], tau)
+    return SplitUnit(s_num, mbs, n_mb, n_l, grp, comp, fit_m[-1], memo.p2p[mbs], base, d_max, g0, fit_m[:-1],
+                     int(min(taus)), tuple(taus))
+
+
+def unit_taus(tps: list[int], s_num: int) -> list[tuple[int, ...]]:
+    """The smallest-TP keys of the units of S stages: one per stage up to ``VEC_STAGES`` stages (every
+    combination), else one for the plan. Every plan has exactly one key."""
+    if s_num <= VEC_STAGES:
+        return list(product(tps, repeat=s_num))
+    return [(t,) for t in tps]
 
 
 @dataclass(frozen=True)
@@ -369,8 +382,8 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
             if not grp.names or d_top < 1 or s_num > ctx.model.num_layers:
                 continue
             core = split_core(ctx, tables, grp, s_num, mbs, space, d_top if dist else None)
-            for tau in sorted({int(t) for t in grp.tp}):
-                unit = split_unit(ctx, cluster, core, gbs, s_num, mbs, tau, dist, memo, sync_memo, space.precision)
+            for taus in unit_taus(sorted({int(t) for t in grp.tp}), s_num):
+                unit = split_unit(ctx, cluster, core, gbs, s_num, mbs, taus, dist, memo, sync_memo, space.precision)
                 if unit is None:
                     continue
                 units.append(unit)
@@ -400,6 +413,6 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
         edges = np.unique(np.linspace(lo, hi + 1, SPLIT + 1).astype(int))
         for a, b in zip(edges[:-1], edges[1:] - 1):
             heapq.heappush(heap, (max(floor, cheap_floor(unit, int(a), int(b))), ui, int(a), int(b), len(cells) - 1))
-    log.info("split-space bound %.6g s at S=%d b=%d tau=%d D=%d..%d (%d refinements, complete=%s)", floor,
-             unit.s_num, unit.mbs, unit.tp_min, lo, hi, done, complete)
+    log.info("split-space bound %.6g s at S=%d b=%d taus=%s D=%d..%d (%d refinements, complete=%s)", floor,
+             unit.s_num, unit.mbs, unit.taus, lo, hi, done, complete)
     return SpaceBound(floor, unit.s_num, unit.mbs, lo, hi, complete, done, time.perf_counter() - t0)

@@ -1,9 +1,10 @@
 """Sync and step floors of the split-space bound per smallest TP degree (session 15, helper s15x).
 
-Contract: :func:`split_base(ctx, cluster, grp, params, upd, tau, d_max, rings, dist, elem)` returns [d_max + 1]:
+Contract: :func:`split_base(ctx, cluster, grp, params, upd, taus, d_max, rings, dist, elem)` returns [d_max + 1]:
 per replica count D, a floor on ``sync + update`` of EVERY plan of :mod:`planner.search.mixsplit`'s space with
-S stages (any contiguous split, every stage >= 1 layer), D replicas per stage, smallest TP degree ``tau`` (every
-replica TP >= tau, some replica TP = tau), the distributed optimizer off, or on where ``dist`` allows it.
+S stages (any contiguous split, every stage >= 1 layer), D replicas per stage, smallest TP degree ``taus[0]``
+(every replica TP >= tau, some replica TP = tau) or, with one per stage, smallest TP ``taus[s]`` on stage s,
+the distributed optimizer off, or on where ``dist`` allows it.
 docs/PLANNER.md 7.6 (session 15) is the proof: the stage holding a TP-tau replica reduces >= that group's
 gradient at its layer count, every other stage >= the smallest gradient of a TP >= tau group at its layer count,
 and the split is any composition of the L layers, so the floor is the smallest over compositions of the largest
@@ -72,15 +73,25 @@ def _stage_rows(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params:
     return out
 
 
-def split_sync(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, tau: int,
+def split_sync(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, taus: tuple[int, ...],
                d_max: int, rings: dict, dist: tuple[float, float] | None, elem: int, memo: dict) -> np.ndarray:
-    """[d_max + 1] the sync floor of the module docstring (one optimizer setting: ``dist`` None = off)."""
-    ge, eq = grp.tp >= tau, grp.tp == tau
+    """[d_max + 1] the sync floor of the module docstring (one optimizer setting: ``dist`` None = off).
+    ``taus``: (tau,) the plan's smallest TP (every replica >= tau, some stage holds a TP-tau one), or one per
+    stage (stage s: every replica >= taus[s], some replica = taus[s])."""
     s_num, n_l = params.shape[1], params.shape[2] - 1
-    f_ge = _stage_rows(ctx, cluster, grp, params, ge, ge, tau, d_max, rings, dist, elem, memo)
+    rows_of = {}
+    for tau in sorted(set(taus)):
+        ge, eq = grp.tp >= tau, grp.tp == tau
+        rows_of[tau] = (_stage_rows(ctx, cluster, grp, params, ge, ge, tau, d_max, rings, dist, elem, memo),
+                        _stage_rows(ctx, cluster, grp, params, eq, ge, tau, d_max, rings, dist, elem, memo))
+    if len(taus) == s_num and s_num > 1 or len(taus) == 1 and s_num == 1:      # per stage
+        rows = np.stack([rows_of[taus[s if len(taus) > 1 else 0]][1][s] for s in range(s_num)])
+        if not ctx.settings.dp_sync_waits_for_all:
+            return rows[0, 1:].min(axis=0)
+        return minmax_composition(rows, n_l)
+    f_ge, f_eq = rows_of[taus[0]]
     if not ctx.settings.dp_sync_waits_for_all:      # stage 0's sync (no backward left to hide it)
         return f_ge[0, 1:].min(axis=0)
-    f_eq = _stage_rows(ctx, cluster, grp, params, eq, ge, tau, d_max, rings, dist, elem, memo)
     best = np.full(d_max + 1, np.inf)
     for s in sorted({0, min(1, s_num - 1), s_num - 1}):     # middle stages are alike: stage 1 stands for them
         rows = f_ge.copy()
@@ -89,15 +100,15 @@ def split_sync(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: 
     return best
 
 
-def split_base(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, upd: float, tau: int,
-               d_max: int, rings: dict, dist: bool, elem: int, memo: dict) -> np.ndarray:
+def split_base(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, upd: float,
+               taus: tuple[int, ...], d_max: int, rings: dict, dist: bool, elem: int, memo: dict) -> np.ndarray:
     """[d_max + 1] floor on sync + update: without the distributed optimizer the sync floor plus ``upd`` (the
     smallest step of a replica of the stage holding >= ceil(L / S) layers); with it (``dist``) also its own
     sync floor plus ``upd / D`` (the step of a 1/D shard); the smaller of both."""
     d = np.arange(d_max + 1, dtype=float)
-    base = split_sync(ctx, cluster, grp, params, tau, d_max, rings, None, elem, memo) + upd
+    base = split_sync(ctx, cluster, grp, params, taus, d_max, rings, None, elem, memo) + upd
     if dist:
-        sharded = split_sync(ctx, cluster, grp, params, tau, d_max, rings, (None, ctx.settings.sharded_collective_scale),
-                             elem, memo) + upd / np.maximum(d, 1.0)
+        sharded = split_sync(ctx, cluster, grp, params, taus, d_max, rings,
+                             (None, ctx.settings.sharded_collective_scale), elem, memo) + upd / np.maximum(d, 1.0)
         base = np.minimum(base, sharded)
     return base

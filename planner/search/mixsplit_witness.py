@@ -16,7 +16,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.chaintab import chain_groups
 from planner.search.mixexact import solve_lp
-from planner.search.mixsplit import DIST, _columns, node_floor, split_core, split_table, split_unit
+from planner.search.mixsplit import DIST, _columns, node_floor, split_core, split_table, split_unit, unit_taus
 from planner.search.mixsplit_sync import split_sync
 from planner.search.mixtab import MixMemo
 from planner.search.space import SearchSpace
@@ -27,7 +27,7 @@ from planner.simulator.settings import SimContext
 
 @dataclass(frozen=True)
 class NodeWitness:
-    tp_min: int
+    taus: tuple[int, ...]
     floor_s: float
     sync_s: float               # the sync floor without the distributed optimizer at D
     sync_dist_s: float          # with it (inf: not covered)
@@ -51,16 +51,16 @@ def node_witness(ctx: SimContext, cluster: ClusterSpec, gbs: int, s_num: int, mb
     pools = tuple(sorted({(p.gpu_type, p.zone) for p in cluster.pools}))
     elem = F.bytes_per_element(space.precision)
     out = []
-    for tau in sorted({int(t) for t in grp.tp}):
-        unit = split_unit(ctx, cluster, core, gbs, s_num, mbs, tau, dist, memo, sync_memo, space.precision)
+    for taus in unit_taus(sorted({int(t) for t in grp.tp}), s_num):
+        unit = split_unit(ctx, cluster, core, gbs, s_num, mbs, taus, dist, memo, sync_memo, space.precision)
         if unit is None or d > unit.d_max:
             continue
         tab = split_table(unit, max_cells) if max_cells else split_table(unit)
         floor = node_floor(unit, tab, d, d, float(unit.base[d]))
-        keep = (grp.tp >= tau)[:, None, None]
+        keep = np.isfinite(unit.comp).any(axis=2, keepdims=True)
         params = np.where(keep, core.params, np.inf)
-        nd = split_sync(ctx, cluster, grp, params, tau, unit.d_max, memo.rings, None, elem, sync_memo)[d]
-        ds = split_sync(ctx, cluster, grp, params, tau, unit.d_max, memo.rings,
+        nd = split_sync(ctx, cluster, grp, params, taus, unit.d_max, memo.rings, None, elem, sync_memo)[d]
+        ds = split_sync(ctx, cluster, grp, params, taus, unit.d_max, memo.rings,
                         (None, ctx.settings.sharded_collective_scale), elem, sync_memo)[d] if dist else np.inf
         upd = float(np.where(keep, core.upd, np.inf)[:, :, -(-ctx.model.num_layers // s_num):].min())
         cols: tuple = ()
@@ -70,5 +70,5 @@ def node_witness(ctx: SimContext, cluster: ClusterSpec, gbs: int, s_num: int, mb
             if len(x):
                 keep = np.nonzero(x[:-1] > 1e-6)[0]
                 cols = tuple((tuple(int(a) for a in u[i]), float(m[i]), float(x[i])) for i in keep)
-        out.append(NodeWitness(tau, float(floor), float(nd), float(ds), upd, float(unit.base[d]), pools, cols))
+        out.append(NodeWitness(taus, float(floor), float(nd), float(ds), upd, float(unit.base[d]), pools, cols))
     return out
