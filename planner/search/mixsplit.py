@@ -79,6 +79,7 @@ class SplitUnit:
     fits0: np.ndarray | None = None
     tp_min: int = 1
     taus: tuple[int, ...] = (1,)
+    work_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -355,9 +356,26 @@ def node_floor(unit: SplitUnit, table: SplitTable, d_lo: int, d_hi: int, t_ref: 
                          t_ref, rel)
 
 
+def work_floor(unit: SplitUnit) -> float:
+    """The smallest GPU-seconds one micro-batch costs across the stages of any lifted chain (sum over stages of
+    compute x TP, the smallest over groups and over every composition of the L layers), x N / the cluster's
+    GPUs: each GPU of a replica of stage s in pipeline j is busy m_j comp_s <= P_j (item 1 of 7.2:
+    (m_j - 1) period + fill >= m_j comp_s), so N x that <= (GPUs used) x max_j P_j."""
+    w = (unit.comp * unit.grp.tp[:, None, None]).min(axis=0)          # [S, L + 1]
+    best = w[0].copy()                                                 # layers so far after stage 0
+    for s in range(1, unit.s_num):
+        nxt = np.full_like(best, np.inf)
+        for n in range(1, unit.n_layers + 1):
+            if np.isfinite(w[s, n]):
+                nxt[n:] = np.minimum(nxt[n:], best[:unit.n_layers + 1 - n] + w[s, n])
+        best = nxt
+    return float(best[unit.n_layers]) * unit.n_mb / float(unit.grp.caps.sum())
+
+
 def cheap_floor(unit: SplitUnit, d_lo: int, d_hi: int) -> float:
-    """Some pipeline runs >= ceil(N / D_hi) micro-batches; its period and fill are each >= g0."""
-    return float(unit.base[d_lo:d_hi + 1].min()) + math.ceil(unit.n_mb / d_hi) * unit.g0
+    """Some pipeline runs >= ceil(N / D_hi) micro-batches; its period and fill are each >= g0; and the
+    work floor (:func:`work_floor`)."""
+    return float(unit.base[d_lo:d_hi + 1].min()) + max(math.ceil(unit.n_mb / d_hi) * unit.g0, unit.work_s)
 
 
 def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: SearchSpace | None = None,
@@ -386,6 +404,7 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
                 unit = split_unit(ctx, cluster, core, gbs, s_num, mbs, taus, dist, memo, sync_memo, space.precision)
                 if unit is None:
                     continue
+                unit = replace(unit, work_s=work_floor(unit))
                 units.append(unit)
                 heapq.heappush(heap, (cheap_floor(unit, 1, unit.d_max), len(units) - 1, 1, unit.d_max, 0))
     if not heap:
@@ -404,7 +423,7 @@ def split_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: Se
         if stage < len(cells):      # every table's floor is proven; the fine one is built only where needed
             if (ui, stage) not in tabs:
                 tabs[(ui, stage)] = split_table(unit, cells[stage])
-            rel = 1e-5 if lo == hi and stage == len(cells) - 1 else 1e-3
+            rel = 1e-5 if lo == hi and stage == len(cells) - 1 else (1e-3 if stage else 1e-2)   # coarse: heap order
             f = max(floor, node_floor(unit, tabs[(ui, stage)], lo, hi, floor, rel))
             heapq.heappush(heap, (f, ui, lo, hi, stage + 1))
             continue

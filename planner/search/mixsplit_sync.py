@@ -20,32 +20,33 @@ from planner.search.mixtab import stage_sync_floor
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
-BISECT = 80
-
-
 def minmax_composition(stage_f: np.ndarray, n_layers: int) -> np.ndarray:
-    """[D] a lower bound (within 2^-80 of the largest value) on min over compositions (n_s >= 1, sum n_s = L)
-    of max_s ``stage_f[s, n_s, D]`` (``stage_f`` [S, L + 1, D], index n = layer count, inf where impossible;
-    inf: no composition). Each row is replaced by its suffix minimum over n (a non-decreasing lower bound), so
-    the stages within t hold 1..cap_s(t) layers, and t is feasible iff every cap_s >= 1 and sum cap_s >= L."""
+    """[D] a lower bound on min over compositions (n_s >= 1, sum n_s = L) of max_s ``stage_f[s, n_s, D]``
+    (``stage_f`` [S, L + 1, D], index n = layer count, inf where impossible; inf: no composition), exact where
+    every row is non-decreasing in n. Each row is replaced by its suffix minimum over n (a non-decreasing lower
+    bound), so the stages within t hold 1..cap_s(t) layers, and t is feasible iff every cap_s >= 1 and sum
+    cap_s >= L; the answer is the smallest feasible value of those rows (binary search over their sorted values
+    per D)."""
     f = stage_f[:, 1:, :]
     g = np.minimum.accumulate(f[:, ::-1], axis=1)[:, ::-1]
+    n_d = g.shape[2]
+    vals = np.sort(g.reshape(-1, n_d), axis=0)                     # [S N, D], inf last
+    cols = np.arange(n_d)
 
-    def feasible(t: np.ndarray) -> np.ndarray:
+    def feasible(idx: np.ndarray) -> np.ndarray:
+        t = vals[idx, cols]
         cap = (g <= t[None, None, :]).sum(axis=1)
         return (cap >= 1).all(axis=0) & (cap.sum(axis=0) >= n_layers)
 
-    fin = np.where(np.isfinite(g), g, -np.inf).max(axis=(0, 1))
-    hi = np.where(np.isfinite(fin), np.maximum(fin, 0.0), 0.0)
+    lo = np.zeros(n_d, dtype=np.int64)
+    hi = np.full(n_d, vals.shape[0] - 1, dtype=np.int64)
     ok = feasible(hi)
-    lo = np.zeros_like(hi)
-    zero = feasible(lo)
-    for _ in range(BISECT):
-        mid = 0.5 * (lo + hi)
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
         f_mid = feasible(mid)
         hi = np.where(f_mid, mid, hi)
-        lo = np.where(f_mid, lo, mid)
-    return np.where(~ok, np.inf, np.where(zero, 0.0, lo))
+        lo = np.where(f_mid, lo, np.minimum(mid + 1, hi))
+    return np.where(ok, vals[hi, cols], np.inf)
 
 
 def _stage_rows(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params: np.ndarray, sel: np.ndarray,
@@ -64,12 +65,12 @@ def _stage_rows(ctx: SimContext, cluster: ClusterSpec, grp: ChainGroups, params:
             p = float(low[s, n])
             if not np.isfinite(p):
                 continue
-            key = (p, tau, d_max, usable.tobytes(), dist)
-            if key not in memo:
+            key = (p, tau, usable.tobytes(), dist)
+            if key not in memo:     # at every D the cluster allows; each unit reads its first d_max + 1
                 arg = None if dist is None else (p * elem, dist[1])
-                memo[key] = stage_sync_floor(ctx, grp, usable, float(F.grad_bytes(p)), d_max, cluster, rings,
-                                             tau, arg)
-            out[s, n] = memo[key]
+                memo[key] = stage_sync_floor(ctx, grp, usable, float(F.grad_bytes(p)), cluster.total_gpus, cluster,
+                                             rings, tau, arg)
+            out[s, n] = memo[key][:d_max + 1]
     return out
 
 
