@@ -178,13 +178,13 @@ def check_random_plans(ctxs, rng: random.Random, cases, space, draws: int, dist:
     return n
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])      # session 15: seed 2 dropped (CI time); test_mix_split_s15x adds 1
 def test_no_random_plan_beats_the_split_bound(ctxs, seed):
     n = check_random_plans(ctxs, random.Random(70 + seed), random_cases(4, 40 + seed, False), SPACE, 300)
     assert n["fitted"] >= 40 and n["uneven"] >= 5 and n["recomputed"] >= 5, n
 
 
-@pytest.mark.parametrize("case", random_cases(6, 21, False), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", random_cases(6, 21, False)[:4], ids=lambda c: c.name)   # session 15: 4 of 6 (CI time)
 def test_split_bound_below_our_search_and_sailors_bound(ctxs, case):
     """<= the iteration time of our search's best plan without the distributed optimizer (a plan of the covered
     space) and <= the exact-priced bound on Sailor's space (a subset of the covered space), within its bisection."""

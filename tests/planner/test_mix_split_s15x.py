@@ -67,7 +67,7 @@ def ctxs():
     return contexts(None)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_no_random_plan_beats_the_split_bound_with_the_distributed_optimizer(ctxs, seed):
     n = check_random_plans(ctxs, random.Random(170 + seed), random_cases(4, 140 + seed, False), SPACE, 250, True)
     assert n["fitted"] >= 40 and n["dist"] >= 5 and n["uneven"] >= 5 and n["few"] >= 2 and n["tp2"] >= 1, n
