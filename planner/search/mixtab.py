@@ -146,6 +146,23 @@ def _ring_raw(links, n: np.ndarray, nbytes: float) -> np.ndarray:
     return np.where(n > 1, best, 0.0)
 
 
+def _halves(memo: dict, links, n: np.ndarray, nbytes: float, dist: tuple[float, float], grad_halves: int
+            ) -> np.ndarray:
+    """Smallest distributed-optimizer ring phases over n members (``F.ring_halves_s``: ``grad_halves`` passes of
+    gradient chunks ``nbytes / n`` and one of parameter chunks ``dist[0] / n``, times the backend scale
+    ``dist[1]``) over ``links`` (a ring's time is the largest over its edges, each a function of its link)."""
+    n = np.asarray(n, dtype=float)
+    key = ("halves", tuple(sorted(_key(l) for l in links)), float(nbytes), dist, grad_halves, n.tobytes())
+    if key not in memo:
+        safe = np.maximum(n, 1.0)
+        best = np.full(n.shape, np.inf)
+        for link in links:
+            best = np.minimum(best, F.ring_halves_s(n, grad_halves, link_time(link, nbytes / safe), 1,
+                                                    link_time(link, dist[0] / safe), dist[1]))
+        memo[key] = np.where(n > 1, best, 0.0)
+    return memo[key]
+
+
 def _distinct(links: list) -> list:
     """The links of different timing (labels aside): each is timed once."""
     out = {}
@@ -172,11 +189,22 @@ def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: i
 
 
 def stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
-                      cluster: ClusterSpec, rings: dict, tp_min: int = 1) -> np.ndarray:
+                      cluster: ClusterSpec, rings: dict, tp_min: int = 1,
+                      dist: tuple[float, float] | None = None) -> np.ndarray:
     """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
     >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
     zones: the largest zone's reduce + broadcast, 1.5 rings over >= ceil(D / z) members, plus the leaders'
-    ring over z cross-zone members). Per-replica node sizes: the link floors of ``bound.link_floor``."""
+    ring over z cross-zone members). Per-replica node sizes: the link floors of ``bound.link_floor``.
+    ``dist`` = (parameter bytes per GPU, ``sharded_collective_scale``): the distributed optimizer's sync
+    instead (``time.zone_aware_sync``: the ring is one gradient + one parameter half, the zone's reduce +
+    broadcast two gradient halves + one parameter half, each times the scale)."""
+    def ring(links, n):
+        return _ring(rings, links, n, grad_b) if dist is None else _halves(rings, links, n, grad_b, dist, 1)
+
+    def zone(links, n):
+        return F.zone_reduce_broadcast_s(_ring(rings, links, n, grad_b)) if dist is None else \
+            _halves(rings, links, n, grad_b, dist, 2)
+
     d = np.arange(d_max + 1, dtype=float)
     idx = np.nonzero(usable)[0]
     names = [grp.names[i] for i in idx]
@@ -200,14 +228,14 @@ def stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad
         same, cross = _distinct(same), _distinct(cross)
     z_min = _zones_needed(grp, usable, d, tp_min)
     # a ring spanning >= 2 zones has a cross-zone edge (its time is the largest over its edges)
-    flat = np.where(z_min >= 2, _ring(rings, cross, d, grad_b) if cross else np.inf, _ring(rings, same + cross, d, grad_b))
+    flat = np.where(z_min >= 2, ring(cross, d) if cross else np.inf, ring(same + cross, d))
     best = flat
-    inner_all = _suffix_min(F.zone_reduce_broadcast_s(_ring(rings, same, d, grad_b))) if same else np.zeros_like(d)
+    inner_all = _suffix_min(zone(same, d)) if same else np.zeros_like(d)
     for z in range(2, len(zones) + 1):
         n_in = np.ceil(d / z)
         inner = inner_all[np.minimum(n_in.astype(int), d_max)]     # >= ceil(D / z) members
         inner = np.where(n_in > 1, inner, 0.0)
-        lead = float(_ring(rings, cross, np.array([float(z)]), grad_b)[0]) if cross else np.inf
+        lead = float(ring(cross, np.array([float(z)]))[0]) if cross else np.inf
         best = np.where((d >= z) & (z >= z_min), np.minimum(best, inner + lead), best)
     return np.where(d > 1, best, 0.0)
 
