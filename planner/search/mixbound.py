@@ -42,6 +42,7 @@ DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the
 CG_AHEAD = (0.01, 1e-5)
 CG_REPEAT = 3          # column generations per node at rising floors
 EXACT = True           # price exactly by GPU usage (mixexact) where the pools are few enough
+COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class SpaceBound:
     complete: bool
     nodes: int
     elapsed_s: float
+    types: tuple = ()           # the GPU types of the node holding the bound (mixcouple; () : not split)
 
     @property
     def iters_per_s(self) -> float:
@@ -76,17 +78,29 @@ class _Node:
     dp_at: float = -1.0                          # the floor of this node's last fill-table refinement
     dp_runs: int = 0
     exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
+    types: tuple | None = None                   # the plans using exactly these GPU types (mixcouple); None: all
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
 
 
 class _Unit:
-    def __init__(self, tab: MixUnit) -> None:
+    def __init__(self, tab: MixUnit, core=None, rings: dict | None = None) -> None:
         self.tab = tab
         self.priced: list[Priced] = []
         self.cols: dict[tuple, None] = {}
         self._usage = False                      # not built yet
+        self._core = core                        # stage_core's tables (params, upd per group and stage)
+        self._rings = rings if rings is not None else {}
+        self._coupled: dict[tuple, object] = {}
+
+    def coupled(self, types: tuple, ctx: SimContext, cluster: ClusterSpec):
+        """:func:`planner.search.mixcouple.coupled_floors` of ``types``, built once (None: no such plan)."""
+        if types not in self._coupled:
+            from planner.search.mixcouple import coupled_floors
+            self._coupled[types] = coupled_floors(ctx, cluster, self.tab, self._core.params, self._core.upd, types,
+                                                  self._rings)
+        return self._coupled[types]
 
     def usage(self):
         """The exact pricing table of :mod:`planner.search.mixexact` (None: too large), built once."""
@@ -237,7 +251,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min, memo)
             if tab is None:
                 continue
-            unit = _Unit(tab)
+            unit = _Unit(tab, memo.core[(s_num, mbs)][0], memo.rings)
             units.append(unit)
             i = unit.add(np.zeros(len(tab.grp.caps)))
             node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
@@ -258,10 +272,22 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             break
         done += 1
         if not node.exact and unit.usage() is not None:
+            from planner.search.mixcouple import type_sets
             from planner.search.mixexact import node_floor_exact
+            if COUPLE and node.types is None:
+                # one child per set of GPU types its plans use (each plan uses exactly one): coupled floors
+                for types in type_sets(tab):
+                    cp = unit.coupled(types, ctx, cluster)
+                    f = math.inf if cp is None else max(node.floor, float(cp.sync[node.d_lo:node.d_hi + 1].min())
+                                                         + cp.upd)
+                    child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
+                    heapq.heappush(heap, (child.key(), id(child), child))
+                continue
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
-            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel))
+            cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
+            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel,
+                                                          cp))
             node.exact = True
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
@@ -270,7 +296,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                 break       # a single D at the exact LP's floor: the smallest floor left
             edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
             for lo, hi in zip(edges[:-1], edges[1:] - 1):
-                child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys))
+                child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys), types=node.types)
                 heapq.heappush(heap, (child.key(), id(child), child))
             continue
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
@@ -301,4 +327,4 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     log.info("sailor-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", node.floor,
              tab.s_num, tab.mbs, node.d_lo, node.d_hi, done, complete)
     return SpaceBound(node.floor, tab.s_num, tab.mbs, node.d_lo, node.d_hi, complete, done,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, node.types or ())

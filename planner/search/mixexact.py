@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.search.mixcouple import Coupled
 from planner.search.mixprice import classes, levels
 from planner.search.mixtab import MixUnit, REL
 
@@ -118,9 +119,14 @@ def counts(unit: MixUnit, table: UsageTable, t_prime: float) -> np.ndarray:
     return best.max(axis=0)
 
 
-def _columns(unit: MixUnit, table: UsageTable, t_prime: float) -> tuple[np.ndarray, np.ndarray]:
+def _columns(unit: MixUnit, table: UsageTable, t_prime: float, keep: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The LP's columns at ``t_prime``: usage vectors u [C, P] with m_u >= 1 and their counts m_u [C]; with
+    ``keep`` [P] only those using no pool outside it (the chains of a plan of only those pools' types)."""
     mu = counts(unit, table, t_prime)
-    idx = np.argwhere(mu >= 1)
+    if keep is not None and not keep.all():
+        mu = mu[tuple(slice(None) if k else slice(0, 1) for k in keep)]     # zero usage of the other pools
+    idx = np.argwhere(mu >= 1)            # the sliced axes have length 1: their usage index is 0
     return idx.astype(float), mu[tuple(idx.T)]
 
 
@@ -168,11 +174,15 @@ def solve_lp(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: in
 
 
 def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
-                     rel: float = 1e-5) -> float:
+                     rel: float = 1e-5, coupled: Coupled | None = None) -> float:
     """The largest T >= ``t_ref`` (a floor already proven; returned if none above is) found by bisection at
     which the LP's dual point PROVES (``dual_bound`` < N (1 - 1e-9)) that no plan with D in [d_lo, d_hi]
-    iterates within T; inf where it proves that at a T beyond which no count grows (no plan at any T)."""
-    base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
+    iterates within T; inf where it proves that at a T beyond which no count grows (no plan at any T).
+    ``coupled``: only the plans using exactly its GPU types (:mod:`planner.search.mixcouple`): its sync and
+    step floors, and columns using only its pools."""
+    sync, upd = (unit.sync, unit.upd) if coupled is None else (coupled.sync, coupled.upd)
+    keep = None if coupled is None else coupled.keep
+    base = float(sync[d_lo:d_hi + 1].min()) + upd
     if not math.isfinite(base):
         return math.inf
     vmax = float(unit.comp[unit.usable].max())
@@ -180,7 +190,7 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
     # at T' = t_sat every chain of fill <= S (vmax + 2 p2p max) runs as many micro-batches as its class and N
     # allow (both conditions of ``counts``), so the counts no longer grow
     t_sat = (base + (unit.n_mb + unit.s_num) * (vmax + 2 * (float(p2p.max()) if p2p.size else 0.0))) * 1.01 + 1e-9
-    return duality_floor(lambda tp: _columns(unit, table, tp), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
+    return duality_floor(lambda tp: _columns(unit, table, tp, keep), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
                          t_ref, rel)
 
 
