@@ -43,6 +43,8 @@ CG_AHEAD = (0.01, 1e-5)
 CG_REPEAT = 3          # column generations per node at rising floors
 EXACT = True           # price exactly by GPU usage (mixexact) where the pools are few enough
 COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
+MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
+MERGED_REL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class _Unit:
         self._core = core                        # stage_core's tables (params, upd per group and stage)
         self._rings = rings if rings is not None else {}
         self._coupled: dict[tuple, object] = {}
+        self._merged = None                      # (merged unit, its usage table), built once
 
     def coupled(self, types: tuple, ctx: SimContext, cluster: ClusterSpec):
         """:func:`planner.search.mixcouple.coupled_floors` of ``types``, built once (None: no such plan)."""
@@ -108,6 +111,24 @@ class _Unit:
             from planner.search.mixexact import usage_table
             self._usage = usage_table(self.tab) if EXACT else None
         return self._usage
+
+    def exact_ok(self) -> bool:
+        """Whether the exact table is used for this unit (EXACT on and not too large), without building it."""
+        if self._usage is not False:
+            return self._usage is not None
+        from planner.search.mixexact import MAX_CELLS, table_cells
+        return EXACT and table_cells(self.tab) <= MAX_CELLS
+
+    def merged_floor(self, d_lo: int, d_hi: int, t_ref: float) -> float:
+        """The exact floor with every pool merged into one (``mixexact.merged``: a relaxation, a small table)."""
+        from planner.search.mixexact import merged, node_floor_exact, usage_table
+        if self._merged is None:
+            one = merged(self.tab)
+            self._merged = (one, usage_table(one))
+        one, table = self._merged
+        if table is None:
+            return t_ref
+        return node_floor_exact(one, table, d_lo, d_hi, t_ref, MERGED_REL)
 
     def add(self, y: np.ndarray) -> int:
         self.priced.append(price(self.tab, y))
@@ -253,8 +274,12 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                 continue
             unit = _Unit(tab, memo.core[(s_num, mbs)][0], memo.rings)
             units.append(unit)
-            i = unit.add(np.zeros(len(tab.grp.caps)))
-            node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
+            if MERGED and unit.exact_ok():      # the merged pools' exact floor orders the heap (no pricing)
+                base = float(tab.sync[1:].min()) + tab.upd
+                node = _Node(len(units) - 1, 1, tab.d_max, unit.merged_floor(1, tab.d_max, base))
+            else:
+                i = unit.add(np.zeros(len(tab.grp.caps)))
+                node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
             heapq.heappush(heap, (node.key(), id(node), node))
     if not heap:
         return None
@@ -271,7 +296,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             complete = False
             break
         done += 1
-        if not node.exact and unit.usage() is not None:
+        if not node.exact and unit.exact_ok() and unit.usage() is not None:
             from planner.search.mixcouple import type_sets
             from planner.search.mixexact import node_floor_exact
             if COUPLE and node.types is None:

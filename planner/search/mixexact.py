@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from typing import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,18 +40,41 @@ class UsageTable:
     dims: tuple[int, ...]
 
 
+def _dims(unit: MixUnit) -> tuple[int, ...]:
+    """The usage range per pool: 0..min(the pool's GPUs, S x its largest TP)."""
+    grp = unit.grp
+    used = np.zeros(len(grp.caps), dtype=np.int64)
+    for g in range(len(grp.names)):
+        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
+    return tuple(int(min(grp.caps[p], unit.s_num * used[p])) + 1 for p in range(len(grp.caps)))
+
+
+def table_cells(unit: MixUnit) -> int:
+    """Cells of one stage step of :func:`usage_table` (classes x levels x groups x 2 x usage vectors)."""
+    masks, _ = classes(unit)
+    return len(masks) * len(levels(unit)) * len(unit.grp.names) * 2 * math.prod(_dims(unit))
+
+
+def merged(unit: MixUnit) -> MixUnit:
+    """``unit`` with every pool merged into one of all their GPUs (s15b): a plan's pipelines, grouped by their
+    chains' total GPU count w, satisfy sum n_w w <= the GPUs of all pools (the sum of the per-pool
+    constraints), so the exact LP over this unit's usage table is a relaxation of the unit's (the table's
+    cells are the smallest fill over the chains of each total; 7.2 item 7 holds with one pool), at a table
+    the size of one pool's."""
+    grp = unit.grp
+    one = replace(grp, pool=np.zeros_like(grp.pool), caps=np.array([int(grp.caps.sum())], dtype=grp.caps.dtype))
+    return replace(unit, grp=one)
+
+
 def usage_table(unit: MixUnit) -> UsageTable | None:
     """The table, or None where it would be too large (MAX_CELLS)."""
+    if table_cells(unit) > MAX_CELLS:
+        return None
     masks, _ = classes(unit)
     lv = levels(unit)
     grp = unit.grp
     n_k, n_v, n_g, s_num = len(masks), len(lv), len(grp.names), unit.s_num
-    used = np.zeros(len(grp.caps), dtype=np.int64)
-    for g in range(n_g):
-        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
-    dims = tuple(int(min(grp.caps[p], s_num * used[p])) + 1 for p in range(len(grp.caps)))
-    if n_k * n_v * n_g * 2 * math.prod(dims) > MAX_CELLS:
-        return None
+    dims = _dims(unit)
     allowed = masks[:, None] & (unit.comp[None, None] <= lv[None, :, None, None] * (1 + REL))     # [K, V, G, S]
     hit = unit.comp[None] >= lv[:, None, None] * (1 - REL)                                       # [V, G, S]
     inf = np.inf
