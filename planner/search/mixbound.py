@@ -297,17 +297,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             break
         done += 1
         if not node.exact and unit.exact_ok() and unit.usage() is not None:
-            from planner.search.mixcouple import type_sets
             from planner.search.mixexact import node_floor_exact
-            if COUPLE and node.types is None:
-                # one child per set of GPU types its plans use (each plan uses exactly one): coupled floors
-                for types in type_sets(tab):
-                    cp = unit.coupled(types, ctx, cluster)
-                    f = math.inf if cp is None else max(node.floor, float(cp.sync[node.d_lo:node.d_hi + 1].min())
-                                                         + cp.upd)
-                    child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
-                    heapq.heappush(heap, (child.key(), id(child), child))
-                continue
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
             cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
@@ -317,13 +307,23 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
         if node.exact:
-            if node.d_lo == node.d_hi:
-                break       # a single D at the exact LP's floor: the smallest floor left
-            edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
-            for lo, hi in zip(edges[:-1], edges[1:] - 1):
-                child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys), types=node.types)
-                heapq.heappush(heap, (child.key(), id(child), child))
-            continue
+            if node.d_lo < node.d_hi:
+                edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
+                for lo, hi in zip(edges[:-1], edges[1:] - 1):
+                    child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys), types=node.types)
+                    heapq.heappush(heap, (child.key(), id(child), child))
+                continue
+            if COUPLE and node.types is None:
+                # a single D at the exact floor: one child per set of GPU types its plans use (each plan uses
+                # exactly one), with the coupled sync and step floors (mixcouple)
+                from planner.search.mixcouple import type_sets
+                for types in type_sets(tab):
+                    cp = unit.coupled(types, ctx, cluster)
+                    f = math.inf if cp is None else max(node.floor, float(cp.sync[node.d_lo]) + cp.upd)
+                    child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
+                    heapq.heappush(heap, (child.key(), id(child), child))
+                continue
+            break       # a single D (and type set) at the exact LP's floor: the smallest floor left
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
             # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
             # would not see them (alternating ahead factors)

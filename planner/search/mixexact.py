@@ -146,9 +146,11 @@ def _columns(unit: MixUnit, table: UsageTable, t_prime: float, keep: np.ndarray 
              ) -> tuple[np.ndarray, np.ndarray]:
     """The LP's columns at ``t_prime``: usage vectors u [C, P] with m_u >= 1 and their counts m_u [C]; with
     ``keep`` [P] only those using no pool outside it (the chains of a plan of only those pools' types)."""
+    if keep is not None and not keep.all():         # zero usage of the other pools
+        cut = tuple(slice(None) if k else slice(0, 1) for k in keep)
+        table = UsageTable(table.fill[(slice(None), slice(None)) + cut],
+                           tuple(d if k else 1 for d, k in zip(table.dims, keep)))
     mu = counts(unit, table, t_prime)
-    if keep is not None and not keep.all():
-        mu = mu[tuple(slice(None) if k else slice(0, 1) for k in keep)]     # zero usage of the other pools
     idx = np.argwhere(mu >= 1)            # the sliced axes have length 1: their usage index is 0
     return idx.astype(float), mu[tuple(idx.T)]
 
