@@ -44,7 +44,7 @@ CG_REPEAT = 3          # column generations per node at rising floors
 EXACT = True           # price exactly by GPU usage (mixexact) where the pools are few enough
 COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
 MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
-MERGED_REL = 1e-3
+MERGED_REL = 1e-2
 
 
 @dataclass(frozen=True)

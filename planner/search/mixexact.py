@@ -198,6 +198,29 @@ def solve_lp(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: in
     return -res.fun, np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0), res.x
 
 
+def scalar_y(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: int, d_hi: int,
+             iters: int = 50) -> np.ndarray:
+    """One pool (s15b): the price y >= 0 minimising :func:`weak_dual` (convex and piecewise linear in y), by
+    ternary search over [0, the largest m / u]; any y >= 0 is a valid dual point, so the search's precision
+    only affects how tight the floor is, never its soundness."""
+    w = u.reshape(-1)
+    # beyond hi every column's m - y u is <= -N (mu is then -N): phi only grows
+    hi = float(np.max(np.where(w > 0, (m + n_mb) / np.maximum(w, 1e-300), 0.0))) if m.size else 0.0
+
+    def phi(y: float) -> float:
+        return weak_dual(u, m, np.array([y]), caps, n_mb, d_lo, d_hi)
+
+    lo = 0.0
+    for _ in range(iters):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if phi(a) <= phi(b):
+            hi = b
+        else:
+            lo = a
+    cands = [0.0, lo, hi]
+    return np.array([min(cands, key=phi)])
+
+
 def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
                      rel: float = 1e-5, coupled: Coupled | None = None) -> float:
     """The largest T >= ``t_ref`` (a floor already proven; returned if none above is) found by bisection at
@@ -230,7 +253,10 @@ def duality_floor(columns: Callable[[float], tuple[np.ndarray, np.ndarray]], cap
         if tp <= 0:
             return True
         u, m = columns(tp)
-        _, y, _ = solve_lp(u, m, caps, n_mb, d_lo, d_hi)
+        if len(caps) == 1:          # one pool: the dual is one price, found without the solver
+            y = scalar_y(u, m, caps, n_mb, d_lo, d_hi)
+        else:
+            _, y, _ = solve_lp(u, m, caps, n_mb, d_lo, d_hi)
         if y is None:
             y = np.zeros(len(caps))
         return weak_dual(u, m, y, caps, n_mb, d_lo, d_hi) < n_mb * (1 - 1e-9)
