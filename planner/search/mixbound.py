@@ -97,12 +97,17 @@ class _Unit:
         self._coupled: dict[tuple, object] = {}
         self._merged = None                      # (merged unit, its usage table), built once
 
-    def coupled(self, types: tuple, ctx: SimContext, cluster: ClusterSpec):
-        """:func:`planner.search.mixcouple.coupled_floors` of ``types``, built once (None: no such plan)."""
+    def coupled(self, types: tuple | None, ctx: SimContext, cluster: ClusterSpec):
+        """:func:`planner.search.mixcouple.coupled_floors` of the plans using exactly ``types`` (None: every plan
+        of the unit, the TP coupling alone), built once (None: no such plan)."""
         if types not in self._coupled:
-            from planner.search.mixcouple import coupled_floors
-            self._coupled[types] = coupled_floors(ctx, cluster, self.tab, self._core.params, self._core.upd, types,
-                                                  self._rings)
+            from planner.search.mixcouple import coupled_floors, unit_types
+            cp = coupled_floors(ctx, cluster, self.tab, self._core.params, self._core.upd,
+                                tuple(unit_types(self.tab)) if types is None else types, self._rings,
+                                types is not None)
+            if cp is not None:      # the unit's own floors hold for every plan of it too
+                cp = replace(cp, sync=np.maximum(cp.sync, self.tab.sync), upd=max(cp.upd, self.tab.upd))
+            self._coupled[types] = cp
         return self._coupled[types]
 
     def usage(self):
@@ -273,6 +278,9 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             if tab is None:
                 continue
             unit = _Unit(tab, memo.core[(s_num, mbs)][0], memo.rings)
+            cp = unit.coupled(None, ctx, cluster) if COUPLE else None
+            if cp is not None:      # the sync and step floors coupled with each stage's smallest TP (mixcouple)
+                unit.tab = tab = replace(tab, sync=cp.sync, upd=cp.upd)
             units.append(unit)
             if MERGED and unit.exact_ok():      # the merged pools' exact floor orders the heap (no pricing)
                 base = float(tab.sync[1:].min()) + tab.upd
@@ -301,6 +309,10 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
             cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
+            if cp is None and node.types is not None:       # no plan of the node's types
+                node.floor, node.exact = math.inf, True
+                heapq.heappush(heap, (node.key(), id(node), node))
+                continue
             node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel,
                                                           cp))
             node.exact = True

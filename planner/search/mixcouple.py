@@ -51,61 +51,84 @@ def type_sets(tab: MixUnit) -> list[tuple[str, ...]]:
     return [c for r in range(1, len(types) + 1) for c in itertools.combinations(types, r)]
 
 
-def _type_ring(ctx: SimContext, tab: MixUnit, usable_s: np.ndarray, t: str, grad_b: float, rings: dict
+def _type_ring(ctx: SimContext, tab: MixUnit, members: np.ndarray, t: str, k: int, grad_b: float, rings: dict
                ) -> np.ndarray:
-    """[d_max + 1] smallest flat ring over D members of the groups ``usable_s`` (one zone) of which one is of
-    type t: every link with a t endpoint and a usable group at the other, in either direction."""
-    names = [tab.grp.names[i] for i in np.nonzero(usable_s)[0]]
-    concs = sorted({c for _, _, c in names})
+    """[d_max + 1] smallest flat ring over D members of the groups ``members`` (one zone) of which one is of
+    type t, at ``k`` concurrent streams: every link with a t endpoint and a member group at the other, in
+    either direction."""
+    names = [tab.grp.names[i] for i in np.nonzero(members)[0]]
     links = []
     for ga, za, _ in names:
         if ga != t:
             continue
         for gb, zb, _ in names:
-            for c in concs:
-                links.append(ctx.network.link(_endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), concurrent=c))
-                links.append(ctx.network.link(_endpoint(ctx, gb, zb), _endpoint(ctx, ga, za), concurrent=c))
+            links.append(ctx.network.link(_endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), concurrent=k))
+            links.append(ctx.network.link(_endpoint(ctx, gb, zb), _endpoint(ctx, ga, za), concurrent=k))
     d = np.arange(tab.d_max + 1, dtype=float)
     return np.where(d > 1, _ring(rings, _distinct(links), d, grad_b), 0.0)
 
 
+def _stage_floor(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, use_s: np.ndarray, params_s: np.ndarray,
+                 ks: list[int], rings: dict, t: str | None = None) -> np.ndarray:
+    """[d_max + 1] floor on the sync of a stage whose replicas are of the groups ``use_s``, its smallest TP k
+    one of ``ks``: min over k of the floor over the groups of TP >= k (its members) at the gradient of the
+    fewest parameters of a TP-k group (the ring's gradient is its member with the most, >= a TP-k member's);
+    mixtab's floor (any link of the members at their TP degrees as concurrencies, which include k) or, with
+    ``t`` and the members in one zone, also the flat ring through a t member at concurrency k."""
+    grp = tab.grp
+    best = np.full(tab.d_max + 1, np.inf)
+    for k in ks:
+        members = use_s & (grp.tp >= k)
+        at_k = use_s & (grp.tp == k)
+        if not at_k.any() or (t is not None and not (members & _of_type(grp, t)).any()):
+            continue
+        grad_b = float(F.grad_bytes(params_s[at_k].min()))
+        floor = stage_sync_floor(ctx, grp, members, grad_b, tab.d_max, cluster, rings, k)
+        zones = {grp.names[i][1] for i in np.nonzero(members)[0]}
+        if t is not None and len(zones) == 1 and not ctx.replica_node_gpus:
+            floor = np.maximum(floor, _type_ring(ctx, tab, members, t, k, grad_b, rings))
+        best = np.minimum(best, floor)
+    return best
+
+
+def _of_type(grp, t: str) -> np.ndarray:
+    return np.array([n[0] == t for n in grp.names])
+
+
 def coupled_floors(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.ndarray, upd: np.ndarray,
-                   types: tuple[str, ...], rings: dict) -> Coupled | None:
-    """The floors of the module docstring for the plans of ``tab`` using exactly ``types``; ``params`` /
-    ``upd`` [G, S]: per replica parameters per GPU and optimizer step (``stage_core``'s). None: no such plan
-    (a stage with no usable group of those types, or no TP-tau group of them anywhere)."""
+                   types: tuple[str, ...], rings: dict, through: bool = True) -> Coupled | None:
+    """The floors of the module docstring for the plans of ``tab`` using exactly ``types`` (``through`` False:
+    using only ``types``, some perhaps not: without the terms of a ring and a step through each type; with
+    every type of the unit, a floor for every plan of the unit); ``params`` / ``upd`` [G, S]: per replica
+    parameters per GPU and optimizer step (``stage_core``'s). None: no such plan (a stage with no usable group
+    of those types, or no TP-tau group of them anywhere)."""
     grp = tab.grp
     of_type = np.array([n[0] in types for n in grp.names])
     use = tab.usable & of_type[:, None]
-    tau = int(tab.grp.tp[tab.usable.any(axis=1)].min()) if tab.usable.any() else 0
+    tau = int(grp.tp[tab.usable.any(axis=1)].min()) if tab.usable.any() else 0
     exact = use & (grp.tp == tau)[:, None]
     if not use.any(axis=0).all() or not exact.any():
         return None
     keep = np.zeros(len(grp.caps), dtype=bool)
     keep[grp.pool[of_type]] = True
-    s_num, d_max = tab.s_num, tab.d_max
-    per_stage, with_min = [], []
-    for s in range(s_num):
-        grad_b = float(F.grad_bytes(params[use[:, s], s].min()))
-        per_stage.append(stage_sync_floor(ctx, grp, use[:, s], grad_b, d_max, cluster, rings, tau))
-        if exact[:, s].any():
-            grad_t = float(F.grad_bytes(params[exact[:, s], s].min()))
-            with_min.append(stage_sync_floor(ctx, grp, use[:, s], grad_t, d_max, cluster, rings, tau))
-    per_stage = np.array(per_stage)
+    s_num = tab.s_num
+    tps = sorted({int(x) for x in grp.tp[use.any(axis=1)]})
+    per_stage = np.array([_stage_floor(ctx, cluster, tab, use[:, s], params[:, s], tps, rings)
+                          for s in range(s_num)])
     step = float(max(upd[use[:, s], s].min() for s in range(s_num)))
+    for t in types if through else ():     # a t replica sits on some stage: the step is >= its smallest there
+        step = max(step, float(upd[use & _of_type(grp, t)[:, None]].min()))
     if not ctx.settings.dp_sync_waits_for_all:     # stage 0's sync (mixtab's rule), R's groups only
         return Coupled(types, keep, per_stage[0], step)
+    # the stage holding a TP-tau replica has smallest TP tau
+    with_min = [_stage_floor(ctx, cluster, tab, use[:, s], params[:, s], [tau], rings)
+                for s in range(s_num) if exact[:, s].any()]
     sync = np.maximum(per_stage.max(axis=0), np.min(with_min, axis=0))
-    for t in types:
-        is_t = use & np.array([n[0] == t for n in grp.names])[:, None]
-        step = max(step, float(upd[is_t].min()))
-        best = np.full(d_max + 1, np.inf)
+    for t in types if through else ():     # the stage holding a t replica rings through it
+        is_t = use & _of_type(grp, t)[:, None]
+        best = np.full(tab.d_max + 1, np.inf)
         for s in np.nonzero(is_t.any(axis=0))[0]:
-            zones = {grp.names[i][1] for i in np.nonzero(use[:, s])[0]}
-            if len(zones) > 1 or ctx.replica_node_gpus:     # a hierarchical sync may apply: the stage's own floor
-                best = np.minimum(best, per_stage[s])
-                continue
-            grad_t = float(F.grad_bytes(params[is_t[:, s], s].min()))
-            best = np.minimum(best, np.maximum(per_stage[s], _type_ring(ctx, tab, use[:, s], t, grad_t, rings)))
+            best = np.minimum(best, np.maximum(per_stage[s], _stage_floor(ctx, cluster, tab, use[:, s], params[:, s],
+                                                                          tps, rings, t)))
         sync = np.maximum(sync, best)
     return Coupled(types, keep, sync, step)

@@ -24,7 +24,7 @@ from test_mix_bound_h11b import _random_plans  # noqa: E402
 import planner.search.mixbound as MB  # noqa: E402
 from planner.baselines.spaces import PLANNERS  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
-from planner.search.mixcouple import coupled_floors, type_sets  # noqa: E402
+from planner.search.mixcouple import coupled_floors, type_sets, unit_types  # noqa: E402
 from planner.search.mixexact import lp_value, merged, scalar_y, solve_lp, usage_table, weak_dual  # noqa: E402
 from planner.search.mixtab import MixMemo, mix_unit  # noqa: E402
 from planner.search.tasks import Tables, cluster_options  # noqa: E402
@@ -47,8 +47,9 @@ def _setup(ctx, cluster):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_coupled_floors_below_every_random_plans_sync_and_step(ctxs, seed):
     """Every random plan of Sailor's space that fits: its sync and step (``simulate``'s) are >= the coupled
-    floors of its (S, b, smallest TP) unit and its exact type set, and its pools are the set's; the coupling
-    must raise the sync floor above the unit's own on some of them (else the test says nothing)."""
+    floors of its (S, b, smallest TP) unit and its exact type set (and the unit's floors for every plan,
+    ``through`` False), and its pools are the set's; the coupling must raise the sync floor above mixtab's on
+    some of them (else the test says nothing)."""
     rng = random.Random(70 + seed)
     fitted = raised = 0
     for case in random_cases(4, 40 + seed, False):
@@ -75,6 +76,9 @@ def test_coupled_floors_below_every_random_plans_sync_and_step(ctxs, seed):
             pools = {int(np.nonzero([(g, z) == (r.gpu_type, r.zone) for g, z, _ in tab.grp.names])[0][0])
                      for r in reps}
             assert all(cp.keep[tab.grp.pool[g]] for g in pools)
+            every = coupled_floors(ctx, cluster, tab, core.params, core.upd, tuple(unit_types(tab)), memo.rings,
+                                   False)
+            assert est.sync_s >= every.sync[d] * (1 - REL) and est.update_s >= every.upd * (1 - REL)
             raised += cp.sync[d] > tab.sync[d] * (1 + 1e-6) or cp.upd > tab.upd * (1 + 1e-6)
     assert fitted >= 40 and raised >= 5, (fitted, raised)
 
