@@ -76,6 +76,9 @@ def _stage_floor(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, use_s: np.
     mixtab's floor (any link of the members at their TP degrees as concurrencies, which include k) or, with
     ``t`` and the members in one zone, also the flat ring through a t member at concurrency k."""
     grp = tab.grp
+    key = ("s15b-stage", use_s.tobytes(), params_s.tobytes(), tuple(ks), t, tab.d_max, tuple(grp.names))
+    if key in rings:            # stages of equal layers repeat along Sailor's split, and across units
+        return rings[key]
     best = np.full(tab.d_max + 1, np.inf)
     for k in ks:
         members = use_s & (grp.tp >= k)
@@ -88,6 +91,7 @@ def _stage_floor(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, use_s: np.
         if t is not None and len(zones) == 1 and not ctx.replica_node_gpus:
             floor = np.maximum(floor, _type_ring(ctx, tab, members, t, k, grad_b, rings))
         best = np.minimum(best, floor)
+    rings[key] = best
     return best
 
 
