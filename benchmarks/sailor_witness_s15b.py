@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--at", type=float, default=None, help="T (s) of the LP (default: the node's exact floor)")
     args = ap.parse_args()
     from planner.baselines.spaces import PLANNERS
+    from planner.search.mixcouple import coupled_floors, unit_types
     from planner.search.mixexact import counts, lp_value, node_floor_exact, usage_table
     from planner.search.mixplan import water_fill
     from planner.search.mixprice import classes
@@ -68,8 +69,13 @@ def main() -> int:
     space = PLANNERS["sailor-space"]
     tables = Tables(ctx, replace(space, recompute=(False,), distributed_optimizer=(False,)))
     options = cluster_options(ctx, cluster.nonempty(), space)
+    memo = MixMemo()
     tab = mix_unit(ctx, cluster.nonempty(), tables, options, gbs, args.stages, args.mbs, space.precision,
-                   args.tp_min, MixMemo())
+                   args.tp_min, memo)
+    core = memo.core[(args.stages, args.mbs)][0]
+    cp = coupled_floors(ctx, cluster.nonempty(), tab, core.params, core.upd, tuple(unit_types(tab)), memo.rings,
+                        False)      # the bound's floors for every plan of the unit (mixbound, COUPLE on)
+    tab = replace(tab, sync=np.maximum(tab.sync, cp.sync), upd=max(tab.upd, cp.upd))
     table = usage_table(tab)
     d = args.dp
     base = float(tab.sync[d]) + tab.upd

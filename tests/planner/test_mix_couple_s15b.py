@@ -80,7 +80,7 @@ def test_coupled_floors_below_every_random_plans_sync_and_step(ctxs, seed):
                                    False)
             assert est.sync_s >= every.sync[d] * (1 - REL) and est.update_s >= every.upd * (1 - REL)
             raised += cp.sync[d] > tab.sync[d] * (1 + 1e-6) or cp.upd > tab.upd * (1 + 1e-6)
-    assert fitted >= 40 and raised >= 5, (fitted, raised)
+    assert fitted >= 40 and raised >= 10, (fitted, raised)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
