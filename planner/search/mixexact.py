@@ -199,26 +199,27 @@ def solve_lp(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: in
 
 
 def scalar_y(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: int, d_hi: int,
-             iters: int = 50) -> np.ndarray:
-    """One pool (s15b): the price y >= 0 minimising :func:`weak_dual` (convex and piecewise linear in y), by
-    ternary search over [0, the largest m / u]; any y >= 0 is a valid dual point, so the search's precision
+             rounds: int = 4, grid: int = 129) -> np.ndarray:
+    """One pool (s15b): a price y >= 0 nearly minimising :func:`weak_dual` (convex and piecewise linear in y):
+    the best of a grid over [0, max (m + N) / u] (beyond it every m - y u is <= -N, so the bound only grows),
+    refined ``rounds`` times around the best point. Any y >= 0 is a valid dual point, so the search's precision
     only affects how tight the floor is, never its soundness."""
     w = u.reshape(-1)
-    # beyond hi every column's m - y u is <= -N (mu is then -N): phi only grows
-    hi = float(np.max(np.where(w > 0, (m + n_mb) / np.maximum(w, 1e-300), 0.0))) if m.size else 0.0
-
-    def phi(y: float) -> float:
-        return weak_dual(u, m, np.array([y]), caps, n_mb, d_lo, d_hi)
-
-    lo = 0.0
-    for _ in range(iters):
-        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if phi(a) <= phi(b):
-            hi = b
-        else:
-            lo = a
-    cands = [0.0, lo, hi]
-    return np.array([min(cands, key=phi)])
+    if not m.size:
+        return np.zeros(1)
+    lo, hi = 0.0, float(np.max((m + n_mb) / np.maximum(w, 1e-300)))
+    cap = float(caps[0])
+    best_y, best = 0.0, math.inf
+    for _ in range(rounds):
+        ys = np.linspace(lo, hi, grid)
+        mu = np.maximum((m[None, :] - ys[:, None] * w[None, :]).max(axis=1), -float(n_mb))
+        phi = ys * cap + np.where(mu >= 0, d_hi * mu, d_lo * mu)
+        i = int(np.argmin(phi))
+        if phi[i] < best:
+            best_y, best = float(ys[i]), float(phi[i])
+        step = (hi - lo) / (grid - 1)
+        lo, hi = max(0.0, ys[i] - step), ys[i] + step
+    return np.array([best_y])
 
 
 def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
