@@ -16,7 +16,10 @@ proven floor. y comes from column generation (scipy's HiGHS, imported lazily; so
 (S, b, D-range) nodes are refined best-first (smallest floor first, D ranges split) and the bound is the
 smallest floor left, so stopping at ``time_limit_s`` still returns a valid bound (``complete`` False).
 Where the pools are few (:data:`EXACT`, :mod:`planner.search.mixexact`) a node's floor is instead the exact LP's
-over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7).
+over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7). Since session 15 (s15b) the sync
+and step floors are coupled with each stage's smallest TP and, at a single D's exact floor, the node is split by
+the set of GPU types its plans use (:mod:`planner.search.mixcouple`); the first floor of a unit with an exact
+table is the exact LP's over its pools merged into one (``mixexact.merged``; 7.1 items 7-9, 7.2 items 8-9).
 """
 from __future__ import annotations
 

@@ -42,11 +42,9 @@ class UsageTable:
 
 def _dims(unit: MixUnit) -> tuple[int, ...]:
     """The usage range per pool: 0..min(the pool's GPUs, S x its largest TP)."""
-    grp = unit.grp
-    used = np.zeros(len(grp.caps), dtype=np.int64)
-    for g in range(len(grp.names)):
-        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
-    return tuple(int(min(grp.caps[p], unit.s_num * used[p])) + 1 for p in range(len(grp.caps)))
+    largest = np.zeros(len(unit.grp.caps), dtype=np.int64)
+    np.maximum.at(largest, unit.grp.pool, unit.grp.tp)
+    return tuple(int(x) + 1 for x in np.minimum(unit.grp.caps, unit.s_num * largest))
 
 
 def table_cells(unit: MixUnit) -> int:
