@@ -4,8 +4,11 @@ Contract: for one (S, b, smallest TP tau) unit of :mod:`planner.search.mixtab` a
 :func:`coupled_floors` returns floors on the gradient sync (per replica count D) and on the optimizer step
 that EVERY plan of the unit whose replicas use exactly the types R pays, and the pools such a plan may use
 (those of R's types). Every plan uses exactly one R, so splitting a node of :mod:`planner.search.mixbound` by R
-(:func:`type_sets`) keeps it a partition. The floors are the unit's own, restricted to R's groups, raised by
-two coupled terms (docs/PLANNER.md 7.1 item 7, 7.2 item 8):
+(:func:`type_sets`) keeps it a partition. Each stage's sync floor is coupled with the stage's smallest TP k
+(:func:`_stage_floor`): the simulator rings a stage at k concurrent streams with the gradient of its TP-k member,
+so the floor is the minimum over k of the floor over the groups of TP >= k at a TP-k group's gradient (mixtab's
+took the largest TP's gradient at the fastest concurrency). With ``through`` (R exact) two more terms
+(docs/PLANNER.md 7.1 items 7-8, 7.2 item 8):
 
 - **sync** (only with ``dp_sync_waits_for_all``: the plan's sync is the max over stages): a plan using type t
   has a stage s holding a t replica; if that stage's usable R-groups all sit in one zone its sync is one flat
