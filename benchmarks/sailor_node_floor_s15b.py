@@ -8,7 +8,6 @@ set's coupled floors; the node's floor is the smallest over the type sets.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,17 +20,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from planner_bound import _context  # noqa: E402
 from planner_vs_sailor import setups  # noqa: E402
+from sailor_witness_s15b import node_parser  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sailor-data", required=True)
-    ap.add_argument("--setup", required=True)
-    ap.add_argument("--stages", type=int, required=True)
-    ap.add_argument("--mbs", type=int, required=True)
-    ap.add_argument("--dp", type=int, required=True)
-    ap.add_argument("--tp-min", type=int, default=1)
-    args = ap.parse_args()
+    args = node_parser(__doc__.splitlines()[0]).parse_args()
     from planner.baselines.spaces import PLANNERS
     from planner.search.mixcouple import coupled_floors, type_sets, unit_types
     from planner.search.mixexact import node_floor_exact, usage_table

@@ -46,14 +46,20 @@ def _chains(tab, m_of_u: dict):
     return ch, use, fill
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def node_parser(description: str) -> argparse.ArgumentParser:
+    """The flags naming one node of the bound: setup, S, b, D, smallest TP (shared with
+    ``sailor_node_floor_s15b.py``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--sailor-data", required=True)
     ap.add_argument("--setup", required=True)
-    ap.add_argument("--stages", type=int, required=True)
-    ap.add_argument("--mbs", type=int, required=True)
-    ap.add_argument("--dp", type=int, required=True)
+    for flag in ("--stages", "--mbs", "--dp"):
+        ap.add_argument(flag, type=int, required=True)
     ap.add_argument("--tp-min", type=int, default=1)
+    return ap
+
+
+def main() -> int:
+    ap = node_parser(__doc__.splitlines()[0])
     ap.add_argument("--at", type=float, default=None, help="T (s) of the LP (default: the node's exact floor)")
     args = ap.parse_args()
     from planner.baselines.spaces import PLANNERS
