@@ -16,7 +16,10 @@ proven floor. y comes from column generation (scipy's HiGHS, imported lazily; so
 (S, b, D-range) nodes are refined best-first (smallest floor first, D ranges split) and the bound is the
 smallest floor left, so stopping at ``time_limit_s`` still returns a valid bound (``complete`` False).
 Where the pools are few (:data:`EXACT`, :mod:`planner.search.mixexact`) a node's floor is instead the exact LP's
-over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7).
+over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7). Since session 15 (s15b) the sync
+and step floors are coupled with each stage's smallest TP and, at a single D's exact floor, the node is split by
+the set of GPU types its plans use (:mod:`planner.search.mixcouple`); the first floor of a unit with an exact
+table is the exact LP's over its pools merged into one (``mixexact.merged``; 7.1 items 7-9, 7.2 items 8-9).
 """
 from __future__ import annotations
 
@@ -42,6 +45,9 @@ DP_SPAN = 1.3         # the fill table covers budgets up to this factor over the
 CG_AHEAD = (0.01, 1e-5)
 CG_REPEAT = 3          # column generations per node at rising floors
 EXACT = True           # price exactly by GPU usage (mixexact) where the pools are few enough
+COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
+MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
+MERGED_REL = 1e-2
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class SpaceBound:
     complete: bool
     nodes: int
     elapsed_s: float
+    types: tuple = ()           # the GPU types of the node holding the bound (mixcouple; () : not split)
 
     @property
     def iters_per_s(self) -> float:
@@ -76,17 +83,35 @@ class _Node:
     dp_at: float = -1.0                          # the floor of this node's last fill-table refinement
     dp_runs: int = 0
     exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
+    types: tuple | None = None                   # the plans using exactly these GPU types (mixcouple); None: all
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
 
 
 class _Unit:
-    def __init__(self, tab: MixUnit) -> None:
+    def __init__(self, tab: MixUnit, core=None, rings: dict | None = None) -> None:
         self.tab = tab
         self.priced: list[Priced] = []
         self.cols: dict[tuple, None] = {}
         self._usage = False                      # not built yet
+        self._core = core                        # stage_core's tables (params, upd per group and stage)
+        self._rings = rings if rings is not None else {}
+        self._coupled: dict[tuple, object] = {}
+        self._merged = None                      # (merged unit, its usage table), built once
+
+    def coupled(self, types: tuple | None, ctx: SimContext, cluster: ClusterSpec):
+        """:func:`planner.search.mixcouple.coupled_floors` of the plans using exactly ``types`` (None: every plan
+        of the unit, the TP coupling alone), built once (None: no such plan)."""
+        if types not in self._coupled:
+            from planner.search.mixcouple import coupled_floors, unit_types
+            cp = coupled_floors(ctx, cluster, self.tab, self._core.params, self._core.upd,
+                                tuple(unit_types(self.tab)) if types is None else types, self._rings,
+                                types is not None)
+            if cp is not None:      # the unit's own floors hold for every plan of it too
+                cp = replace(cp, sync=np.maximum(cp.sync, self.tab.sync), upd=max(cp.upd, self.tab.upd))
+            self._coupled[types] = cp
+        return self._coupled[types]
 
     def usage(self):
         """The exact pricing table of :mod:`planner.search.mixexact` (None: too large), built once."""
@@ -94,6 +119,24 @@ class _Unit:
             from planner.search.mixexact import usage_table
             self._usage = usage_table(self.tab) if EXACT else None
         return self._usage
+
+    def exact_ok(self) -> bool:
+        """Whether the exact table is used for this unit (EXACT on and not too large), without building it."""
+        if self._usage is not False:
+            return self._usage is not None
+        from planner.search.mixexact import MAX_CELLS, table_cells
+        return EXACT and table_cells(self.tab) <= MAX_CELLS
+
+    def merged_floor(self, d_lo: int, d_hi: int, t_ref: float) -> float:
+        """The exact floor with every pool merged into one (``mixexact.merged``: a relaxation, a small table)."""
+        from planner.search.mixexact import merged, node_floor_exact, usage_table
+        if self._merged is None:
+            one = merged(self.tab)
+            self._merged = (one, usage_table(one))
+        one, table = self._merged
+        if table is None:
+            return t_ref
+        return node_floor_exact(one, table, d_lo, d_hi, t_ref, MERGED_REL)
 
     def add(self, y: np.ndarray) -> int:
         self.priced.append(price(self.tab, y))
@@ -237,10 +280,17 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             tab = mix_unit(ctx, cluster, tables, options, gbs, s_num, mbs, space.precision, tp_min, memo)
             if tab is None:
                 continue
-            unit = _Unit(tab)
+            unit = _Unit(tab, memo.core[(s_num, mbs)][0], memo.rings)
+            cp = unit.coupled(None, ctx, cluster) if COUPLE else None
+            if cp is not None:      # the sync and step floors coupled with each stage's smallest TP (mixcouple)
+                unit.tab = tab = replace(tab, sync=cp.sync, upd=cp.upd)
             units.append(unit)
-            i = unit.add(np.zeros(len(tab.grp.caps)))
-            node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
+            if MERGED and unit.exact_ok():      # the merged pools' exact floor orders the heap (no pricing)
+                base = float(tab.sync[1:].min()) + tab.upd
+                node = _Node(len(units) - 1, 1, tab.d_max, unit.merged_floor(1, tab.d_max, base))
+            else:
+                i = unit.add(np.zeros(len(tab.grp.caps)))
+                node = _Node(len(units) - 1, 1, tab.d_max, node_floor(tab, unit.priced[i], 1, tab.d_max), [i])
             heapq.heappush(heap, (node.key(), id(node), node))
     if not heap:
         return None
@@ -257,22 +307,38 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             complete = False
             break
         done += 1
-        if not node.exact and unit.usage() is not None:
+        if not node.exact and unit.exact_ok() and unit.usage() is not None:
             from planner.search.mixexact import node_floor_exact
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
-            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel))
+            cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
+            if cp is None and node.types is not None:       # no plan of the node's types
+                node.floor, node.exact = math.inf, True
+                heapq.heappush(heap, (node.key(), id(node), node))
+                continue
+            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel,
+                                                          cp))
             node.exact = True
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
         if node.exact:
-            if node.d_lo == node.d_hi:
-                break       # a single D at the exact LP's floor: the smallest floor left
-            edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
-            for lo, hi in zip(edges[:-1], edges[1:] - 1):
-                child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys))
-                heapq.heappush(heap, (child.key(), id(child), child))
-            continue
+            if node.d_lo < node.d_hi:
+                edges = np.unique(np.linspace(node.d_lo, node.d_hi + 1, SPLIT + 1).astype(int))
+                for lo, hi in zip(edges[:-1], edges[1:] - 1):
+                    child = _Node(node.unit, int(lo), int(hi), node.floor, list(node.ys), types=node.types)
+                    heapq.heappush(heap, (child.key(), id(child), child))
+                continue
+            if COUPLE and node.types is None:
+                # a single D at the exact floor: one child per set of GPU types its plans use (each plan uses
+                # exactly one), with the coupled sync and step floors (mixcouple)
+                from planner.search.mixcouple import type_sets
+                for types in type_sets(tab):
+                    cp = unit.coupled(types, ctx, cluster)
+                    f = math.inf if cp is None else max(node.floor, float(cp.sync[node.d_lo]) + cp.upd)
+                    child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
+                    heapq.heappush(heap, (child.key(), id(child), child))
+                continue
+            break       # a single D (and type set) at the exact LP's floor: the smallest floor left
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
             # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
             # would not see them (alternating ahead factors)
@@ -301,4 +367,4 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     log.info("sailor-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", node.floor,
              tab.s_num, tab.mbs, node.d_lo, node.d_hi, done, complete)
     return SpaceBound(node.floor, tab.s_num, tab.mbs, node.d_lo, node.d_hi, complete, done,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, node.types or ())

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import math
 from typing import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from planner.search.mixcouple import Coupled
 from planner.search.mixprice import classes, levels
 from planner.search.mixtab import MixUnit, REL
 
@@ -39,18 +40,39 @@ class UsageTable:
     dims: tuple[int, ...]
 
 
+def _dims(unit: MixUnit) -> tuple[int, ...]:
+    """The usage range per pool: 0..min(the pool's GPUs, S x its largest TP)."""
+    largest = np.zeros(len(unit.grp.caps), dtype=np.int64)
+    np.maximum.at(largest, unit.grp.pool, unit.grp.tp)
+    return tuple(int(x) + 1 for x in np.minimum(unit.grp.caps, unit.s_num * largest))
+
+
+def table_cells(unit: MixUnit) -> int:
+    """Cells of one stage step of :func:`usage_table` (classes x levels x groups x 2 x usage vectors)."""
+    masks, _ = classes(unit)
+    return len(masks) * len(levels(unit)) * len(unit.grp.names) * 2 * math.prod(_dims(unit))
+
+
+def merged(unit: MixUnit) -> MixUnit:
+    """``unit`` with every pool merged into one of all their GPUs (s15b): a plan's pipelines, grouped by their
+    chains' total GPU count w, satisfy sum n_w w <= the GPUs of all pools (the sum of the per-pool
+    constraints), so the exact LP over this unit's usage table is a relaxation of the unit's (the table's
+    cells are the smallest fill over the chains of each total; 7.2 item 7 holds with one pool), at a table
+    the size of one pool's."""
+    grp = unit.grp
+    one = replace(grp, pool=np.zeros_like(grp.pool), caps=np.array([int(grp.caps.sum())], dtype=grp.caps.dtype))
+    return replace(unit, grp=one)
+
+
 def usage_table(unit: MixUnit) -> UsageTable | None:
     """The table, or None where it would be too large (MAX_CELLS)."""
+    if table_cells(unit) > MAX_CELLS:
+        return None
     masks, _ = classes(unit)
     lv = levels(unit)
     grp = unit.grp
     n_k, n_v, n_g, s_num = len(masks), len(lv), len(grp.names), unit.s_num
-    used = np.zeros(len(grp.caps), dtype=np.int64)
-    for g in range(n_g):
-        used[grp.pool[g]] = max(used[grp.pool[g]], int(grp.tp[g]))
-    dims = tuple(int(min(grp.caps[p], s_num * used[p])) + 1 for p in range(len(grp.caps)))
-    if n_k * n_v * n_g * 2 * math.prod(dims) > MAX_CELLS:
-        return None
+    dims = _dims(unit)
     allowed = masks[:, None] & (unit.comp[None, None] <= lv[None, :, None, None] * (1 + REL))     # [K, V, G, S]
     hit = unit.comp[None] >= lv[:, None, None] * (1 - REL)                                       # [V, G, S]
     inf = np.inf
@@ -118,9 +140,16 @@ def counts(unit: MixUnit, table: UsageTable, t_prime: float) -> np.ndarray:
     return best.max(axis=0)
 
 
-def _columns(unit: MixUnit, table: UsageTable, t_prime: float) -> tuple[np.ndarray, np.ndarray]:
+def _columns(unit: MixUnit, table: UsageTable, t_prime: float, keep: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The LP's columns at ``t_prime``: usage vectors u [C, P] with m_u >= 1 and their counts m_u [C]; with
+    ``keep`` [P] only those using no pool outside it (the chains of a plan of only those pools' types)."""
+    if keep is not None and not keep.all():         # zero usage of the other pools
+        cut = tuple(slice(None) if k else slice(0, 1) for k in keep)
+        table = UsageTable(table.fill[(slice(None), slice(None)) + cut],
+                           tuple(d if k else 1 for d, k in zip(table.dims, keep)))
     mu = counts(unit, table, t_prime)
-    idx = np.argwhere(mu >= 1)
+    idx = np.argwhere(mu >= 1)            # the sliced axes have length 1: their usage index is 0
     return idx.astype(float), mu[tuple(idx.T)]
 
 
@@ -167,12 +196,40 @@ def solve_lp(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: in
     return -res.fun, np.maximum(-res.ineqlin.marginals[:len(caps)], 0.0), res.x
 
 
+def scalar_y(u: np.ndarray, m: np.ndarray, caps: np.ndarray, n_mb: int, d_lo: int, d_hi: int,
+             rounds: int = 4, grid: int = 129) -> np.ndarray:
+    """One pool (s15b): a price y >= 0 nearly minimising :func:`weak_dual` (convex and piecewise linear in y):
+    the best of a grid over [0, max (m + N) / u] (beyond it every m - y u is <= -N, so the bound only grows),
+    refined ``rounds`` times around the best point. Any y >= 0 is a valid dual point, so the search's precision
+    only affects how tight the floor is, never its soundness."""
+    w = u.reshape(-1)
+    if not m.size:
+        return np.zeros(1)
+    lo, hi = 0.0, float(np.max((m + n_mb) / np.maximum(w, 1e-300)))
+    cap = float(caps[0])
+    best_y, best = 0.0, math.inf
+    for _ in range(rounds):
+        ys = np.linspace(lo, hi, grid)
+        mu = np.maximum((m[None, :] - ys[:, None] * w[None, :]).max(axis=1), -float(n_mb))
+        phi = ys * cap + np.where(mu >= 0, d_hi * mu, d_lo * mu)
+        i = int(np.argmin(phi))
+        if phi[i] < best:
+            best_y, best = float(ys[i]), float(phi[i])
+        step = (hi - lo) / (grid - 1)
+        lo, hi = max(0.0, ys[i] - step), ys[i] + step
+    return np.array([best_y])
+
+
 def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_ref: float,
-                     rel: float = 1e-5) -> float:
+                     rel: float = 1e-5, coupled: Coupled | None = None) -> float:
     """The largest T >= ``t_ref`` (a floor already proven; returned if none above is) found by bisection at
     which the LP's dual point PROVES (``dual_bound`` < N (1 - 1e-9)) that no plan with D in [d_lo, d_hi]
-    iterates within T; inf where it proves that at a T beyond which no count grows (no plan at any T)."""
-    base = float(unit.sync[d_lo:d_hi + 1].min()) + unit.upd
+    iterates within T; inf where it proves that at a T beyond which no count grows (no plan at any T).
+    ``coupled``: only the plans using exactly its GPU types (:mod:`planner.search.mixcouple`): its sync and
+    step floors, and columns using only its pools."""
+    sync, upd = (unit.sync, unit.upd) if coupled is None else (coupled.sync, coupled.upd)
+    keep = None if coupled is None else coupled.keep
+    base = float(sync[d_lo:d_hi + 1].min()) + upd
     if not math.isfinite(base):
         return math.inf
     vmax = float(unit.comp[unit.usable].max())
@@ -180,7 +237,7 @@ def node_floor_exact(unit: MixUnit, table: UsageTable, d_lo: int, d_hi: int, t_r
     # at T' = t_sat every chain of fill <= S (vmax + 2 p2p max) runs as many micro-batches as its class and N
     # allow (both conditions of ``counts``), so the counts no longer grow
     t_sat = (base + (unit.n_mb + unit.s_num) * (vmax + 2 * (float(p2p.max()) if p2p.size else 0.0))) * 1.01 + 1e-9
-    return duality_floor(lambda tp: _columns(unit, table, tp), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
+    return duality_floor(lambda tp: _columns(unit, table, tp, keep), unit.grp.caps, unit.n_mb, base, t_sat, d_lo, d_hi,
                          t_ref, rel)
 
 
@@ -195,7 +252,10 @@ def duality_floor(columns: Callable[[float], tuple[np.ndarray, np.ndarray]], cap
         if tp <= 0:
             return True
         u, m = columns(tp)
-        _, y, _ = solve_lp(u, m, caps, n_mb, d_lo, d_hi)
+        if len(caps) == 1:          # one pool: the dual is one price, found without the solver
+            y = scalar_y(u, m, caps, n_mb, d_lo, d_hi)
+        else:
+            _, y, _ = solve_lp(u, m, caps, n_mb, d_lo, d_hi)
         if y is None:
             y = np.zeros(len(caps))
         return weak_dual(u, m, y, caps, n_mb, d_lo, d_hi) < n_mb * (1 - 1e-9)
