@@ -69,7 +69,10 @@ def _apply(doc, path, how, value):
     *parents, leaf = path.split(".")
     cur = doc
     for p in parents:
-        cur = cur[int(p)] if isinstance(cur, list) else cur.get(p) if isinstance(cur, dict) else None
+        if isinstance(cur, list):         # an earlier edit may have made an object a list: index only by a digit
+            cur = cur[int(p)] if p.isdigit() and int(p) < len(cur) else None
+        else:
+            cur = cur.get(p) if isinstance(cur, dict) else None
         if not isinstance(cur, (dict, list)):
             return
     if isinstance(cur, list):
