@@ -306,10 +306,9 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
         linked = Linked(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
         tab, n_max = linked.tab, min(space.chain_segments, s_num)
         floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_max, best.threshold())
-        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
-            continue
-        rt = range_tab(tab)
-        for n_seg in range(2, n_max + 1):
+        live = bool((floors[2:] <= best.threshold()).any())    # else no chain of the split can enter (2.1, 2.6)
+        rt = range_tab(tab) if live else None
+        for n_seg in range(2, n_max + 1 if live else 2):
             if stop():
                 return False
             if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
