@@ -160,3 +160,14 @@ def test_fig8b_witness_scored_as_simulate(sailor_opt):
     built = build_plan(cand, ctx.model.num_layers, gbs, None)
     assert [s.num_layers for s in built.stages] == list(split)
     assert simulate(built, ctx).iteration_time_s == pytest.approx(est.iteration_time_s, rel=1e-9)
+
+
+def test_chain_splits_value_is_checked():
+    """A bad ``chain_splits`` is an InputError in the space and the request (the CLI's one line, exit 2)."""
+    from planner.api import PlanRequest
+    from planner.errors import InputError
+    with pytest.raises(InputError, match="chain_splits"):
+        SearchSpace(chain_splits="uneven")
+    with pytest.raises(InputError, match="--chain-splits"):
+        PlanRequest(cluster=parse_gpus(f"{A}@z=2", GPUCatalog()), global_batch_size=4, chain_splits="uneven")
+    assert SearchSpace().chain_splits == "even"
