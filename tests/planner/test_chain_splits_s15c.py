@@ -120,7 +120,7 @@ def test_segment_splits_enumeration_matches_hand_rule():
     assert tuple([q] * (4 - r) + [q + 1] * r) in {tuple(s[0]) for s in segment_splits(24, (0, 3, 4))}
 
 
-@pytest.mark.parametrize("seed,seg_wins", [(0, False), (2, True), (5, True), (9, False), (11, True)])
+@pytest.mark.parametrize("seed,seg_wins", [(0, False), (2, True), (5, True), (9, False), (11, True), (25, True)])
 def test_segment_search_equals_brute_force(seed, seg_wins):
     """Seeded random clusters: the search with segment splits returns the optimum of the brute force over the
     homogeneous pipelines and even-split chains (:func:`brute_force_best`) and every segment-split chain
