@@ -48,6 +48,7 @@ class PlanRequest:
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
+    chain_splits: str = "even"              # chain plans' layer splits: even (Sailor's) or segment (PLANNER 1.1)
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
     mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)
@@ -59,6 +60,8 @@ class PlanRequest:
         if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
                 or not 1 <= self.chain_segments <= 8:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
+        if self.chain_splits not in ("even", "segment"):
+            raise InputError(f"--chain-splits must be even or segment, got {self.chain_splits!r}")
         for name in ("recompute", "distributed_optimizer", "mixed_plans"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -89,9 +92,12 @@ class PlanReport:
 def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
-    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
-                          chain_segments=request.chain_segments,
-                          distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans)
+    space = baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
+                           chain_segments=request.chain_segments,
+                           distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans)
+    if space.chain_segments > 1 and request.chain_splits != space.chain_splits:    # spaces with chain plans
+        space = replace(space, chain_splits=request.chain_splits)
+    return space
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

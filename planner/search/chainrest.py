@@ -4,7 +4,8 @@ Contract: :func:`rest_floor` is <= the key of every chain plan of the units :fun
 chain_units` lists from index ``start`` on (the unit being searched when the search stopped included): the
 smallest over those units and their segment counts of :func:`planner.search.chainfloor.unit_floors`, each of
 which bounds every chain of its unit and segment count (2.1, 2.6), inf when none has a chain. Units before
-``start`` were searched to the end (every chain of them that could enter the top K was pushed).
+``start`` were searched to the end (every chain of them that could enter the top K was pushed). The floors
+are those of the even split: with ``space.chain_splits == "segment"`` it returns -inf (no bound).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def rest_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
                options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
                start: int, threshold: float = np.inf) -> float:
     """min over the units from ``start`` on of their :func:`unit_floors` (segment counts 2 ..)."""
+    if space.chain_splits != "even":       # the floors below bound the even split's chains only
+        return -np.inf
     out = np.inf
     units = islice(chain_units(ctx, cluster, options, gbs, space), start, None)
     for s_num, counts, mbs, n_mb, grp, d_cap, rc, dist in units:

@@ -5,7 +5,9 @@ stage to stage (Sailor's plans for 128 A100 + 384 V100: V100 TP 4 -> four A100 T
 five zones: two stages in two zones). Declared family (docs/PLANNER.md, section 1.1): the groups form 2 ..
 ``space.chain_segments`` contiguous runs (*segments*; one run is a homogeneous pipeline, searched by the main
 search), adjacent runs differ; the layers are split evenly with the extra layers on the last stages (Sailor's
-split); every GPU fits with S - s micro-batches in flight; all D pipelines run the same chain, so the D
+split), or with ``space.chain_splits == "segment"`` each segment has its own layer total, split evenly inside
+it (:func:`planner.search.chainseq.segment_splits`; searched after the even split, one split and cut at a
+time, each pruned by its own :func:`unit_floors`); every GPU fits with S - s micro-batches in flight; all D pipelines run the same chain, so the D
 replicas of a stage are one group and its gradient all-reduce is a ring over one link; the micro-batch counts
 differ by at most one (the first pipelines take the extra ones), the smallest makespan of identical pipelines.
 Pool capacity: D x (sum of the TP degrees of the chain's stages in that (type, zone)) <= its GPUs.
@@ -26,7 +28,7 @@ from planner.search.chainbound import pair_prefilter
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
-from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences
+from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences, segment_splits
 from planner.search.chaintab import ChainGroups, Linked, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
@@ -55,12 +57,14 @@ def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objectiv
 
 
 def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
-                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False):
-    """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, every
-    sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
+                    n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False,
+                    cuts: np.ndarray | None = None):
+    """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, or
+    only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
     ``threshold()`` (re-read per chunk)."""
-    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    if cuts is None:
+        cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
     n_groups = len(grp.names)
     if len(seqs) != n_groups * (n_groups - 1) ** (n_seg - 1):
@@ -302,10 +306,9 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
         linked = Linked(ctx, cache, tables, grp, mbs, counts, rc, d_cap, space.precision, dist)
         tab, n_max = linked.tab, min(space.chain_segments, s_num)
         floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_max, best.threshold())
-        if not (floors[2:] <= best.threshold()).any():      # no chain of the unit can enter (2.1, 2.6)
-            continue
-        rt = range_tab(tab)
-        for n_seg in range(2, n_max + 1):
+        live = bool((floors[2:] <= best.threshold()).any())    # else no chain of the split can enter (2.1, 2.6)
+        rt = range_tab(tab) if live else None
+        for n_seg in range(2, n_max + 1 if live else 2):
             if stop():
                 return False
             if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
@@ -318,6 +321,35 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                     return False
             if stop():
                 return False
+        if space.chain_splits == "segment" and not _search_segment_splits(
+                ctx, cache, tables, grp, (s_num, counts, mbs, n_mb, d_cap, rc, dist), n_max, objective,
+                space, best, stats, stop):
+            return False
+    return True
+
+
+def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, space, best, stats, stop) -> bool:
+    """The chains of one unit under every segment split but the even one (searched before): per segment count,
+    cut and split, its own tables, its :func:`unit_floors` against the threshold, then :func:`chains_for_cuts`
+    of that one cut. False when ``stop()`` ended it."""
+    s_num, even, mbs, n_mb, d_cap, rc, dist = unit
+    for n_seg in range(2, n_max + 1):
+        seqs = chain_sequences(len(grp.names), n_seg)
+        for cut in combinations(range(1, s_num), n_seg - 1):
+            for split in segment_splits(ctx.model.num_layers, (0,) + cut + (s_num,)):
+                if stop():
+                    return False
+                if np.array_equal(split, even):
+                    continue
+                linked = Linked(ctx, cache, tables, grp, mbs, split, rc, d_cap, space.precision, dist)
+                floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_seg, best.threshold())
+                if floors[n_seg] > best.threshold():
+                    continue
+                for gs in chains_for_cuts(linked.tab, range_tab(linked.tab), grp, s_num, n_seg, seqs, n_mb,
+                                          objective, best.threshold, stop=stop,
+                                          cuts=np.array([cut], dtype=np.int64)):
+                    _score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, split[0], mbs,
+                               rc, cache, dist)
     return True
 
 
@@ -351,15 +383,19 @@ def _score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best
 
 def score_chain(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                 chain: tuple[tuple[str, str, int], ...], pipelines: int, mbs: int, gbs: int,
-                recompute: bool = False, distributed_optimizer: bool = False) -> Candidate | None:
-    """The search's score of one chain plan (``chain``: (type, zone, tp) per stage, ``pipelines`` = D), as
-    :func:`search_chains` computes it; None when a stage does not fit or the pools lack room for D."""
+                recompute: bool = False, distributed_optimizer: bool = False,
+                layers: tuple[int, ...] | None = None) -> Candidate | None:
+    """The search's score of one chain plan (``chain``: (type, zone, tp) per stage, ``pipelines`` = D, ``layers``
+    per stage: Sailor's even split when None), as :func:`search_chains` computes it; None when a stage does
+    not fit or the pools lack room for D."""
     options = {g: [(mbs, tp)] for g, _, tp in chain}
     options = {g: sorted({(mbs, tp) for g2, _, tp in chain if g2 == g}) for g in options}
     grp = chain_groups(cluster, options, mbs, ctx)
     s_num, n_mb = len(chain), gbs // mbs
     q, r = divmod(ctx.model.num_layers, s_num)
-    counts = np.array([[q] * (s_num - r) + [q + 1] * r], dtype=np.int64)
+    counts = np.array([list(layers or [q] * (s_num - r) + [q + 1] * r)], dtype=np.int64)
+    if counts.shape[1] != s_num or counts.sum() != ctx.model.num_layers or counts.min() < 1:
+        raise ValueError(f"score_chain: layers {layers} do not split the model's layers over {s_num} stages")
     tab = stage_tab(ctx, cache, tables, grp, mbs, counts, recompute, min(n_mb, int(grp.caps.max())),
                      tables.space.precision, distributed_optimizer)
     gs = np.array([[grp.names.index(c) for c in chain]], dtype=np.int64)

@@ -60,3 +60,28 @@ def alive_pairs(seg_alive: list[np.ndarray], n_groups: int) -> tuple[np.ndarray,
         idx = idx[p] * (n_groups - 1) + g - (g > last[p])
         cut, last = cut[p], g
     return cut, idx
+
+
+def segment_splits(num_layers: int, bounds: tuple[int, ...]):
+    """Every *segment split* of a cut (docs/PLANNER.md 1.1): ``bounds`` = (0, b_1, .., S) delimit the segments;
+    each segment gets its own layer total (at least its stage count, the totals summing to ``num_layers``),
+    split evenly over its stages with the extra layers on its last stages. Yields [1, S] int64 arrays, the
+    totals in lexicographic order."""
+    sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+
+    def totals(i: int, left: int):
+        if i == len(sizes) - 1:
+            yield (left,)
+            return
+        for t in range(sizes[i], left - sum(sizes[i + 1:]) + 1):
+            for rest in totals(i + 1, left - t):
+                yield (t,) + rest
+
+    if num_layers < sum(sizes):
+        return
+    for tot in totals(0, num_layers):
+        row = []
+        for n, t in zip(sizes, tot):
+            q, r = divmod(t, n)
+            row += [q] * (n - r) + [q + 1] * r
+        yield np.array([row], dtype=np.int64)
