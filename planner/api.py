@@ -92,12 +92,10 @@ class PlanReport:
 def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
-    space = baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
-                           chain_segments=request.chain_segments,
-                           distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans)
-    if space.chain_segments > 1 and request.chain_splits != space.chain_splits:    # spaces with chain plans
-        space = replace(space, chain_splits=request.chain_splits)
-    return space
+    return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
+                          chain_segments=request.chain_segments,
+                          distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans,
+                          chain_splits=request.chain_splits)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:
