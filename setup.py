@@ -9,7 +9,7 @@ PLOT = ["matplotlib>=3.7"]
 # scipy's HiGHS LP solver: the pool prices of the bound on Sailor's space (planner/search/mixbound.py, imported
 # lazily; without it the bound stays valid, only looser). Part of "test" (its tests check the bound's tightness).
 LP = ["scipy>=1.10"]
-TEST = ["pytest>=7", "pytest-timeout>=2.1", "import-linter>=2.1", "hypothesis>=6"] + LP
+TEST = ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3", "import-linter>=2.1", "hypothesis>=6"] + LP
 # Megatron-LM habits (docs/MEGATRON_ARGS.md): TensorBoard / W&B logging, BPE tokenizers, Hugging Face checkpoints
 TENSORBOARD = ["tensorboard>=2.14"]
 WANDB = ["wandb>=0.16"]

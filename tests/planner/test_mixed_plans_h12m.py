@@ -190,12 +190,6 @@ def test_random_small_clusters_never_worse_and_at_least_the_exact_b(ctxs, seed):
     _random_check(ctxs, 8, seed, 3)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [4, 5])
-def test_random_small_clusters_more_slow(ctxs, seed):
-    _random_check(ctxs, 24, seed, 3)
-
-
 FIG12 = ",".join(f"{g}@{z}=128" for g in (A, V) for z in (ZA, ZB))
 
 

@@ -283,11 +283,11 @@ CASES = [
 
 @pytest.mark.parametrize("i", range(len(CASES)))
 def test_search_matches_brute_force_tiny(i):
-    """Case 1 also searches the distributed optimizer (it doubles the enumeration; random cases
-    with it are in test_search_distopt.py)."""
+    """The distributed optimizer's brute forces are in test_search_distopt.py (case 1 also searched it until
+    the tracker's CI of stop 30 took 3,465 s of its 1,800 s budget)."""
     gpus, objective = CASES[i]
     ctx, catalog = bf_ctx()
-    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, dist=(False, True) if i == 1 else (False,))
+    check_exact(ctx, parse_gpus(gpus, catalog), 16, objective, dist=(False,))
 
 
 @pytest.mark.parametrize("gpus,objective,tps", [

@@ -28,8 +28,9 @@ from test_search_bounds_h13c import _objectives  # noqa: E402
 from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 
 REL = 1e-9
-CASES = [(seed, settings, small) for seed in range(3) for settings, small in ((OURS, False), (OURS, True),
-                                                                              (SAILOR_DEEPSPEED, False))]
+# one case per setting (9 cases, 3 seeds x 3 settings, until the tracker's CI of stop 30 took 3,465 s of its
+# 1,800 s budget)
+CASES = [(0, OURS, False), (1, OURS, True), (0, SAILOR_DEEPSPEED, False)]
 
 
 @pytest.fixture(autouse=True)

@@ -30,8 +30,9 @@ from test_search_bounds_h13c import _objectives  # noqa: E402
 from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 
 REL = 1e-9
-CASES = [(seed, settings, small) for seed in range(3) for settings, small in ((OURS, False), (OURS, True),
-                                                                              (SAILOR_DEEPSPEED, False))]
+# the two settings test_rate_cover_on_several_zones_and_tight does not run (it runs OURS without the small
+# memory on seeds 0 and 1); 9 cases until the tracker's CI of stop 30 took 3,465 s of its 1,800 s budget
+CASES = [(1, OURS, True), (1, SAILOR_DEEPSPEED, False)]
 
 
 def _check(ctx, gpus: str, seed: int) -> list[float]:
