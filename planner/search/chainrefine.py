@@ -21,6 +21,7 @@ three segments, other micro-batch sizes and estimates ranked below ``top`` are n
 from __future__ import annotations
 
 import logging
+from itertools import combinations
 
 import numpy as np
 
@@ -34,66 +35,77 @@ from planner.search.tasks import Tables
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
-REFINE_TOP = 24         # the estimates scored exactly
+REFINE_TOP = 8         # the estimates scored exactly, per segment count
+REFINE_MAX_STAGES = {2: 64, 3: 4}    # the most stages of the chains estimated, per segment count
 
 
 def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
                   options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
                   base: Candidate, best, stats: SearchStats, stop=lambda: False, top: int = REFINE_TOP) -> int:
-    """Push refined two-segment chain plans into ``best`` (a :class:`planner.search.budget.TopK`; pushed late)
-    for the units of ``base``'s micro-batch size, recomputation and distributed optimizer. Returns the number
-    of (split, chain) pairs scored exactly."""
+    """Push refined chain plans (two or three segments, up to :data:`REFINE_MAX_STAGES` stages) into ``best`` (a
+    :class:`planner.search.budget.TopK`; pushed late) for the units of ``base``'s micro-batch size,
+    recomputation and distributed optimizer. Returns the number of (split, chain) pairs scored exactly."""
     units = [u for u in chain_units(ctx, cluster, options, gbs, space)
              if (u[2], u[6], u[7]) == (base.mbs, base.recompute, base.distributed_optimizer)]
-    found: list[tuple[float, int, int, int, int]] = []      # (estimate, unit, split row, group a, group b)
-    rows_of: list[tuple[np.ndarray, np.ndarray] | None] = []   # per unit: (splits [K, S], cuts [K])
-    for ui, unit in enumerate(units):
-        if stop():
-            break
-        got = _estimates(ctx, tables, unit, objective)
-        rows_of.append(got and got[:2])
-        if got is None:
-            continue
-        est = got[2]
-        for f in np.argsort(est, axis=None, kind="stable")[:top]:
-            if not np.isfinite(est.flat[f]):
-                break
-            a, b, k = np.unravel_index(f, est.shape)
-            found.append((float(est.flat[f]), ui, int(k), int(a), int(b)))
-    found.sort()
     scored = 0
     late = best.late()
-    for _, ui, k, a, b in found[:top]:
-        if stop():
-            break
-        s_num, _, mbs, n_mb, grp, d_cap, rc, dist = units[ui]
-        counts, cuts = rows_of[ui]
-        split, c = counts[k:k + 1], int(cuts[k])
-        linked = Linked(ctx, cache, tables, grp, mbs, split, rc, d_cap, space.precision, dist)
-        gs = np.array([[a] * c + [b] * (s_num - c)], dtype=np.int64)
-        if not linked.tab.fits[gs[0], np.arange(s_num)].all():
-            continue
-        score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, late, stats, split[0], mbs, rc, cache, dist)
-        scored += 1
-    log.info("chain refinement: %d units, %d estimates kept, %d scored", len(units), len(found), scored)
+    for n_seg in range(2, min(3, space.chain_segments) + 1):
+        found: list[tuple[float, int, int, tuple[int, ...]]] = []     # (estimate, unit, split row, groups)
+        rows_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}          # per unit: (splits [K, S], segment [K, S])
+        for ui, unit in enumerate(units):
+            if stop():
+                return scored
+            if not n_seg <= unit[0] <= REFINE_MAX_STAGES[n_seg]:
+                continue
+            got = _estimates(ctx, tables, unit, objective, n_seg)
+            if got is None:
+                continue
+            rows_of[ui], est = got[:2], got[2]
+            for f in np.argsort(est, axis=None, kind="stable")[:top]:
+                if not est.flat[f] <= best.threshold():      # (no p2p, no sync: mostly below the exact key)
+                    break
+                *gs, k = np.unravel_index(f, est.shape)
+                found.append((float(est.flat[f]), ui, int(k), tuple(int(g) for g in gs)))
+        found.sort()
+        by_split: dict[tuple[int, int], list[tuple[int, ...]]] = {}    # one table and one scoring per split
+        for _, ui, k, groups in found[:top]:
+            by_split.setdefault((ui, k), []).append(groups)
+        for (ui, k), chains in by_split.items():
+            if stop():
+                return scored
+            s_num, _, mbs, n_mb, grp, d_cap, rc, dist = units[ui]
+            counts, seg_of = rows_of[ui]
+            split = counts[k:k + 1]
+            linked = Linked(ctx, cache, tables, grp, mbs, split, rc, d_cap, space.precision, dist)
+            gs = np.array([[groups[i] for i in seg_of[k]] for groups in chains], dtype=np.int64)
+            gs = gs[linked.tab.fits[gs, np.arange(s_num)].all(axis=1)]
+            if len(gs):
+                score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, late, stats, split[0], mbs, rc,
+                          cache, dist)
+                scored += len(gs)
+        log.info("chain refinement, %d segments: %d units, %d estimates kept, %d scored so far", n_seg,
+                 len(rows_of), len(found), scored)
     return scored
 
 
-def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective
+def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(splits [K, S], cuts [K], estimates [G, G, K]) of one unit's two-segment chains: every cut, every segment
-    split but the even one, group a on the stages before the cut and b from it on (inf: a == b, a stage that
-    does not fit, no room in the pools, or outside the objective's constraints). None: no such split."""
+    """(splits [K, S], segment of each stage [K, S], estimates [G] * n_seg + [K]) of one unit's chains of
+    ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i (inf: equal
+    adjacent groups, a stage that does not fit, no room in the pools, or outside the objective's constraints).
+    None: no such split."""
     s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
-    rows, cut_list = [], []
-    for c in range(1, s_num):
-        for split in segment_splits(ctx.model.num_layers, (0, c, s_num)):
+    rows, segs = [], []
+    stages = np.arange(s_num)
+    for cut in combinations(range(1, s_num), n_seg - 1):
+        seg_row = np.searchsorted(np.array(cut), stages, side="right")
+        for split in segment_splits(ctx.model.num_layers, (0,) + cut + (s_num,)):
             if not np.array_equal(split, even):
                 rows.append(split[0])
-                cut_list.append(c)
+                segs.append(seg_row)
     if not rows:
         return None
-    counts, cuts = np.array(rows, dtype=np.int64), np.array(cut_list, dtype=np.int64)
+    counts, seg_of = np.array(rows, dtype=np.int64), np.array(segs, dtype=np.int64)
     n_g, n_k = len(grp.names), len(rows)
     comp, upd = np.zeros((n_g, n_k, s_num)), np.zeros((n_g, n_k, s_num))
     dmin, fits = np.ones((n_g, n_k, s_num), dtype=np.int64), np.zeros((n_g, n_k, s_num), dtype=bool)
@@ -110,26 +122,38 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective
             fits[gi] = dmin[gi] <= d_cap
         else:
             fits[gi] = arr.memory_bytes <= tables.table(g, tp, mbs).usable_bytes
-    first = np.arange(s_num)[None, :] < cuts[:, None]              # [K, S] the stages of the first segment
+    period = csum = step = dm = ok = units = usd = None
+    pool_units: list = [0] * len(grp.caps)
+    for i in range(n_seg):
+        mask = seg_of == i                                              # [K, S]
+        shape = [1] * n_seg
+        shape[i] = n_g
 
-    def seg(mask):      # per group and split: the segment's slowest, summed compute, step, D min, fit [G, K]
-        return (np.where(mask, comp, -np.inf).max(axis=2), np.where(mask, comp, 0.0).sum(axis=2),
-                np.where(mask, upd, 0.0).max(axis=2), np.where(mask, dmin, 1).max(axis=2),
-                np.where(mask, fits, True).all(axis=2))
-
-    (m1, s1, u1, d1, f1), (m2, s2, u2, d2, f2) = seg(first), seg(~first)
-    n1, n2 = grp.tp[:, None] * cuts[None, :], grp.tp[:, None] * (s_num - cuts)[None, :]     # [G, K] GPUs
-    caps = grp.caps[grp.pool]                                                             # [G]
-    same = (grp.pool[:, None] == grp.pool[None, :])[:, :, None]
-    room = np.where(same, caps[:, None, None] // (n1[:, None] + n2[None, :]),
-                    np.minimum(caps[:, None, None] // n1[:, None], caps[None, :, None] // n2[None, :]))
-    d = np.minimum(room, min(n_mb, d_cap))
-    dd = np.maximum(d, 1)
-    period = np.maximum(m1[:, None], m2[None, :])
-    step = np.maximum(u1[:, None], u2[None, :])
-    it = (-(-n_mb // dd) - 1) * period + s1[:, None] + s2[None, :] + (step / dd if dist else step)
-    usd = n1[:, None] * grp.usd_per_s[:, None, None] + n2[None, :] * grp.usd_per_s[None, :, None]
-    cost, gpus = dd * usd * it, dd * (n1[:, None] + n2[None, :])
-    ok = (f1[:, None] & f2[None, :] & (d >= np.maximum(np.maximum(d1[:, None], d2[None, :]), 1))
-          & ~np.eye(n_g, dtype=bool)[:, :, None] & objective.allows(it, cost, gpus))
-    return counts, cuts, np.where(ok, objective.key(it, cost), np.inf)
+        def put(x):         # [G, K] or [G, 1] -> axis i of the groups, the last of the splits
+            return x.reshape(shape + [x.shape[1]])
+        m = put(np.where(mask, comp, -np.inf).max(axis=2))
+        s = put(np.where(mask, comp, 0.0).sum(axis=2))
+        u = put(np.where(mask, upd, 0.0).max(axis=2))
+        d = put(np.where(mask, dmin, 1).max(axis=2))
+        f = put(np.where(mask, fits, True).all(axis=2))
+        n = put(grp.tp[:, None] * mask.sum(axis=1)[None, :])           # GPUs of segment i
+        if i == 0:
+            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(grp.usd_per_s[:, None])
+        else:
+            period, csum, step, dm = np.maximum(period, m), csum + s, np.maximum(step, u), np.maximum(dm, d)
+            usd = usd + n * put(grp.usd_per_s[:, None])
+            units = units + n
+            adj = np.ones([1] * n_seg + [1], dtype=bool).repeat(n_g, axis=i - 1).repeat(n_g, axis=i)
+            adj &= ~np.eye(n_g, dtype=bool).reshape(adj.shape)
+            ok = ok & f & adj
+        for p in range(len(grp.caps)):          # the chain's GPUs in each pool
+            pool_units[p] = pool_units[p] + np.where(put((grp.pool == p)[:, None]), n, 0)
+    room = np.full(ok.shape, min(n_mb, d_cap), dtype=np.int64)
+    for p, cap in enumerate(grp.caps):
+        used = np.broadcast_to(pool_units[p], ok.shape)
+        room = np.where(used > 0, np.minimum(room, cap // np.maximum(used, 1)), room)
+    dd = np.maximum(room, 1)
+    it = (-(-n_mb // dd) - 1) * period + csum + (step / dd if dist else step)
+    cost, gpus = dd * usd * it, dd * units
+    ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
+    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf)
