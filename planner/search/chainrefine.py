@@ -44,7 +44,10 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                   base: Candidate, best, stats: SearchStats, stop=lambda: False, top: int = REFINE_TOP) -> int:
     """Push refined chain plans (two or three segments, up to :data:`REFINE_MAX_STAGES` stages) into ``best`` (a
     :class:`planner.search.budget.TopK`; pushed late) for the units of ``base``'s micro-batch size,
-    recomputation and distributed optimizer. Returns the number of (split, chain) pairs scored exactly."""
+    recomputation and distributed optimizer, on clusters of two or more GPU types. Returns the number of
+    (split, chain) pairs scored exactly."""
+    if len({p.gpu_type for p in cluster.pools}) < 2:     # one GPU type: stages of equal speed, nothing to balance
+        return 0
     units = [u for u in chain_units(ctx, cluster, options, gbs, space)
              if (u[2], u[6], u[7]) == (base.mbs, base.recompute, base.distributed_optimizer)]
     scored = 0
@@ -60,12 +63,12 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             got = _estimates(ctx, tables, unit, objective, n_seg)
             if got is None:
                 continue
-            rows_of[ui], est = got[:2], got[2]
+            rows_of[ui], est, reps = got[:2], got[2], got[3]
             for f in np.argsort(est, axis=None, kind="stable")[:top]:
                 if not est.flat[f] <= best.threshold():      # (no p2p, no sync: mostly below the exact key)
                     break
                 *gs, k = np.unravel_index(f, est.shape)
-                found.append((float(est.flat[f]), ui, int(k), tuple(int(g) for g in gs)))
+                found.append((float(est.flat[f]), ui, int(k), tuple(int(reps[g]) for g in gs)))
         found.sort()
         by_split: dict[tuple[int, int], list[tuple[int, ...]]] = {}    # one table and one scoring per split
         for _, ui, k, groups in found[:top]:
@@ -90,10 +93,11 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
 
 def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(splits [K, S], segment of each stage [K, S], estimates [G] * n_seg + [K]) of one unit's chains of
-    ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i (inf: equal
-    adjacent groups, a stage that does not fit, no room in the pools, or outside the objective's constraints).
-    None: no such split."""
+    """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K], the groups [R]) of one unit's
+    chains of ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i,
+    the groups being one per (type, TP), the first zone's (the estimate has no p2p: the other zones' groups
+    are not refined; inf: equal adjacent groups, a stage that does not fit, no room in the pools, or outside
+    the objective's constraints). None: no such split."""
     s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
     rows, segs = [], []
     stages = np.arange(s_num)
@@ -106,22 +110,20 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
     if not rows:
         return None
     counts, seg_of = np.array(rows, dtype=np.int64), np.array(segs, dtype=np.int64)
-    n_g, n_k = len(grp.names), len(rows)
+    reps = sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values())
+    n_g, n_k = len(reps), len(rows)
+    tp_r, pool_r, usd_r = grp.tp[reps], grp.pool[reps], grp.usd_per_s[reps]
     comp, upd = np.zeros((n_g, n_k, s_num)), np.zeros((n_g, n_k, s_num))
     dmin, fits = np.ones((n_g, n_k, s_num), dtype=np.int64), np.zeros((n_g, n_k, s_num), dtype=bool)
-    seen: dict[tuple[str, int], int] = {}
-    for gi, (g, _, tp) in enumerate(grp.names):
-        twin = seen.setdefault((g, tp), gi)
-        if twin != gi:              # the same type and TP in another zone: the same rows
-            comp[gi], upd[gi], dmin[gi], fits[gi] = comp[twin], upd[twin], dmin[twin], fits[twin]
-            continue
+    for r, gi in enumerate(reps):
+        g, _, tp = grp.names[gi]
         arr = tables.raw_arrays(g, tp, mbs, counts, rc)
-        comp[gi], upd[gi] = arr.compute_s, arr.update_s
+        comp[r], upd[r] = arr.compute_s, arr.update_s
         if dist:
-            dmin[gi] = tables.dist_dmin(g, tp, mbs, s_num, rc, 1, counts, per_stage=True)
-            fits[gi] = dmin[gi] <= d_cap
+            dmin[r] = tables.dist_dmin(g, tp, mbs, s_num, rc, 1, counts, per_stage=True)
+            fits[r] = dmin[r] <= d_cap
         else:
-            fits[gi] = arr.memory_bytes <= tables.table(g, tp, mbs).usable_bytes
+            fits[r] = arr.memory_bytes <= tables.table(g, tp, mbs).usable_bytes
     period = csum = step = dm = ok = units = usd = None
     pool_units: list = [0] * len(grp.caps)
     for i in range(n_seg):
@@ -136,18 +138,18 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
         u = put(np.where(mask, upd, 0.0).max(axis=2))
         d = put(np.where(mask, dmin, 1).max(axis=2))
         f = put(np.where(mask, fits, True).all(axis=2))
-        n = put(grp.tp[:, None] * mask.sum(axis=1)[None, :])           # GPUs of segment i
+        n = put(tp_r[:, None] * mask.sum(axis=1)[None, :])           # GPUs of segment i
         if i == 0:
-            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(grp.usd_per_s[:, None])
+            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(usd_r[:, None])
         else:
             period, csum, step, dm = np.maximum(period, m), csum + s, np.maximum(step, u), np.maximum(dm, d)
-            usd = usd + n * put(grp.usd_per_s[:, None])
+            usd = usd + n * put(usd_r[:, None])
             units = units + n
             adj = np.ones([1] * n_seg + [1], dtype=bool).repeat(n_g, axis=i - 1).repeat(n_g, axis=i)
             adj &= ~np.eye(n_g, dtype=bool).reshape(adj.shape)
             ok = ok & f & adj
         for p in range(len(grp.caps)):          # the chain's GPUs in each pool
-            pool_units[p] = pool_units[p] + np.where(put((grp.pool == p)[:, None]), n, 0)
+            pool_units[p] = pool_units[p] + np.where(put((pool_r == p)[:, None]), n, 0)
     room = np.full(ok.shape, min(n_mb, d_cap), dtype=np.int64)
     for p, cap in enumerate(grp.caps):
         used = np.broadcast_to(pool_units[p], ok.shape)
@@ -156,4 +158,4 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
     it = (-(-n_mb // dd) - 1) * period + csum + (step / dd if dist else step)
     cost, gpus = dd * usd * it, dd * units
     ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
-    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf)
+    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf), np.array(reps, dtype=np.int64)
