@@ -49,8 +49,9 @@ class PlanRequest:
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
-    chain_splits: str = "refine"            # chain plans' layer splits: even (Sailor's), segment (PLANNER 1.1)
-                                            # or refine (even, then a heuristic pass: PLANNER 2.7)
+    chain_splits: str = "even"              # chain plans' layer splits: even (Sailor's), segment (PLANNER 1.1)
+                                            # or refine (even, then a heuristic pass: PLANNER 2.7; off by
+                                            # default: it misses the time goals, 2.7)
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
     mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)

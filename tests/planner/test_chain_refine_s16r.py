@@ -87,8 +87,8 @@ def test_fig8b_32_96_refine_finds_the_split_witness(sailor_opt):
 
 
 def test_chain_splits_flag_one_list_and_defaults(capsys):
-    """PlanRequest and SearchSpace accept exactly :data:`CHAIN_SPLITS`; the request refines by default, the
-    declared space stays even; a bad ``--chain-splits`` is one line naming the flag and the value, exit 2."""
+    """PlanRequest and SearchSpace accept exactly :data:`CHAIN_SPLITS`; both default to the even split (the
+    refinement is off by default); a bad ``--chain-splits`` is one line naming the flag and the value, exit 2."""
     from planner.api import PlanRequest
     from planner.cli_plan import main
     from planner.errors import InputError
@@ -98,7 +98,7 @@ def test_chain_splits_flag_one_list_and_defaults(capsys):
         assert PlanRequest(cluster=cluster, global_batch_size=4, chain_splits=value).chain_splits == value
     with pytest.raises(InputError):
         SearchSpace(chain_splits="refined")
-    assert PlanRequest(cluster=cluster, global_batch_size=4).chain_splits == "refine"
+    assert PlanRequest(cluster=cluster, global_batch_size=4).chain_splits == "even"     # off by default (2.7)
     assert SearchSpace().chain_splits == "even"
     assert main(["--model", "opt-350m", "--gpus", f"{A}@z=2", "--gbs", "4", "--chain-splits", "refined"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
