@@ -1,22 +1,25 @@
 """Segment-split refinement of chain plans (docs/PLANNER.md 2.7): a heuristic pass after the exact search.
 
 The exact search scores chain plans with Sailor's even layer split (docs/PLANNER.md 1.1). With
-``space.chain_splits == "refine"`` :func:`refine_chains` then looks, outside that declared space, at the
-two-segment chains whose segments carry their own layer totals (:func:`planner.search.chainseq.segment_splits`)
-for the units (S, micro-batch size, recomputation, distributed optimizer) that share the best plan's micro-batch
-size, recomputation and distributed-optimizer setting:
+``space.chain_splits == "refine"`` :func:`refine_chains` then looks, outside that declared space, at chains of
+two segments (any S) and three (S <= 4) whose segments carry their own layer totals
+(:func:`planner.search.chainseq.segment_splits`), for the units (S, micro-batch size, recomputation, distributed
+optimizer) that share the best plan's micro-batch size, recomputation and distributed-optimizer setting, on
+clusters of two or more GPU types:
 
-1. *estimate*: every (unit, cut, segment split, ordered pair of groups) gets a cheap estimate from the per-stage
-   tables of :meth:`planner.search.tasks.Tables.raw_arrays` (all splits of a unit in one call per group): the
-   makespan at the largest D the pools allow, (ceil(N / D) - 1) x the slowest stage + the summed compute, plus the
-   optimizer step, no p2p and no sync (a ranking, not a bound);
-2. *score*: the ``top`` best estimates are scored exactly by the chain search's own path
-   (:func:`planner.search.chains.score_cut`: every D, the request's objective and constraints) and pushed into the
-   search's top-K as *late* candidates, so a refined plan replaces the plan found only when its key is strictly
-   better (ties go to the plans of the declared space).
+1. *estimate*: every (unit, cut, segment split, group per segment; one group per (GPU type, TP)) gets a cheap
+   estimate from :meth:`planner.search.tasks.Tables.raw_arrays` (all splits of a unit in one call per group):
+   the makespan at the largest D the pools allow, (ceil(N / D) - 1) x the slowest stage + the summed compute,
+   plus the optimizer step, no p2p and no sync (a ranking, not a bound); estimates above the search's
+   threshold are dropped;
+2. *score*: the ``top`` best estimates per segment count are scored exactly by the chain search's own path
+   (:func:`planner.search.chains.score_cut`: every D, the request's objective and constraints, every stage's
+   fit) and pushed into the search's top-K as *late* candidates, so a refined plan replaces the plan found only
+   when its key is strictly better (ties go to the plans of the declared space).
 
-The result is never worse than the exact search's; it is not exact over the segment-split space (chains of
-three segments, other micro-batch sizes and estimates ranked below ``top`` are not refined).
+The result is never worse than the exact search's; it is not exact over the segment-split space (longer
+three-segment chains, four or more segments, other micro-batch sizes and optimizer settings, other zones'
+groups in the estimates and estimates ranked below ``top`` are not refined).
 """
 from __future__ import annotations
 
@@ -92,7 +95,7 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
 
 
 def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K], the groups [R]) of one unit's
     chains of ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i,
     the groups being one per (type, TP), the first zone's (the estimate has no p2p: the other zones' groups
