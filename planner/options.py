@@ -68,8 +68,8 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="the chain plans' layer splits: even (Sailor's: the extra layers on the last stages), "
                         "segment (each run of equal stages its own layer total, split evenly inside the run: a "
                         "larger space, a slower search; docs/PLANNER.md 1.1) or refine (the even split's search, "
-                        "then a heuristic pass giving the best two-run chains their own run totals, kept only "
-                        "when better; docs/PLANNER.md 2.7); default: the request's (planner.api.PlanRequest)")
+                        "then a heuristic pass giving two- and three-run chains their own run totals, kept "
+                        "only when better; docs/PLANNER.md 2.7); default: the request's (planner.api.PlanRequest)")
 
     p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
                    help="stop a search after S seconds with the best plan found so far and a bound on how much "

@@ -316,7 +316,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                       n_mb, objective, best.threshold, stop=stop):
                 score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
-                           mbs, rc, cache, dist)
+                          mbs, rc, cache, dist)
                 if stop():
                     return False
             if stop():
@@ -349,12 +349,12 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
                                           objective, best.threshold, stop=stop,
                                           cuts=np.array([cut], dtype=np.int64)):
                     score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, split[0], mbs,
-                               rc, cache, dist)
+                              rc, cache, dist)
     return True
 
 
 def score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
-               dist=False) -> None:
+              dist=False) -> None:
     sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
