@@ -355,6 +355,8 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
 
 def score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
               dist=False) -> None:
+    """Score chains ``gs`` ([C, S] groups; every stage fits) of one split (``layers``) at every D and push each D's
+    best ``best.k`` under the threshold into ``best`` (the search's path; also :mod:`planner.search.chainrefine`)."""
     sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
