@@ -21,6 +21,7 @@ from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
 from planner.search.budget import Progress
+from planner.search.space import CHAIN_SPLITS
 from planner.search.verify import checked_plans
 from planner.simulator import Estimate, SimContext
 from planner.simulator import simulate as _simulate
@@ -48,7 +49,9 @@ class PlanRequest:
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
     chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
-    chain_splits: str = "even"              # chain plans' layer splits: even (Sailor's) or segment (PLANNER 1.1)
+    chain_splits: str = "even"              # chain plans' layer splits: even (Sailor's), segment (PLANNER 1.1)
+                                            # or refine (even, then a heuristic pass: PLANNER 2.7; off by
+                                            # default: it misses the time goals, 2.7)
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
     mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)
@@ -60,8 +63,8 @@ class PlanRequest:
         if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
                 or not 1 <= self.chain_segments <= 8:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
-        if self.chain_splits not in ("even", "segment"):
-            raise InputError(f"--chain-splits must be even or segment, got {self.chain_splits!r}")
+        if self.chain_splits not in CHAIN_SPLITS:
+            raise InputError(f"--chain-splits must be {' or '.join(CHAIN_SPLITS)}, got {self.chain_splits!r}")
         for name in ("recompute", "distributed_optimizer", "mixed_plans"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -64,10 +64,12 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="also search chain plans (pipelines that change GPU type, TP and zone along their stages) "
                         "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3; ours and "
                         "sailor-space)")
-    p.add_argument("--chain-splits", default="even", metavar="{even,segment}",
-                   help="the chain plans' layer splits: even (Sailor's: the extra layers on the last stages; "
-                        "default) or segment (each run of equal stages its own layer total, split evenly inside "
-                        "the run: a larger space, a slower search; docs/PLANNER.md 1.1)")
+    p.add_argument("--chain-splits", default=None, metavar="{even,segment,refine}",
+                   help="the chain plans' layer splits: even (Sailor's: the extra layers on the last stages), "
+                        "segment (each run of equal stages its own layer total, split evenly inside the run: a "
+                        "larger space, a slower search; docs/PLANNER.md 1.1) or refine (the even split's search, "
+                        "then a heuristic pass giving two- and three-run chains their own run totals, kept "
+                        "only when better; docs/PLANNER.md 2.7); default: the request's (planner.api.PlanRequest)")
 
     p.add_argument("--time-limit-s", default=str(DEFAULT_TIME_LIMIT_S), metavar="S",
                    help="stop a search after S seconds with the best plan found so far and a bound on how much "
@@ -104,7 +106,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
     return PlanRequest(cluster=cluster, global_batch_size=gbs, objective=objective(args), planner=args.planner,
                        precision=args.precision, max_stages=args.max_stages, top_k=max(1, args.top),
                        comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
-                       chain_splits=args.chain_splits,
+                       **({} if args.chain_splits is None else {"chain_splits": args.chain_splits}),
                        distributed_optimizer=not args.no_distributed_optimizer, mixed_plans=args.mixed_plans,
                        time_limit_s=time_limit_s(args))
 

@@ -27,7 +27,7 @@ def rest_floor(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Lin
                options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
                start: int, threshold: float = np.inf) -> float:
     """min over the units from ``start`` on of their :func:`unit_floors` (segment counts 2 ..)."""
-    if space.chain_splits != "even":       # the floors below bound the even split's chains only
+    if space.chain_splits == "segment":    # the floors below bound the even split's chains only
         return -np.inf
     out = np.inf
     units = islice(chain_units(ctx, cluster, options, gbs, space), start, None)

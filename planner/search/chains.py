@@ -315,8 +315,8 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 continue
             for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                       n_mb, objective, best.threshold, stop=stop):
-                _score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
-                           mbs, rc, cache, dist)
+                score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
+                          mbs, rc, cache, dist)
                 if stop():
                     return False
             if stop():
@@ -348,13 +348,15 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
                 for gs in chains_for_cuts(linked.tab, range_tab(linked.tab), grp, s_num, n_seg, seqs, n_mb,
                                           objective, best.threshold, stop=stop,
                                           cuts=np.array([cut], dtype=np.int64)):
-                    _score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, split[0], mbs,
-                               rc, cache, dist)
+                    score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, split[0], mbs,
+                              rc, cache, dist)
     return True
 
 
-def _score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
-               dist=False) -> None:
+def score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
+              dist=False) -> None:
+    """Score chains ``gs`` ([C, S] groups; every stage fits) of one split (``layers``) at every D and push each D's
+    best ``best.k`` under the threshold into ``best`` (the search's path; also :mod:`planner.search.chainrefine`)."""
     sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]

@@ -123,6 +123,12 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         for q in queues:
             q.build_all()
     stats.tasks = sum(q.built for q in queues)
+    if space.chain_splits == "refine" and space.chain_segments >= 2 and best.has_plan() and not space.single_zone \
+            and not budget.expired():       # a heuristic pass outside the declared space (2.7)
+        from planner.search.chainrefine import refine_chains
+        base = min(best.sorted()[:1] + best.incumbents, key=lambda c: c.key)
+        refine_chains(ctx, cluster, tables, cache, options, gbs, objective, space, base, best, stats,
+                      stop=budget.expired)
     if space.mixed_plans and best.has_plan() and not space.single_zone and not budget.expired():   # section 8
         from planner.search.mixplan import improve
         base = min(best.sorted()[:1] + best.incumbents, key=lambda c: c.key)

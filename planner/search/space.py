@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from planner.errors import InputError
 
 OBJECTIVES = ("throughput", "cost", "value")
+# chain plans' layer splits (SearchSpace.chain_splits and the request's --chain-splits: one list)
+CHAIN_SPLITS = ("even", "segment", "refine")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ class SearchSpace:
       at most this many contiguous runs; 1 = no chain plans (a one-run chain is a homogeneous pipeline);
     - ``chain_splits``: the chain plans' layer splits: ``"even"`` (Sailor's: L split evenly, the extra layers
       on the last stages) or ``"segment"`` (each run of equal groups its own layer total, split evenly inside
-      the run with the extra layers on its last stages; contains ``"even"``; docs/PLANNER.md 1.1);
+      the run with the extra layers on its last stages; contains ``"even"``; docs/PLANNER.md 1.1) or
+      ``"refine"`` (the even split's space, then a heuristic refinement of two-segment chains' segment totals
+      outside it, :mod:`planner.search.chainrefine`, docs/PLANNER.md 2.7; the exact space is the even one's);
     - ``tie_embeddings``: plans tie the input and output embeddings (the model ties them): with one stage
       the head holds no matrix, with several the last stage holds a copy whose gradient is all-reduced
       with the first stage's (:mod:`planner.search.tied`);
@@ -103,8 +107,8 @@ class SearchSpace:
             raise InputError(f"mixed_plans must be true or false, got {self.mixed_plans!r}")
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
             raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
-        if self.chain_splits not in ("even", "segment"):
-            raise InputError(f"chain_splits must be even or segment, got {self.chain_splits!r}")
+        if self.chain_splits not in CHAIN_SPLITS:
+            raise InputError(f"chain_splits must be {' or '.join(CHAIN_SPLITS)}, got {self.chain_splits!r}")
         if not self.recompute or any(not isinstance(r, bool) for r in self.recompute):
             raise InputError(f"recompute must be a non-empty tuple of booleans, got {self.recompute!r}")
         if not self.distributed_optimizer or any(not isinstance(r, bool) for r in self.distributed_optimizer):

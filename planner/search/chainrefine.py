@@ -1,0 +1,164 @@
+"""Segment-split refinement of chain plans (docs/PLANNER.md 2.7): a heuristic pass after the exact search.
+
+The exact search scores chain plans with Sailor's even layer split (docs/PLANNER.md 1.1). With
+``space.chain_splits == "refine"`` :func:`refine_chains` then looks, outside that declared space, at chains of
+two segments (any S) and three (S <= 4) whose segments carry their own layer totals
+(:func:`planner.search.chainseq.segment_splits`), for the units (S, micro-batch size, recomputation, distributed
+optimizer) that share the best plan's micro-batch size, recomputation and distributed-optimizer setting, on
+clusters of two or more GPU types:
+
+1. *estimate*: every (unit, cut, segment split, group per segment; one group per (GPU type, TP)) gets a cheap
+   estimate from :meth:`planner.search.tasks.Tables.raw_arrays` (all splits of a unit in one call per group):
+   the makespan at the largest D the pools allow, (ceil(N / D) - 1) x the slowest stage + the summed compute,
+   plus the optimizer step, no p2p and no sync (a ranking, not a bound); estimates above the search's
+   threshold are dropped;
+2. *score*: the ``top`` best estimates per segment count are scored exactly by the chain search's own path
+   (:func:`planner.search.chains.score_cut`: every D, the request's objective and constraints, every stage's
+   fit) and pushed into the search's top-K as *late* candidates, so a refined plan replaces the plan found only
+   when its key is strictly better (ties go to the plans of the declared space).
+
+The result is never worse than the exact search's; it is not exact over the segment-split space (longer
+three-segment chains, four or more segments, other micro-batch sizes and optimizer settings, other zones'
+groups in the estimates and estimates ranked below ``top`` are not refined).
+"""
+from __future__ import annotations
+
+import logging
+from itertools import combinations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.search.chains import chain_units, score_cut
+from planner.search.chainseq import segment_splits
+from planner.search.chaintab import Linked
+from planner.search.netvec import LinkCache
+from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
+from planner.search.tasks import Tables
+from planner.simulator.settings import SimContext
+
+log = logging.getLogger(__name__)
+REFINE_TOP = 8         # the estimates scored exactly, per segment count
+REFINE_MAX_STAGES = {2: 64, 3: 4}    # the most stages of the chains estimated, per segment count
+
+
+def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache,
+                  options: dict[str, list[tuple[int, int]]], gbs: int, objective: Objective, space: SearchSpace,
+                  base: Candidate, best, stats: SearchStats, stop=lambda: False, top: int = REFINE_TOP) -> int:
+    """Push refined chain plans (two or three segments, up to :data:`REFINE_MAX_STAGES` stages) into ``best`` (a
+    :class:`planner.search.budget.TopK`; pushed late) for the units of ``base``'s micro-batch size,
+    recomputation and distributed optimizer, on clusters of two or more GPU types. Returns the number of
+    (split, chain) pairs scored exactly."""
+    if len({p.gpu_type for p in cluster.pools}) < 2:     # one GPU type: stages of equal speed, nothing to balance
+        return 0
+    units = [u for u in chain_units(ctx, cluster, options, gbs, space)
+             if (u[2], u[6], u[7]) == (base.mbs, base.recompute, base.distributed_optimizer)]
+    scored = 0
+    late = best.late()
+    for n_seg in range(2, min(3, space.chain_segments) + 1):
+        found: list[tuple[float, int, int, tuple[int, ...]]] = []     # (estimate, unit, split row, groups)
+        rows_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}          # per unit: (splits [K, S], segment [K, S])
+        for ui, unit in enumerate(units):
+            if stop():
+                return scored
+            if not n_seg <= unit[0] <= REFINE_MAX_STAGES[n_seg]:
+                continue
+            got = _estimates(ctx, tables, unit, objective, n_seg)
+            if got is None:
+                continue
+            rows_of[ui], est, reps = got[:2], got[2], got[3]
+            for f in np.argsort(est, axis=None, kind="stable")[:top]:
+                if not est.flat[f] <= best.threshold():      # (no p2p, no sync: mostly below the exact key)
+                    break
+                *gs, k = np.unravel_index(f, est.shape)
+                found.append((float(est.flat[f]), ui, int(k), tuple(int(reps[g]) for g in gs)))
+        found.sort()
+        by_split: dict[tuple[int, int], list[tuple[int, ...]]] = {}    # one table and one scoring per split
+        for _, ui, k, groups in found[:top]:
+            by_split.setdefault((ui, k), []).append(groups)
+        for (ui, k), chains in by_split.items():
+            if stop():
+                return scored
+            s_num, _, mbs, n_mb, grp, d_cap, rc, dist = units[ui]
+            counts, seg_of = rows_of[ui]
+            split = counts[k:k + 1]
+            linked = Linked(ctx, cache, tables, grp, mbs, split, rc, d_cap, space.precision, dist)
+            gs = np.array([[groups[i] for i in seg_of[k]] for groups in chains], dtype=np.int64)
+            gs = gs[linked.tab.fits[gs, np.arange(s_num)].all(axis=1)]
+            if len(gs):
+                score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, late, stats, split[0], mbs, rc,
+                          cache, dist)
+                scored += len(gs)
+        log.info("chain refinement, %d segments: %d units, %d estimates kept, %d scored so far", n_seg,
+                 len(rows_of), len(found), scored)
+    return scored
+
+
+def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K], the groups [R]) of one unit's
+    chains of ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i,
+    the groups being one per (type, TP), the first zone's (the estimate has no p2p: the other zones' groups
+    are not refined; inf: equal adjacent groups, a stage that does not fit, no room in the pools, or outside
+    the objective's constraints). None: no such split."""
+    s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
+    rows, segs = [], []
+    stages = np.arange(s_num)
+    for cut in combinations(range(1, s_num), n_seg - 1):
+        seg_row = np.searchsorted(np.array(cut), stages, side="right")
+        for split in segment_splits(ctx.model.num_layers, (0,) + cut + (s_num,)):
+            if not np.array_equal(split, even):
+                rows.append(split[0])
+                segs.append(seg_row)
+    if not rows:
+        return None
+    counts, seg_of = np.array(rows, dtype=np.int64), np.array(segs, dtype=np.int64)
+    reps = sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values())
+    n_g, n_k = len(reps), len(rows)
+    tp_r, pool_r, usd_r = grp.tp[reps], grp.pool[reps], grp.usd_per_s[reps]
+    comp, upd = np.zeros((n_g, n_k, s_num)), np.zeros((n_g, n_k, s_num))
+    dmin, fits = np.ones((n_g, n_k, s_num), dtype=np.int64), np.zeros((n_g, n_k, s_num), dtype=bool)
+    for r, gi in enumerate(reps):
+        g, _, tp = grp.names[gi]
+        arr = tables.raw_arrays(g, tp, mbs, counts, rc)
+        comp[r], upd[r] = arr.compute_s, arr.update_s
+        if dist:
+            dmin[r] = tables.dist_dmin(g, tp, mbs, s_num, rc, 1, counts, per_stage=True)
+            fits[r] = dmin[r] <= d_cap
+        else:
+            fits[r] = arr.memory_bytes <= tables.table(g, tp, mbs).usable_bytes
+    period = csum = step = dm = ok = units = usd = None
+    pool_units: list = [0] * len(grp.caps)
+    for i in range(n_seg):
+        mask = seg_of == i                                              # [K, S]
+        shape = [1] * n_seg
+        shape[i] = n_g
+
+        def put(x):         # [G, K] or [G, 1] -> axis i of the groups, the last of the splits
+            return x.reshape(shape + [x.shape[1]])
+        m = put(np.where(mask, comp, -np.inf).max(axis=2))
+        s = put(np.where(mask, comp, 0.0).sum(axis=2))
+        u = put(np.where(mask, upd, 0.0).max(axis=2))
+        d = put(np.where(mask, dmin, 1).max(axis=2))
+        f = put(np.where(mask, fits, True).all(axis=2))
+        n = put(tp_r[:, None] * mask.sum(axis=1)[None, :])           # GPUs of segment i
+        if i == 0:
+            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(usd_r[:, None])
+        else:
+            period, csum, step, dm = np.maximum(period, m), csum + s, np.maximum(step, u), np.maximum(dm, d)
+            usd = usd + n * put(usd_r[:, None])
+            units = units + n
+            adj = np.ones([1] * n_seg + [1], dtype=bool).repeat(n_g, axis=i - 1).repeat(n_g, axis=i)
+            adj &= ~np.eye(n_g, dtype=bool).reshape(adj.shape)
+            ok = ok & f & adj
+        for p in range(len(grp.caps)):          # the chain's GPUs in each pool
+            pool_units[p] = pool_units[p] + np.where(put((pool_r == p)[:, None]), n, 0)
+    room = np.full(ok.shape, min(n_mb, d_cap), dtype=np.int64)
+    for p, cap in enumerate(grp.caps):
+        used = np.broadcast_to(pool_units[p], ok.shape)
+        room = np.where(used > 0, np.minimum(room, cap // np.maximum(used, 1)), room)
+    dd = np.maximum(room, 1)
+    it = (-(-n_mb // dd) - 1) * period + csum + (step / dd if dist else step)
+    cost, gpus = dd * usd * it, dd * units
+    ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
+    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf), np.array(reps, dtype=np.int64)
