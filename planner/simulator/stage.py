@@ -1,7 +1,7 @@
 """Per (stage, replica) quantities: compute seconds, parameters held, activation bytes per micro-batch."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
@@ -125,6 +125,16 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
 
 
 def all_replica_costs(plan: Plan, ctx: SimContext) -> list[list[ReplicaCosts]]:
-    """``[stage][replica]`` costs."""
-    return [[replica_costs(plan, ctx, s, j, rep) for j, rep in enumerate(st.replicas)]
-            for s, st in enumerate(plan.stages)]
+    """``[stage][replica]`` costs. :func:`replica_costs` depends on the replica only through its GPU type, TP and
+    zone, so equal replicas of a stage share one computation (only the ``replica`` index differs)."""
+    out: list[list[ReplicaCosts]] = []
+    for s, st in enumerate(plan.stages):
+        seen: dict[Replica, ReplicaCosts] = {}
+        row = []
+        for j, rep in enumerate(st.replicas):
+            first = seen.get(rep)
+            if first is None:
+                first = seen[rep] = replica_costs(plan, ctx, s, j, rep)
+            row.append(first if first.replica == j else replace(first, replica=j))
+        out.append(row)
+    return out

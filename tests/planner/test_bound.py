@@ -42,8 +42,9 @@ def _random_cluster(rng: random.Random) -> str:
 
 # four cases in the fast suite, four more (the brute force of a 12-GPU case takes minutes) in the slow one;
 # seeds 2 and 4 were dropped from the slow suite to keep CI under 30 minutes
+# seed 0 (about 100 s of the slow suite on a loaded machine) ran until session 16 cut CI time
 RANDOM_CASES = [pytest.param(seed, mem, marks=[] if seed in (1, 5) else [pytest.mark.slow])
-                for seed in (0, 1, 3, 5) for mem in (None, 3.4)]
+                for seed in (1, 3, 5) for mem in (None, 3.4)]
 
 
 @pytest.mark.parametrize("seed,mem", RANDOM_CASES)

@@ -228,7 +228,8 @@ def test_the_split_list_is_never_beaten_by_any_contiguous_split():
 
 @pytest.mark.slow
 def test_the_split_list_is_never_beaten_by_any_contiguous_split_many_cases():
-    assert _sweep(range(100, 160)) >= 800
+    # 30 seeds, 450 rows (60 seeds until session 16 cut CI time)
+    assert _sweep(range(100, 130)) >= 400
 
 
 FOUND = 35      # slow_case(35): S = 4, 3 micro-batches per pipeline, (1, 4, 2, 1) beats the lowest level's (1, 3, 3, 1)

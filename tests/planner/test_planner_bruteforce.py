@@ -281,7 +281,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("i", range(len(CASES)))
+# case 5 (its cluster is case 6's, under throughput) ran until session 16 cut CI time
+@pytest.mark.parametrize("i", [i for i in range(len(CASES)) if i != 5])
 def test_search_matches_brute_force_tiny(i):
     """The distributed optimizer's brute forces are in test_search_distopt.py (case 1 also searched it until
     the tracker's CI of stop 30 took 3,465 s of its 1,800 s budget)."""

@@ -32,11 +32,9 @@ from test_search_bounds_h13y import _ctx, _gpus, task_setup  # noqa: E402
 REL = 1e-9
 INFLATE = 1.05
 
-# 9 random cases, 2 in the fast suite, the others under -m slow (4 seeds until the CI run of 2026-12-02 took
-# 29 min 20 s of its 30 min)
-CASES = [pytest.param(seed, settings, small, marks=() if (seed, k) in ((0, 0), (2, 1)) else pytest.mark.slow)
-         for seed in range(3) for k, (settings, small) in enumerate(((OURS, False), (OURS, True),
-                                                                     (SAILOR_DEEPSPEED, False)))]
+# 3 random cases, both presets. Until session 16, 9 (the other 6 under -m slow; 4 more seeds until the CI run of
+# 2026-12-02 took 29 min 20 s of its 30 min): the tracker's CI of stop 30 took 3,465 s of its 1,800 s budget.
+CASES = [(0, OURS, False), (2, OURS, True), (2, SAILOR_DEEPSPEED, False)]
 
 
 @pytest.mark.parametrize("seed,settings,small", CASES)

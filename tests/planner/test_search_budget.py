@@ -132,7 +132,8 @@ def test_incumbent_and_row_floor_leave_the_result_unchanged(monkeypatch, seed: i
     assert fast.stats.complete and plain.stats.complete
 
 
-@pytest.mark.parametrize("seed", range(5))
+# seed 4 (about 30 s on a loaded machine) ran until session 16 cut CI time
+@pytest.mark.parametrize("seed", range(4))
 def test_incumbent_path_matches_brute_force(monkeypatch, seed: int) -> None:
     rng = random.Random(200 + seed)
     ctx, cat = bf_ctx(small_memory=seed % 2 == 1)

@@ -184,8 +184,9 @@ def test_unshared_zones_no_spread_beats_the_planner(seed, sync):
     _check_never_beaten(200 + seed, sync, shared=False, S_max=1)
 
 
+# 12 seeds per setting (24 until session 16 cut CI time: the tracker's CI of stop 30 took 3,465 s of 1,800 s)
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("sync,shared", [("flat", True), ("hierarchical", False), ("auto", False)])
 def test_no_spread_beats_the_planner_random_sweep(seed, sync, shared):
     _check_never_beaten(1000 + seed, sync, shared, S_max=2)
