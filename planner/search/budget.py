@@ -85,6 +85,10 @@ class TopK:
     def has_plan(self) -> bool:
         return bool(self._heap) or bool(self.incumbents)
 
+    def best(self) -> Candidate:
+        """The lowest-key plan held, incumbents included (call only when :meth:`has_plan`)."""
+        return min(self.sorted()[:1] + self.incumbents, key=lambda c: c.key)
+
     def late(self) -> "_Late":
         """A view whose pushes lose ties against every later ordinary push (chain plans searched before the
         pool plans keep the tie order of a search that scores pool plans first)."""

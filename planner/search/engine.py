@@ -126,13 +126,11 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     if space.chain_splits == "refine" and space.chain_segments >= 2 and best.has_plan() and not space.single_zone \
             and not budget.expired():       # a heuristic pass outside the declared space (2.7)
         from planner.search.chainrefine import refine_chains
-        base = min(best.sorted()[:1] + best.incumbents, key=lambda c: c.key)
-        refine_chains(ctx, cluster, tables, cache, options, gbs, objective, space, base, best, stats,
+        refine_chains(ctx, cluster, tables, cache, options, gbs, objective, space, best.best(), best, stats,
                       stop=budget.expired)
     if space.mixed_plans and best.has_plan() and not space.single_zone and not budget.expired():   # section 8
         from planner.search.mixplan import improve
-        base = min(best.sorted()[:1] + best.incumbents, key=lambda c: c.key)
-        mix = improve(ctx, cluster, gbs, objective, options, base, stop=budget.expired)
+        mix = improve(ctx, cluster, gbs, objective, options, best.best(), stop=budget.expired)
         if mix is not None:
             best.push(mix)
     found = _finish(best, stats, remaining, time_limit_s, tables)
