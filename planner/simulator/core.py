@@ -1,7 +1,7 @@
 """``simulate(plan, ctx)``: the one cost model used by the planner's search and by every report."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from planner.errors import InputError
 from planner.plan import Plan
@@ -92,34 +92,50 @@ def _egress(plan: Plan, ctx: SimContext, syncs) -> tuple[float, float]:
 
 
 def _stage_estimate(plan: Plan, s: int, costs: list[ReplicaCosts], mems: list[MemoryBreakdown],
-                    ctx: SimContext, busy: list[float], p2p: float, sync) -> StageEstimate:
+                    ctx: SimContext, busy: list[float], p2p: float, sync, util: tuple[float, float]
+                    ) -> StageEstimate:
+    """Stage s's estimate; ``util``: its (peak FLOP/s, MFU) from :func:`_utilisation`."""
     st = plan.stages[s]
-    peak = max(m.total_bytes for m in mems)
-    fits = all(m.total_bytes <= usable_bytes(ctx, c.gpu_type) for m, c in zip(mems, costs))
+    totals = [m.total_bytes for m in mems]
+    usable = {g: usable_bytes(ctx, g) for g in dict.fromkeys(c.gpu_type for c in costs)}
+    capacity = tuple(usable[c.gpu_type] for c in costs)
     return StageEstimate(
         stage=s, first_layer=st.first_layer, num_layers=st.num_layers, replicas=len(st.replicas),
         gpu_types=tuple(r.gpu_type for r in st.replicas), tp_degrees=tuple(r.tp for r in st.replicas),
         zones=tuple(r.zone for r in st.replicas), compute_s=max(c.fwd_s + c.bwd_s for c in costs),
         busy_s=max(busy), p2p_s=p2p, sync_s=sync.time_s, sync_mode=sync.mode,
-        update_s=max(c.update_s for c in costs), peak_memory_bytes=peak,
-        memory_capacity_bytes=min(usable_bytes(ctx, c.gpu_type) for c in costs), fits_in_memory=fits,
-        estimated_profile=any(c.estimated for c in costs),
-        replica_peak_bytes=tuple(m.total_bytes for m in mems),
-        replica_capacity_bytes=tuple(usable_bytes(ctx, c.gpu_type) for c in costs))
+        update_s=max(c.update_s for c in costs), peak_memory_bytes=max(totals),
+        memory_capacity_bytes=min(capacity), fits_in_memory=all(t <= u for t, u in zip(totals, capacity)),
+        estimated_profile=any(c.estimated for c in costs), peak_flops_per_s=util[0], mfu=util[1],
+        replica_peak_bytes=tuple(totals), replica_capacity_bytes=capacity)
 
 
-def _utilisation(plan: Plan, ctx: SimContext, stages: tuple[StageEstimate, ...], iteration_s: float
-                 ) -> tuple[tuple[StageEstimate, ...], float, float]:
-    """Per-stage MFU filled in; (stages, model FLOP/s, peak FLOP/s) of the whole plan."""
+def _utilisation(plan: Plan, ctx: SimContext, iteration_s: float
+                 ) -> tuple[list[tuple[float, float]], float, float]:
+    """Per stage (peak FLOP/s, MFU); model FLOP/s and peak FLOP/s of the whole plan."""
     m = ctx.model
     out, flops, peak = [], 0.0, 0.0
     for s, st in enumerate(plan.stages):
         work = float(F.model_flops_per_sample(st.num_layers, m.layer_fwd_flops(1), m.head_fwd_flops(1),
                                               s == plan.num_stages - 1)) * plan.global_batch_size
         top = sum(ctx.catalog.get(r.gpu_type).flops_for(plan.precision) * r.tp for r in st.replicas)
-        out.append(replace(stages[s], peak_flops_per_s=top, mfu=float(F.mfu(work, iteration_s, top))))
+        out.append((top, float(F.mfu(work, iteration_s, top))))
         flops, peak = flops + work, peak + top
-    return tuple(out), flops / iteration_s, peak
+    return out, flops / iteration_s, peak
+
+
+def _memories(plan: Plan, ctx: SimContext, s: int, row: list[ReplicaCosts]) -> list[MemoryBreakdown]:
+    """:func:`replica_memory` of each replica of stage s, once per distinct (replica, micro-batches in flight):
+    equal replicas of a stage have equal costs (:func:`all_replica_costs`), and the memory depends on the
+    replica's index only through its pipeline's micro-batch count."""
+    reps, counts, seen, out = plan.stages[s].replicas, plan.microbatch_counts, {}, []
+    for j, c in enumerate(row):
+        key = (reps[j], counts[j])
+        mem = seen.get(key)
+        if mem is None:
+            mem = seen[key] = replica_memory(plan, ctx, c)
+        out.append(mem)
+    return out
 
 
 def simulate(plan: Plan, ctx: SimContext) -> Estimate:
@@ -140,14 +156,14 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
     syncs_with_tied = syncs + [SyncCost(tied_s, tied_bytes, "tied-embedding")]
     update_s = max(c.update_s for row in costs for c in row)
     iteration_s = max(pipes) + sync_s + update_s
-    mems = [[replica_memory(plan, ctx, c) for c in row] for row in costs]
+    mems = [_memories(plan, ctx, s, costs[s]) for s in range(S)]
+    util, model_flops_s, peak_flops_s = _utilisation(plan, ctx, iteration_s)
     stages = tuple(_stage_estimate(plan, s, costs[s], mems[s], ctx, [busy[j][s] for j in range(D)],
                                    max((p2p[j][s] for j in range(D)), default=0.0) if s < S - 1 else 0.0,
-                                   syncs[s]) for s in range(S))
+                                   syncs[s], util[s]) for s in range(S))
     cross_b, egress_usd = _egress(plan, ctx, syncs_with_tied)
     gpu_usd = sum(ctx.catalog.get(rep.gpu_type).usd_per_s * rep.tp for _, _, rep in plan.replicas()) * iteration_s
     bottleneck = max(range(S), key=lambda s: stages[s].busy_s)
-    stages, model_flops_s, peak_flops_s = _utilisation(plan, ctx, stages, iteration_s)
     samples = plan.global_batch_size
     return Estimate(
         iteration_time_s=iteration_s, throughput_iters_per_s=1.0 / iteration_s,

@@ -60,20 +60,28 @@ def offset_adjusted(layer_s, offset_s: float):
     return np.maximum(np.asarray(layer_s, dtype=float) - offset_s, offset_s)
 
 
+def _where(cond, a, b):
+    """``np.where(cond, a, b)``; for a Python bool and two Python floats (one plan), the chosen float itself (the
+    value ``np.where`` holds, without building an array)."""
+    if type(cond) is bool and type(a) is float and type(b) is float:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
 def recompute_bwd_s(layers_fwd_s, layers_bwd_s, recompute):
     """Backward seconds of a stage's transformer layers; full recomputation replays their forward."""
-    return layers_bwd_s + np.where(recompute, layers_fwd_s, 0.0)
+    return layers_bwd_s + _where(recompute, layers_fwd_s, 0.0)
 
 
 def layer_activation_bytes(num_layers, layer_act_bytes, boundary_bytes, recompute):
     """Activations one micro-batch keeps for backward in ``num_layers`` layers (full recomputation keeps
     only each layer's input, ``boundary_bytes``: :func:`planner.simulator.stage.recompute_keep_and_mask`)."""
-    return np.where(recompute, boundary_bytes, layer_act_bytes) * num_layers
+    return _where(recompute, boundary_bytes, layer_act_bytes) * num_layers
 
 
 def stage_mask_bytes(num_layers, mask_bytes):
     """The causal mask a stage keeps once per micro-batch when it holds at least one layer."""
-    return np.where(np.asarray(num_layers) > 0, mask_bytes, 0.0)
+    return _where(num_layers > 0 if type(num_layers) is int else np.asarray(num_layers) > 0, mask_bytes, 0.0)
 
 
 def compute_s(fwd_s, bwd_s, overhead_s: float):
@@ -164,6 +172,87 @@ def pipeline_s_of_m(levels, fill_s: float, n_mb: int) -> np.ndarray:
     return pipeline_s(m, levels[np.minimum(m, len(levels)) - 1], fill_s)
 
 
+# --- one pipeline on Python floats (simulate: one plan) ---------------------------------------------------
+# The array functions above, evaluated on plain lists of Python floats for one pipeline: the same IEEE double
+# operations in the same order as numpy performs them (its sum adds fewer than 8 values one after another from
+# 0.0 and pairs larger ones, so those go to numpy; its maximum and minimum return the second value on a tie,
+# which only tells -0.0 from 0.0), hence the same floats, without numpy's per-call cost on a handful of
+# values. tests/planner/test_simulate_speed_s17s.py checks each against its array twin, bit for bit.
+
+def sum_1d(values) -> float:
+    """``float(np.sum(values))`` of a sequence of Python floats."""
+    if len(values) >= 8:
+        return float(np.sum(np.asarray(values, dtype=float)))
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def max_1d(values):
+    """``np.max(values)`` (``np.maximum`` folded from the first value) of a non-empty sequence."""
+    it = iter(values)
+    best = next(it)
+    for v in it:
+        best = best if best > v else v
+    return best
+
+
+def min_1d(values):
+    """``np.min(values)`` (``np.minimum`` folded from the first value) of a non-empty sequence."""
+    it = iter(values)
+    low = next(it)
+    for v in it:
+        low = low if low < v else v
+    return low
+
+
+def busy_s_1d(compute: list[float], p2p_s: list[float], blocking: bool) -> list[float]:
+    """:func:`busy_s` of one pipeline (``p2p_s``: one value per boundary)."""
+    n = len(compute)
+    if not blocking or n < 2:
+        return list(compute)
+    before, after = [0.0] + list(p2p_s), list(p2p_s) + [0.0]
+    return [compute[i] + 2 * before[i] + 2 * after[i] for i in range(n)]
+
+
+def round_trip_bounds_1d(compute: list[float], p2p_s: list[float]) -> list[float]:
+    """:func:`round_trip_bounds` of one pipeline (suffix sums accumulated from the last stage, as cumsum does)."""
+    s_num = len(compute)
+    if s_num < 2:
+        return []
+    comp_suffix, acc = [0.0] * s_num, compute[-1]
+    comp_suffix[-1] = acc
+    for k in range(s_num - 2, -1, -1):
+        acc = acc + compute[k]
+        comp_suffix[k] = acc
+    p2p_suffix, acc = [0.0] * (s_num - 1), p2p_s[-1]
+    p2p_suffix[-1] = acc
+    for k in range(s_num - 3, -1, -1):
+        acc = acc + p2p_s[k]
+        p2p_suffix[k] = acc
+    return [(comp_suffix[k] + 2 * p2p_suffix[k]) / (s_num - k) for k in range(s_num - 1)]
+
+
+def period_levels_1d(busy_max: float, trips: list[float]) -> list[float]:
+    """:func:`period_levels` of one pipeline."""
+    s_num = len(trips) + 1
+    out = [busy_max] * (s_num + 1)
+    if s_num < 2:
+        return out
+    acc = trips[-1]
+    for i in range(s_num - 1):
+        t = trips[s_num - 2 - i]
+        acc = acc if acc > t else t                         # running maximum from the last round trip
+        out[2 + i] = busy_max if busy_max > acc else acc
+    return out
+
+
+def fill_drain_s_1d(compute: list[float], p2p_s: list[float]) -> float:
+    """:func:`fill_drain_s` of one pipeline."""
+    return sum_1d(compute) + 2 * sum_1d(p2p_s)
+
+
 # --- optimizer step and gradient sync -------------------------------------------------------------------
 
 def update_s(update_s_per_param, params, dp, distributed: bool):
@@ -205,7 +294,8 @@ def memory_terms(params, act_bytes_per_mb, inflight, max_layer_act_bytes, bounda
     send/receive buffers; a flat fp32 gradient bucket if the runtime keeps one.
     """
     w, g, o = state_bytes
-    bucket = GRAD_BYTES_PER_PARAM * np.minimum(params, bucket_elems)
+    bucket = GRAD_BYTES_PER_PARAM * (min_1d((params, bucket_elems)) if type(params) is int and type(bucket_elems) is int
+                                     else np.minimum(params, bucket_elems))
     act = activation_peak_bytes(act_bytes_per_mb, inflight, act_peak_extra_bytes) * reserve_factor
     return (w * params, g * params + bucket, o * params, act,
             max_layer_act_bytes + 2 * boundary_bytes, overhead_bytes)
@@ -239,7 +329,7 @@ def usable_bytes(memory_bytes: float, headroom_fraction: float) -> float:
 def model_flops_per_sample(num_layers, layer_fwd_flops_1: float, head_fwd_flops_1: float, has_head):
     """Model FLOPs one sample needs in ``num_layers`` transformer layers (plus the LM head where
     ``has_head``): forward + backward = 3 x forward; recomputation is not model work and is not counted."""
-    return 3.0 * (num_layers * layer_fwd_flops_1 + np.where(has_head, head_fwd_flops_1, 0.0))
+    return 3.0 * (num_layers * layer_fwd_flops_1 + _where(has_head, head_fwd_flops_1, 0.0))
 
 
 def mfu(model_flops_per_iteration, iteration_s, peak_flops_per_s):

@@ -1,7 +1,8 @@
 """Per (stage, replica) quantities: compute seconds, parameters held, activation bytes per micro-batch."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.plan import Plan, Replica
 from planner.profiles import LayerCosts
@@ -31,12 +32,30 @@ class ReplicaCosts:
     act_peak_extra_bytes: float = 0.0   # a forward's short-lived peak above what it keeps (full recompute)
 
 
+# Pure functions of hashable inputs, evaluated once per distinct input (the search's brute-force tests simulate
+# tens of thousands of plans built from a few dozen distinct (stage, GPU type, TP) pieces); each returns what
+# the uncached function returns (tests/planner/test_simulate_speed_s17s.py).
+_core_terms = lru_cache(maxsize=1024)(megatron_core_terms)
+
+
+@lru_cache(maxsize=4096)
+def _offset_sum_s(layer_s: tuple[float, ...], lo: int, hi: int, offset_s: float) -> float:
+    """Seconds of layers ``[lo, hi)`` after :func:`F.offset_adjusted`, summed one after another."""
+    return sum(F.offset_adjusted(layer_s[lo:hi], offset_s).tolist())
+
+
+@lru_cache(maxsize=4096)
+def _peak_excess_bytes(num_layers: int, recompute: tuple[str | None, str | None, int | None], live: float,
+                       keep: float, mask: float, layer: float, after: float) -> float:
+    return float(recompute_peak_excess_bytes(num_layers, recompute, live, keep, mask, layer, after))
+
+
 def activation_terms(ctx: SimContext, mbs: int, tp: int, elem: int) -> ActivationTerms | None:
     """megatron-core's saved tensors under the ``megatron-core`` activation model, else None (Korthikanti)."""
     st = ctx.settings
     if st.activation_model != "megatron-core":
         return None
-    return megatron_core_terms(ctx.model, mbs, tp, elem, st.hidden_dropout > 0, st.attention_dropout > 0)
+    return _core_terms(ctx.model, mbs, tp, elem, st.hidden_dropout > 0, st.attention_dropout > 0)
 
 
 def layer_sizes(ctx: SimContext, costs: LayerCosts, tp: int, elem: int) -> tuple[int, int, int, float, float, float]:
@@ -75,14 +94,28 @@ def recompute_live_bytes(ctx: SimContext, mbs: int, tp: int, elem: int) -> float
     return terms.recompute_live if terms is not None else 0.0
 
 
+def _offset_sum(layer_s, lo: int, hi: int, offset_s: float) -> float:
+    if type(layer_s) is tuple:
+        return _offset_sum_s(layer_s, lo, hi, offset_s)
+    return sum(F.offset_adjusted(layer_s[lo:hi], offset_s).tolist())
+
+
+def _for_replica(c: ReplicaCosts, j: int) -> ReplicaCosts:
+    """``dataclasses.replace(c, replica=j)`` without its per-call field walk (the class has no __post_init__)."""
+    out = object.__new__(ReplicaCosts)
+    out.__dict__.update(c.__dict__)
+    out.__dict__["replica"] = j
+    return out
+
+
 def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
     stage = plan.stages[s]
     last = plan.num_stages - 1
     costs = ctx.profiles.get(rep.gpu_type, plan.micro_batch_size, rep.tp)
     lo, hi = stage.first_layer, stage.layer_end
     off = ctx.settings.profile_offset_s
-    fwd = sum(F.offset_adjusted(costs.layer_fwd_s[lo:hi], off).tolist())
-    bwd = sum(F.offset_adjusted(costs.layer_bwd_s[lo:hi], off).tolist())
+    fwd = _offset_sum(costs.layer_fwd_s, lo, hi, off)
+    bwd = _offset_sum(costs.layer_bwd_s, lo, hi, off)
     lp, ep, hp, la, ea, ha = layer_sizes(ctx, costs, rep.tp, plan.bytes_per_element)
     params = lp * stage.num_layers
     keep, mask = recompute_keep_and_mask(ctx, costs, plan.micro_batch_size, rep.tp,
@@ -98,10 +131,10 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
         act, recomputed = stage_layers_bytes(plan, ctx.model, la, stage.num_layers, rep.tp, scores, keep,
                                              terms.selective_keep if from_terms else 0.0)
         bwd += recomputed * fwd
-    extra = float(recompute_peak_excess_bytes(
+    extra = _peak_excess_bytes(
         stage.num_layers, plan.recompute, recompute_live_bytes(ctx, plan.micro_batch_size, rep.tp,
                                                                plan.bytes_per_element),
-        keep, mask, la, ha if s == last else 0.0))
+        keep, mask, la, ha if s == last else 0.0)
     act += float(F.stage_mask_bytes(stage.num_layers, mask))
     biggest = la if stage.num_layers else 0.0
     if s == 0:
@@ -135,6 +168,6 @@ def all_replica_costs(plan: Plan, ctx: SimContext) -> list[list[ReplicaCosts]]:
             first = seen.get(rep)
             if first is None:
                 first = seen[rep] = replica_costs(plan, ctx, s, j, rep)
-            row.append(first if first.replica == j else replace(first, replica=j))
+            row.append(first if first.replica == j else _for_replica(first, j))
         out.append(row)
     return out

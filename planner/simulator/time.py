@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from planner.network import Endpoint, Link
 from planner.plan import Plan, Replica
 from planner.simulator import formulas as F
@@ -71,13 +69,19 @@ def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
                            reps[b].tp, reps[b + 1].tp, nbytes, all_tp) for b in range(len(reps) - 1)]
 
 
-def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> np.ndarray:
-    return np.array([F.compute_s(c.fwd_s, c.bwd_s, ctx.settings.per_microbatch_overhead_s) for c in costs])
+def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> list[float]:
+    return [F.compute_s(c.fwd_s, c.bwd_s, ctx.settings.per_microbatch_overhead_s) for c in costs]
 
 
 def stage_busy_s(costs: list[ReplicaCosts], p2p_s: list[float], ctx: SimContext) -> list[float]:
     """Busy seconds per micro-batch of each stage of one pipeline (steady state, :func:`formulas.busy_s`)."""
-    return F.busy_s(_compute(costs, ctx), np.array(p2p_s, dtype=float), ctx.settings.p2p_blocking).tolist()
+    return F.busy_s_1d(_compute(costs, ctx), [float(p) for p in p2p_s], ctx.settings.p2p_blocking)
+
+
+def _period_s(comp: list[float], p2p: list[float], m: int, ctx: SimContext) -> float:
+    busy = F.busy_s_1d(comp, p2p, ctx.settings.p2p_blocking)
+    levels = F.period_levels_1d(F.max_1d(busy), F.round_trip_bounds_1d(comp, p2p))
+    return float(levels[min(m, len(levels)) - 1])
 
 
 def steady_period_s(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
@@ -86,16 +90,16 @@ def steady_period_s(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: 
     At least the busiest stage's time; and stage k keeps at most ``S-k`` micro-batches in flight, so when
     ``m > S-k`` a round trip from k to the last stage and back (compute of stages >= k plus two transfers per
     boundary) is shared by ``S-k`` micro-batches: ``period >= round_trip_k / (S-k)``. The second bound binds
-    when transfers are slow next to balanced stages (:func:`formulas.round_trip_bounds`).
+    when transfers are slow next to balanced stages (:func:`formulas.round_trip_bounds`; evaluated here by
+    their one-pipeline twins on Python floats, :func:`formulas.busy_s_1d` and the functions after it).
     """
-    comp, p2p = _compute(costs, ctx), np.array(p2p_s, dtype=float)
-    busy = F.busy_s(comp, p2p, ctx.settings.p2p_blocking)
-    return F.steady_period_s(busy, F.round_trip_bounds(comp, p2p), m)
+    return _period_s(_compute(costs, ctx), [float(p) for p in p2p_s], m, ctx)
 
 
 def pipeline_seconds(costs: list[ReplicaCosts], p2p_s: list[float], m: int, ctx: SimContext) -> float:
-    fill_drain = float(F.fill_drain_s(_compute(costs, ctx), np.array(p2p_s, dtype=float)))
-    return float(F.pipeline_s(m, steady_period_s(costs, p2p_s, m, ctx), fill_drain))
+    comp, p2p = _compute(costs, ctx), [float(p) for p in p2p_s]
+    fill_drain = F.fill_drain_s_1d(comp, p2p)
+    return float(F.pipeline_s(m, _period_s(comp, p2p, m, ctx), fill_drain))
 
 
 def _ring_s(n: int, nbytes: float, link: Link) -> float:
