@@ -20,7 +20,10 @@ def check_plan_inputs(plan: Plan, ctx: SimContext, source: str | None = None) ->
     if plan.num_layers != ctx.model.num_layers:
         raise InputError(f"{head}field 'num_layers' is {plan.num_layers} but model '{ctx.model.name}' has "
                          f"{ctx.model.num_layers} layers")
+    passed = set()              # a replica equal to one that passed passes (the checks read only its fields)
     for s, j, rep in plan.replicas():
+        if rep in passed:
+            continue
         where = f"{head}stages[{s}].replicas[{j}]"
         if rep.gpu_type not in ctx.catalog:
             raise InputError(f"{where}: field 'gpu_type' is '{rep.gpu_type}', which has no GPU catalog entry "
@@ -32,3 +35,4 @@ def check_plan_inputs(plan: Plan, ctx: SimContext, source: str | None = None) ->
         if rep.tp > ctx.node_size(rep.gpu_type):
             raise InputError(f"{where}: TP {rep.tp} exceeds the {ctx.node_size(rep.gpu_type)} GPUs per node of "
                              f"{rep.gpu_type} (TP stays inside a node)")
+        passed.add(rep)

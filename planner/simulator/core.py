@@ -91,6 +91,30 @@ def _egress(plan: Plan, ctx: SimContext, syncs) -> tuple[float, float]:
     return total_b, usd
 
 
+def _pipelines(plan: Plan, ctx: SimContext, costs: list[list[ReplicaCosts]]
+               ) -> tuple[list[list[float]], list[list[float]], tuple[float, ...]]:
+    """Per pipeline j: p2p seconds per boundary, busy seconds per stage, 1F1B seconds. Computed once per distinct
+    (replica and its node size per stage): pipelines equal in these have equal costs (:func:`all_replica_costs`),
+    transfers and busy times; the seconds once more per distinct micro-batch count."""
+    S = plan.num_stages
+    p2p, busy, pipes = [], [], []
+    first: dict[tuple, int] = {}
+    for j, m in enumerate(plan.microbatch_counts):
+        key = tuple((st.replicas[j], ctx.replica_node_size(s, j, st.replicas[j].gpu_type))
+                    for s, st in enumerate(plan.stages))
+        k = first.setdefault(key, j)
+        row = [costs[s][j] for s in range(S)]
+        if k == j:
+            p2p.append(p2p_seconds(plan, ctx, j))
+            busy.append(stage_busy_s(row, p2p[j], ctx))
+        else:
+            p2p.append(p2p[k])
+            busy.append(busy[k])
+        same = k != j and plan.microbatch_counts[k] == m
+        pipes.append(pipes[k] if same else pipeline_seconds(row, p2p[j], m, ctx))
+    return p2p, busy, tuple(pipes)
+
+
 def _stage_estimate(plan: Plan, s: int, costs: list[ReplicaCosts], mems: list[MemoryBreakdown],
                     ctx: SimContext, busy: list[float], p2p: float, sync, util: tuple[float, float]
                     ) -> StageEstimate:
@@ -145,10 +169,7 @@ def simulate(plan: Plan, ctx: SimContext) -> Estimate:
     check_plan_inputs(plan, ctx)
     costs = all_replica_costs(plan, ctx)
     S, D = plan.num_stages, plan.dp_degree
-    p2p = [p2p_seconds(plan, ctx, j) for j in range(D)]
-    busy = [stage_busy_s([costs[s][j] for s in range(S)], p2p[j], ctx) for j in range(D)]
-    pipes = tuple(pipeline_seconds([costs[s][j] for s in range(S)], p2p[j], m, ctx)
-                  for j, m in enumerate(plan.microbatch_counts))
+    p2p, busy, pipes = _pipelines(plan, ctx, costs)
     syncs = [stage_sync(plan, ctx, s, costs[s]) for s in range(S)]
     sync_s = sync_seconds(plan, ctx, syncs, costs)
     tied_s, tied_bytes = tied_sync_seconds(plan, ctx, syncs[0].mode)   # stage 0's mode (one rule)

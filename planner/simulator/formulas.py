@@ -175,7 +175,7 @@ def pipeline_s_of_m(levels, fill_s: float, n_mb: int) -> np.ndarray:
 # --- one pipeline on Python floats (simulate: one plan) ---------------------------------------------------
 # The array functions above, evaluated on plain lists of Python floats for one pipeline: the same IEEE double
 # operations in the same order as numpy performs them (its sum adds fewer than 8 values one after another from
-# 0.0 and pairs larger ones, so those go to numpy; its maximum and minimum return the second value on a tie,
+# 0.0 and pairs larger ones, so those go to numpy; np.maximum and np.minimum return the second value on a tie,
 # which only tells -0.0 from 0.0), hence the same floats, without numpy's per-call cost on a handful of
 # values. tests/planner/test_simulate_speed_s17s.py checks each against its array twin, bit for bit.
 
@@ -190,7 +190,10 @@ def sum_1d(values) -> float:
 
 
 def max_1d(values):
-    """``np.max(values)`` (``np.maximum`` folded from the first value) of a non-empty sequence."""
+    """``np.max(values)`` of a non-empty sequence (``np.maximum`` folded from the first value up to 4 values;
+    numpy reduces more in an order of its own, which can keep the other of -0.0 and 0.0)."""
+    if len(values) > 4:
+        return float(np.max(np.asarray(values, dtype=float)))
     it = iter(values)
     best = next(it)
     for v in it:
@@ -199,7 +202,9 @@ def max_1d(values):
 
 
 def min_1d(values):
-    """``np.min(values)`` (``np.minimum`` folded from the first value) of a non-empty sequence."""
+    """``np.min(values)`` of a non-empty sequence (as :func:`max_1d`)."""
+    if len(values) > 4:
+        return float(np.min(np.asarray(values)))
     it = iter(values)
     low = next(it)
     for v in it:
