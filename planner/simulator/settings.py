@@ -148,6 +148,9 @@ class SimContext:
     settings: RuntimeSettings = field(default_factory=RuntimeSettings)
     gpus_per_node: dict[str, int] = field(default_factory=dict)
     replica_node_gpus: tuple[tuple[int, ...], ...] = ()   # [stage][replica] node sizes (Sailor plans), optional
+    # figures the simulator computed, each under a key holding every input it read, by value (so replacing the
+    # settings, model or profiles above never reuses a stale one): planner.simulator.stage.replica_costs
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def node_size(self, gpu_type: str) -> int:
         return self.gpus_per_node.get(gpu_type) or self.catalog.get(gpu_type).gpus_per_node

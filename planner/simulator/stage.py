@@ -108,10 +108,35 @@ def _for_replica(c: ReplicaCosts, j: int) -> ReplicaCosts:
     return out
 
 
+_MEMO_MAX = 1 << 16      # entries of SimContext.memo before it starts afresh
+
+
 def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
+    """What one GPU of replica j of stage s does and holds per micro-batch.
+
+    Kept in ``ctx.memo`` under everything it reads, by value: the plan's fields below, the stage's layers and
+    position (first, last), the replica's TP, the profile entry (:class:`LayerCosts`), the model and the runtime
+    settings; so a plan sharing a stage with an earlier one reuses its figures, and a context whose settings,
+    model or profiles are replaced computes new ones."""
+    stage = plan.stages[s]
+    costs = ctx.profiles.get(rep.gpu_type, plan.micro_batch_size, rep.tp)
+    key = ("replica_costs", plan.micro_batch_size, plan.precision, plan.recompute_activations,
+           plan.recompute_granularity, plan.recompute, plan.dp_degree, plan.distributed_optimizer,
+           plan.tie_embeddings, plan.num_stages, s == 0, s == plan.num_stages - 1, stage.first_layer,
+           stage.num_layers, rep.tp, costs, ctx.model, ctx.settings)
+    memo = ctx.memo
+    fields = memo.get(key)
+    if fields is None:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        fields = memo[key] = _replica_fields(plan, ctx, s, rep, costs)
+    return ReplicaCosts(s, j, rep.gpu_type, rep.tp, rep.zone, *fields)
+
+
+def _replica_fields(plan: Plan, ctx: SimContext, s: int, rep: Replica, costs: LayerCosts) -> tuple:
+    """:class:`ReplicaCosts`' fields from ``fwd_s`` on (:func:`replica_costs`)."""
     stage = plan.stages[s]
     last = plan.num_stages - 1
-    costs = ctx.profiles.get(rep.gpu_type, plan.micro_batch_size, rep.tp)
     lo, hi = stage.first_layer, stage.layer_end
     off = ctx.settings.profile_offset_s
     fwd = _offset_sum(costs.layer_fwd_s, lo, hi, off)
@@ -151,10 +176,7 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     scale = ctx.settings.compute_scale
     update_s = F.update_s(costs.update_s_per_param, params, plan.dp_degree, plan.distributed_optimizer) * \
         ctx.settings.update_scale
-    return ReplicaCosts(stage=s, replica=j, gpu_type=rep.gpu_type, tp=rep.tp, zone=rep.zone,
-                        fwd_s=fwd * scale, bwd_s=bwd * scale, params=int(params), act_bytes_per_mb=act,
-                        max_layer_act_bytes=biggest, update_s=update_s, estimated=costs.estimated,
-                        act_peak_extra_bytes=extra)
+    return (fwd * scale, bwd * scale, int(params), act, biggest, update_s, costs.estimated, extra)
 
 
 def all_replica_costs(plan: Plan, ctx: SimContext) -> list[list[ReplicaCosts]]:

@@ -3,17 +3,21 @@
 - formulas' one-pipeline twins on Python floats (``*_1d``) against their numpy functions, bit for bit (repr,
   so -0.0 is told from 0.0), on random values with ties and zeros;
 - the scalar ``np.where`` shortcut against numpy on the same numbers;
-- ``simulate`` with every per-stage cache emptied before each plan against ``simulate`` with the caches warm
-  from other plans (a key missing an input would hand one plan another's piece): every field equal.
+- ``simulate`` with every cache (``SimContext.memo`` and the per-stage ``lru_cache``s) emptied before each plan
+  against ``simulate`` with the caches warm from other plans (a key missing an input would hand one plan
+  another's figures): every field equal.
 """
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from benchmarks.simulate_identity_s17s import canon, contexts, random_plan
+from planner.errors import InputError
+from planner.plan import Plan
 from planner.simulator import formulas as F
 from planner.simulator import simulate
 from planner.simulator import stage as stage_mod
@@ -62,7 +66,27 @@ def test_scalar_where_matches_numpy():
         assert repr(F.stage_mask_bytes(n, a)) == repr(float(F.stage_mask_bytes(np.int64(n), a)))
 
 
-def _clear_caches() -> None:
+def _neighbours(p: Plan) -> list[Plan]:
+    """``p`` and plans sharing its stages but for one plan-wide field: what a cache key must tell apart."""
+    d = p.dp_degree
+    wider = tuple(replace(st, replicas=st.replicas + st.replicas[:1]) for st in p.stages)
+    changes = [{}, {"distributed_optimizer": not p.distributed_optimizer}, {"tie_embeddings": not p.tie_embeddings},
+               {"precision": "bf16" if p.precision == "fp32" else "fp32"},
+               {"micro_batch_size": 2 * p.micro_batch_size, "global_batch_size": 2 * p.global_batch_size},
+               {"stages": wider, "microbatches_per_pipeline": None, "global_batch_size": p.micro_batch_size * (d + 1)}]
+    if p.recompute_granularity is None:
+        changes.append({"recompute_activations": not p.recompute_activations})
+    out = []
+    for change in changes:
+        try:
+            out.append(replace(p, **change))
+        except InputError:
+            pass
+    return out
+
+
+def _clear_caches(ctx) -> None:
+    ctx.memo.clear()
     for f in (stage_mod._core_terms, stage_mod._offset_sum_s, stage_mod._peak_excess_bytes):
         f.cache_clear()
 
@@ -74,10 +98,10 @@ def test_warm_caches_give_what_cold_ones_give(which):
     name, ctx, zones, allowed = contexts(None)[which]
     rng = random.Random(f"warm/{name}")
     plans = []
-    while len(plans) < 60:
+    while len(plans) < 90:
         p = random_plan(rng, ctx, zones, allowed)
         if p is not None:
-            plans.append(p)
+            plans += _neighbours(p)
 
     def run(p):
         try:
@@ -87,9 +111,30 @@ def test_warm_caches_give_what_cold_ones_give(which):
 
     cold = []
     for p in plans:
-        _clear_caches()
+        _clear_caches(ctx)
         cold.append(run(p))
     order = list(range(len(plans)))
     random.Random(1).shuffle(order)
     warm = {i: run(plans[i]) for i in order}           # caches filled by the other plans first
     assert [warm[i] for i in range(len(plans))] == cold
+
+
+def test_replaced_settings_model_or_profiles_are_not_served_stale_figures():
+    """``ctx.memo`` keys hold the settings, model and profile entry by value: a context whose settings are
+    replaced after simulating gives what a fresh context with those settings gives."""
+    name, ctx, zones, allowed = contexts(None)[0]
+    rng = random.Random("stale")
+    plans = []
+    while len(plans) < 10:
+        p = random_plan(rng, ctx, zones, allowed)
+        if p is not None:
+            plans.append(p)
+    for p in plans:
+        simulate(p, ctx)
+    for change in ({"compute_scale": 1.7}, {"update_scale": 0.5}, {"profile_offset_s": 1e-4},
+                   {"hidden_dropout": 0.0}):
+        ctx.settings = ctx.settings.with_(**change)
+        fresh = replace(ctx)                      # a new context: empty memo
+        assert not fresh.memo
+        for p in plans:
+            assert canon(simulate(p, ctx).to_dict()) == canon(simulate(p, fresh).to_dict())
