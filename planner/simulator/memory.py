@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from planner.plan import Plan
 from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
-from planner.simulator.stage import ReplicaCosts
+from planner.simulator.stage import MEMO_MAX, ReplicaCosts
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,24 @@ def optimizer_params(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> float:
 
 
 def replica_memory(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> MemoryBreakdown:
+    """One GPU's peak memory, kept in ``ctx.memo`` under everything it reads, by value (as
+    :func:`planner.simulator.stage.replica_costs` keeps a replica's costs)."""
+    st = plan.stages[c.stage]
+    key = ("replica_memory", plan.precision, plan.optimizer, plan.dp_degree, plan.distributed_optimizer,
+           plan.micro_batch_size, plan.num_stages, c.stage, st.num_layers,
+           tuple(r.tp for r in st.replicas) if plan.distributed_optimizer else (), c.tp, c.params,
+           c.act_bytes_per_mb, c.max_layer_act_bytes, c.act_peak_extra_bytes,
+           inflight_microbatches(plan, c.stage, c.replica), ctx.model, ctx.settings)
+    memo = ctx.memo
+    mem = memo.get(key)
+    if mem is None:
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        mem = memo[key] = _replica_memory(plan, ctx, c)
+    return mem
+
+
+def _replica_memory(plan: Plan, ctx: SimContext, c: ReplicaCosts) -> MemoryBreakdown:
     w, g, o = state_bytes_per_param(plan)
     o = F.sharded_optimizer_bytes(o, plan.dp_degree, plan.distributed_optimizer) * \
         (optimizer_params(plan, ctx, c) / c.params if c.params else 1.0)

@@ -108,7 +108,7 @@ def _for_replica(c: ReplicaCosts, j: int) -> ReplicaCosts:
     return out
 
 
-_MEMO_MAX = 1 << 16      # entries of SimContext.memo before it starts afresh
+MEMO_MAX = 1 << 16      # entries of SimContext.memo before it starts afresh
 
 
 def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> ReplicaCosts:
@@ -127,7 +127,7 @@ def replica_costs(plan: Plan, ctx: SimContext, s: int, j: int, rep: Replica) -> 
     memo = ctx.memo
     fields = memo.get(key)
     if fields is None:
-        if len(memo) >= _MEMO_MAX:
+        if len(memo) >= MEMO_MAX:
             memo.clear()
         fields = memo[key] = _replica_fields(plan, ctx, s, rep, costs)
     return ReplicaCosts(s, j, rep.gpu_type, rep.tp, rep.zone, *fields)

@@ -68,12 +68,12 @@ def test_scalar_where_matches_numpy():
 
 def _neighbours(p: Plan) -> list[Plan]:
     """``p`` and plans sharing its stages but for one plan-wide field: what a cache key must tell apart."""
-    d = p.dp_degree
+    counts = p.microbatch_counts + p.microbatch_counts[:1]      # one more pipeline, the others as they were
     wider = tuple(replace(st, replicas=st.replicas + st.replicas[:1]) for st in p.stages)
     changes = [{}, {"distributed_optimizer": not p.distributed_optimizer}, {"tie_embeddings": not p.tie_embeddings},
                {"precision": "bf16" if p.precision == "fp32" else "fp32"},
                {"micro_batch_size": 2 * p.micro_batch_size, "global_batch_size": 2 * p.global_batch_size},
-               {"stages": wider, "microbatches_per_pipeline": None, "global_batch_size": p.micro_batch_size * (d + 1)}]
+               {"stages": wider, "microbatches_per_pipeline": counts, "global_batch_size": p.micro_batch_size * sum(counts)}]
     if p.recompute_granularity is None:
         changes.append({"recompute_activations": not p.recompute_activations})
     out = []
