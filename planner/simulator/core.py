@@ -99,13 +99,14 @@ def _pipelines(plan: Plan, ctx: SimContext, costs: list[list[ReplicaCosts]]
     S = plan.num_stages
     p2p, busy, pipes = [], [], []
     first: dict[tuple, int] = {}
+    crossings: dict = {}
     for j, m in enumerate(plan.microbatch_counts):
         key = tuple((st.replicas[j], ctx.replica_node_size(s, j, st.replicas[j].gpu_type))
                     for s, st in enumerate(plan.stages))
         k = first.setdefault(key, j)
         row = [costs[s][j] for s in range(S)]
         if k == j:
-            p2p.append(p2p_seconds(plan, ctx, j))
+            p2p.append(p2p_seconds(plan, ctx, j, crossings))
             busy.append(stage_busy_s(row, p2p[j], ctx))
         else:
             p2p.append(p2p[k])

@@ -60,13 +60,22 @@ def p2p_transfer_s(ctx: SimContext, a: Endpoint, b: Endpoint, tp_a: int, tp_b: i
     return 0.5 * (fwd + bwd)
 
 
-def p2p_seconds(plan: Plan, ctx: SimContext, j: int) -> list[float]:
-    """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j."""
+def p2p_seconds(plan: Plan, ctx: SimContext, j: int, seen: dict | None = None) -> list[float]:
+    """Transfer seconds of one activation (or its gradient) across each boundary of pipeline j. ``seen``: the
+    crossings of this plan timed so far (by both endpoints and TP degrees), shared by its pipelines."""
     nbytes = ctx.model.boundary_activation_bytes(plan.micro_batch_size, plan.bytes_per_element)
     reps = plan.pipeline(j)
     all_tp = sends_to_every_tp_rank(plan, ctx)
-    return [p2p_transfer_s(ctx, endpoint(ctx, b, j, reps[b]), endpoint(ctx, b + 1, j, reps[b + 1]),
-                           reps[b].tp, reps[b + 1].tp, nbytes, all_tp) for b in range(len(reps) - 1)]
+    seen = {} if seen is None else seen
+    out = []
+    for b in range(len(reps) - 1):
+        a, c = endpoint(ctx, b, j, reps[b]), endpoint(ctx, b + 1, j, reps[b + 1])
+        key = (a, c, reps[b].tp, reps[b + 1].tp)
+        t = seen.get(key)
+        if t is None:
+            t = seen[key] = p2p_transfer_s(ctx, a, c, reps[b].tp, reps[b + 1].tp, nbytes, all_tp)
+        out.append(t)
+    return out
 
 
 def _compute(costs: list[ReplicaCosts], ctx: SimContext) -> list[float]:
