@@ -43,7 +43,8 @@ ZONES = ("us-a", "us-b", "eu-b")
 def canon(x) -> str:
     """Type-and-repr form of a nested result: equal strings <=> equal values, bit for bit."""
     if isinstance(x, dict):
-        return "{" + ", ".join(f"{canon(k)}: {canon(v)}" for k, v in sorted(x.items(), key=lambda kv: repr(kv[0]))) + "}"
+        items = sorted(x.items(), key=lambda kv: repr(kv[0]))
+        return "{" + ", ".join(f"{canon(k)}: {canon(v)}" for k, v in items) + "}"
     if isinstance(x, (list, tuple)):
         return type(x).__name__ + "[" + ", ".join(canon(v) for v in x) + "]"
     return f"{type(x).__name__}:{x!r}"

@@ -176,8 +176,8 @@ def pipeline_s_of_m(levels, fill_s: float, n_mb: int) -> np.ndarray:
 # The array functions above, evaluated on plain lists of Python floats for one pipeline: the same IEEE double
 # operations in the same order as numpy performs them (its sum adds fewer than 8 values one after another from
 # 0.0 and pairs larger ones, so those go to numpy; np.maximum and np.minimum return the second value on a tie,
-# which only tells -0.0 from 0.0), hence the same floats, without numpy's per-call cost on a handful of
-# values. tests/planner/test_simulate_speed_s17s.py checks each against its array twin, bit for bit.
+# which only tells -0.0 from 0.0, and keep a nan), hence the same floats, without numpy's per-call cost on a
+# handful of values. tests/planner/test_simulate_speed_s17s.py checks each against its array twin, bit for bit.
 
 def sum_1d(values) -> float:
     """``float(np.sum(values))`` of a sequence of Python floats."""
@@ -197,7 +197,7 @@ def max_1d(values):
     it = iter(values)
     best = next(it)
     for v in it:
-        best = best if best > v else v
+        best = best if best > v or best != best else v          # numpy keeps a nan
     return best
 
 
@@ -208,7 +208,7 @@ def min_1d(values):
     it = iter(values)
     low = next(it)
     for v in it:
-        low = low if low < v else v
+        low = low if low < v or low != low else v
     return low
 
 
@@ -248,8 +248,8 @@ def period_levels_1d(busy_max: float, trips: list[float]) -> list[float]:
     acc = trips[-1]
     for i in range(s_num - 1):
         t = trips[s_num - 2 - i]
-        acc = acc if acc > t else t                         # running maximum from the last round trip
-        out[2 + i] = busy_max if busy_max > acc else acc
+        acc = acc if acc > t or acc != acc else t        # running maximum from the last round trip
+        out[2 + i] = busy_max if busy_max > acc or busy_max != busy_max else acc
     return out
 
 

@@ -24,7 +24,7 @@ from planner.simulator import stage as stage_mod
 
 
 def _values(rng: random.Random, n: int) -> list[float]:
-    pool = [0.0, -0.0, 1.5, 2.0, 1e-3]
+    pool = [0.0, -0.0, 1.5, 2.0, 1e-3, float("nan")] if rng.random() < 0.2 else [0.0, -0.0, 1.5, 2.0, 1e-3]
     return [rng.choice(pool) if rng.random() < 0.3 else rng.uniform(0, 3) * 10 ** rng.randint(-4, 1)
             for _ in range(n)]
 
@@ -47,8 +47,9 @@ def test_one_pipeline_twins_match_numpy_bit_for_bit():
         assert repr(F.fill_drain_s_1d(comp, p2p)) == repr(float(F.fill_drain_s(ca, pa)))
         many = _values(rng, rng.randint(0, 40))                   # numpy pairs the terms of 8 or more
         assert repr(F.sum_1d(many)) == repr(float(np.sum(np.array(many, dtype=float))))
-        ties = [rng.choice((0.0, -0.0, 1.0)) for _ in range(rng.randint(1, 9))]   # which of two equal values
-        for vals in (many, ties) if many else (ties,):                           # numpy keeps (-0.0 or 0.0)
+        # ties: which of two equal values numpy keeps (-0.0 or 0.0), and its nan
+        ties = [rng.choice((0.0, -0.0, 1.0, float("nan"))) for _ in range(rng.randint(1, 9))]
+        for vals in (many, ties) if many else (ties,):
             assert repr(F.max_1d(vals)) == repr(float(np.max(np.array(vals))))
             assert repr(F.min_1d(vals)) == repr(float(np.min(np.array(vals))))
 
@@ -73,7 +74,8 @@ def _neighbours(p: Plan) -> list[Plan]:
     changes = [{}, {"distributed_optimizer": not p.distributed_optimizer}, {"tie_embeddings": not p.tie_embeddings},
                {"precision": "bf16" if p.precision == "fp32" else "fp32"},
                {"micro_batch_size": 2 * p.micro_batch_size, "global_batch_size": 2 * p.global_batch_size},
-               {"stages": wider, "microbatches_per_pipeline": counts, "global_batch_size": p.micro_batch_size * sum(counts)}]
+               {"stages": wider, "microbatches_per_pipeline": counts,
+                "global_batch_size": p.micro_batch_size * sum(counts)}]
     if p.recompute_granularity is None:
         changes.append({"recompute_activations": not p.recompute_activations})
     out = []
