@@ -29,12 +29,13 @@ from itertools import combinations
 import numpy as np
 
 from planner.cluster import ClusterSpec
-from planner.search.chains import chain_units, score_cut
-from planner.search.chainseq import segment_splits
-from planner.search.chaintab import Linked
+from planner.search.chains import chain_units, score_chains, score_cut
+from planner.search.chainseq import segment_split_rows
+from planner.search.chaintab import Linked, StageTab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
 from planner.search.tasks import Tables
+from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
@@ -63,15 +64,16 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 return scored
             if not n_seg <= unit[0] <= REFINE_MAX_STAGES[n_seg]:
                 continue
-            got = _estimates(ctx, tables, unit, objective, n_seg)
+            kept = sorted(e[0] for e in found)[top - 1:top]      # an estimate above the top-th found cannot enter
+            got = _estimates(ctx, tables, unit, objective, n_seg, min([best.threshold()] + kept))
             if got is None:
                 continue
-            rows_of[ui], est, reps = got[:2], got[2], got[3]
+            rows_of[ui], est, reps, cols = got[:2], got[2], got[3], got[4]
             for f in np.argsort(est, axis=None, kind="stable")[:top]:
                 if not est.flat[f] <= best.threshold():      # (no p2p, no sync: mostly below the exact key)
                     break
                 *gs, k = np.unravel_index(f, est.shape)
-                found.append((float(est.flat[f]), ui, int(k), tuple(int(reps[g]) for g in gs)))
+                found.append((float(est.flat[f]), ui, int(cols[k]), tuple(int(reps[g]) for g in gs)))
         found.sort()
         by_split: dict[tuple[int, int], list[tuple[int, ...]]] = {}    # one table and one scoring per split
         for _, ui, k, groups in found[:top]:
@@ -85,36 +87,42 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             linked = Linked(ctx, cache, tables, grp, mbs, split, rc, d_cap, space.precision, dist)
             gs = np.array([[groups[i] for i in seg_of[k]] for groups in chains], dtype=np.int64)
             gs = gs[linked.tab.fits[gs, np.arange(s_num)].all(axis=1)]
-            if len(gs):
+            d_from = _first_d(ctx, linked.tab, grp, gs, n_mb, s_num, objective, late.threshold()) if len(gs) else 0
+            if d_from:
                 score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, late, stats, split[0], mbs, rc,
-                          cache, dist)
+                          cache, dist, d_from)
                 scored += len(gs)
         log.info("chain refinement, %d segments: %d units, %d estimates kept, %d scored so far", n_seg,
                  len(rows_of), len(found), scored)
     return scored
 
 
-def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K], the groups [R]) of one unit's
-    chains of ``n_seg`` segments: every cut, every segment split but the even one, group g_i on segment i,
-    the groups being one per (type, TP), the first zone's (the estimate has no p2p: the other zones' groups
-    are not refined; inf: equal adjacent groups, a stage that does not fit, no room in the pools, or outside
-    the objective's constraints). None: no such split."""
+def _split_rows(num_layers: int, s_num: int, n_seg: int, even: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(splits [K, S], segment of each stage [K, S]): every cut of ``s_num`` stages into ``n_seg`` segments and
+    every segment split of it but the even one (:func:`planner.search.chainseq.segment_split_rows`), cut by cut."""
+    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    rows, cut = segment_split_rows(num_layers, bounds)
+    keep = ~(rows == even).all(axis=1)
+    seg_of = (cuts[cut[keep], :, None] <= np.arange(s_num)[None, None, :]).sum(axis=1)
+    return rows[keep], seg_of
+
+
+def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int, cutoff: float = np.inf
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K'], the groups [R], the splits
+    estimated [K'] (rows of the splits)) of one unit's chains of ``n_seg`` segments: every cut, every segment
+    split but the even one, group g_i on segment i, the groups being one per (type, TP), the first zone's (the
+    estimate has no p2p: the other zones' groups are not refined; inf: equal adjacent groups, a stage that does
+    not fit, no room in the pools, or outside the objective's constraints). A split whose :func:`_split_floor`
+    (a lower bound on its every estimate) exceeds ``cutoff`` is left out (its estimates all exceed it). None:
+    no such split."""
     s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
-    rows, segs = [], []
-    stages = np.arange(s_num)
-    for cut in combinations(range(1, s_num), n_seg - 1):
-        seg_row = np.searchsorted(np.array(cut), stages, side="right")
-        for split in segment_splits(ctx.model.num_layers, (0,) + cut + (s_num,)):
-            if not np.array_equal(split, even):
-                rows.append(split[0])
-                segs.append(seg_row)
-    if not rows:
+    counts, seg_of = _split_rows(ctx.model.num_layers, s_num, n_seg, even)
+    if not len(counts):
         return None
-    counts, seg_of = np.array(rows, dtype=np.int64), np.array(segs, dtype=np.int64)
     reps = sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values())
-    n_g, n_k = len(reps), len(rows)
+    n_g, n_k = len(reps), len(counts)
     tp_r, pool_r, usd_r = grp.tp[reps], grp.pool[reps], grp.usd_per_s[reps]
     comp, upd = np.zeros((n_g, n_k, s_num)), np.zeros((n_g, n_k, s_num))
     dmin, fits = np.ones((n_g, n_k, s_num), dtype=np.int64), np.zeros((n_g, n_k, s_num), dtype=bool)
@@ -127,21 +135,25 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
             fits[r] = dmin[r] <= d_cap
         else:
             fits[r] = arr.memory_bytes <= tables.table(g, tp, mbs).usable_bytes
+    seg = []            # per segment: [G, K] largest, summed compute, slowest step, largest D min, fit, GPUs
+    for i in range(n_seg):
+        mask = seg_of == i                                              # [K, S]
+        seg.append((np.where(mask, comp, -np.inf).max(axis=2), np.where(mask, comp, 0.0).sum(axis=2),
+                    np.where(mask, upd, 0.0).max(axis=2), np.where(mask, dmin, 1).max(axis=2),
+                    np.where(mask, fits, True).all(axis=2), tp_r[:, None] * mask.sum(axis=1)[None, :]))
+    cols = np.nonzero(_split_floor(seg, grp.caps[pool_r], usd_r, n_mb, min(n_mb, d_cap), dist, objective)
+                      <= cutoff)[0]
+    if not len(cols):
+        return counts, seg_of, np.full([n_g] * n_seg + [0], np.inf), np.array(reps, dtype=np.int64), cols
     period = csum = step = dm = ok = units = usd = None
     pool_units: list = [0] * len(grp.caps)
     for i in range(n_seg):
-        mask = seg_of == i                                              # [K, S]
         shape = [1] * n_seg
         shape[i] = n_g
 
-        def put(x):         # [G, K] or [G, 1] -> axis i of the groups, the last of the splits
+        def put(x):         # [G, K'] or [G, 1] -> axis i of the groups, the last of the splits
             return x.reshape(shape + [x.shape[1]])
-        m = put(np.where(mask, comp, -np.inf).max(axis=2))
-        s = put(np.where(mask, comp, 0.0).sum(axis=2))
-        u = put(np.where(mask, upd, 0.0).max(axis=2))
-        d = put(np.where(mask, dmin, 1).max(axis=2))
-        f = put(np.where(mask, fits, True).all(axis=2))
-        n = put(tp_r[:, None] * mask.sum(axis=1)[None, :])           # GPUs of segment i
+        m, s, u, d, f, n = (put(x[:, cols]) for x in seg[i])
         if i == 0:
             period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(usd_r[:, None])
         else:
@@ -161,4 +173,52 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
     it = (-(-n_mb // dd) - 1) * period + csum + (step / dd if dist else step)
     cost, gpus = dd * usd * it, dd * units
     ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
-    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf), np.array(reps, dtype=np.int64)
+    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf), np.array(reps, dtype=np.int64), cols
+
+
+def _split_floor(seg, cap_r: np.ndarray, usd_r: np.ndarray, n_mb: int, d_top: int, dist: bool,
+                 objective: Objective) -> np.ndarray:
+    """[K]: a lower bound on every estimate of :func:`_estimates` of each split, each segment's group chosen on
+    its own (no adjacency, no shared pool). With dd <= D_i(g) = max(min(``d_top``, cap(g) // GPUs of segment
+    i on g), 1) for every segment i on group g: iteration >= max_i (ceil(N / D_i) - 1) x compute max_i + sum_i
+    compute sum_i + max_i step_i (/ D_i with the distributed optimizer), each term at least its minimum over the
+    groups that fit, and rounding is monotone (the same operations in the same order); dd x iteration >=
+    max(N x period, summed compute) (dd <= N, the period <= the summed compute), so dollars >= that times the
+    smallest rate of each segment (a 1e-9 margin for the other order of operations)."""
+    a_lb = t_lb = u_lb = usd_lb = per_lb = None
+    for m, s, u, _, f, n in seg:
+        d_i = np.maximum(np.minimum(d_top, cap_r[:, None] // n), 1)
+        a = np.where(f, (-(-n_mb // d_i) - 1) * m, np.inf).min(axis=0)
+        ss = np.where(f, s, np.inf).min(axis=0)
+        uu = np.where(f, u / d_i if dist else u, np.inf).min(axis=0)
+        rate = np.where(f, n * usd_r[:, None], np.inf).min(axis=0)
+        mm = np.where(f, m, np.inf).min(axis=0)
+        if a_lb is None:
+            a_lb, t_lb, u_lb, usd_lb, per_lb = a, ss, uu, rate, mm
+        else:
+            a_lb, t_lb, u_lb = np.maximum(a_lb, a), t_lb + ss, np.maximum(u_lb, uu)
+            usd_lb, per_lb = usd_lb + rate, np.maximum(per_lb, mm)
+    it = a_lb + t_lb + u_lb
+    with np.errstate(invalid="ignore"):
+        cost = usd_lb * np.maximum(n_mb * per_lb, t_lb) * (1 - 1e-9)
+    return np.where(np.isfinite(it) & np.isfinite(cost), objective.key(it, cost), np.inf)
+
+
+def _first_d(ctx: SimContext, tab: StageTab, grp, gs: np.ndarray, n_mb: int, s_num: int, objective: Objective,
+             threshold: float) -> int:
+    """The smallest D at which some chain of ``gs`` may still enter below ``threshold`` (0: none): per chain and
+    D, the key of :func:`planner.search.chains.iterate_d`'s iteration and dollars without the sync and the tied
+    all-reduce (both >= 0, added after these terms: rounding is monotone), i.e. a lower bound on its key; the
+    threshold only falls while the split is scored, so no D below it can push a plan."""
+    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    d = np.arange(1, int(sc.d_max.max(initial=0)) + 1)
+    m = -(-n_mb // d)
+    span = F.pipeline_s(m[None, :], sc.levels[:, np.minimum(m, s_num + 1) - 1], sc.fill[:, None])
+    upd = sc.upd[:, None] / d[None, :] if tab.param_bytes is not None else sc.upd[:, None]
+    with np.errstate(invalid="ignore"):
+        it = span + upd
+        cost = d[None, :] * sc.usd_per_s[:, None] * it + n_mb * sc.egress_per_mb[:, None]
+    ok = (sc.d_max[:, None] >= d[None, :]) & (sc.d_min[:, None] <= d[None, :]) & np.isfinite(sc.fill)[:, None]
+    key = np.where(ok & objective.allows(it, cost, d[None, :] * sc.gpus[:, None]), objective.key(it, cost), np.inf)
+    live = np.nonzero((key * (1 - 1e-12) <= threshold).any(axis=0))[0]
+    return int(d[live[0]]) if len(live) else 0
