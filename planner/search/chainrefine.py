@@ -30,7 +30,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.chains import chain_units, score_chains, score_cut
-from planner.search.chainseq import segment_split_rows
+from planner.search.chainseq import alive_pairs, chain_sequences, segment_split_rows
 from planner.search.chaintab import Linked, StageTab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
@@ -68,12 +68,11 @@ def refine_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
             got = _estimates(ctx, tables, unit, objective, n_seg, min([best.threshold()] + kept))
             if got is None:
                 continue
-            rows_of[ui], est, reps, cols = got[:2], got[2], got[3], got[4]
-            for f in np.argsort(est, axis=None, kind="stable")[:top]:
-                if not est.flat[f] <= best.threshold():      # (no p2p, no sync: mostly below the exact key)
+            rows_of[ui], (est, ks, groups) = got[:2], got[2:]
+            for e in range(min(top, len(est))):         # (no p2p, no sync: mostly below the exact key)
+                if not est[e] <= best.threshold():
                     break
-                *gs, k = np.unravel_index(f, est.shape)
-                found.append((float(est.flat[f]), ui, int(cols[k]), tuple(int(reps[g]) for g in gs)))
+                found.append((float(est[e]), ui, int(ks[e]), tuple(int(g) for g in groups[e])))
         found.sort()
         by_split: dict[tuple[int, int], list[tuple[int, ...]]] = {}    # one table and one scoring per split
         for _, ui, k, groups in found[:top]:
@@ -110,18 +109,20 @@ def _split_rows(num_layers: int, s_num: int, n_seg: int, even: np.ndarray) -> tu
 
 def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_seg: int, cutoff: float = np.inf
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(splits [K, S], segment of each stage [K, S], estimates [R] * n_seg + [K'], the groups [R], the splits
-    estimated [K'] (rows of the splits)) of one unit's chains of ``n_seg`` segments: every cut, every segment
-    split but the even one, group g_i on segment i, the groups being one per (type, TP), the first zone's (the
-    estimate has no p2p: the other zones' groups are not refined; inf: equal adjacent groups, a stage that does
-    not fit, no room in the pools, or outside the objective's constraints). A split whose :func:`_split_floor`
-    (a lower bound on its every estimate) exceeds ``cutoff`` is left out (its estimates all exceed it). None:
-    no such split."""
+    """(splits [K, S], segment of each stage [K, S], estimates [E], their splits [E] (rows of the splits), their
+    groups [E, n_seg]) of one unit's chains of ``n_seg`` segments whose estimate is at most ``cutoff``, in the
+    order (estimate, groups, split): every cut, every segment split but the even one, group g_i on segment i
+    (adjacent groups differ), the groups being one per (type, TP), the first zone's (the estimate has no p2p:
+    the other zones' groups are not refined). A chain is left out where a stage does not fit, the pools lack
+    room, the objective's constraints fail, or the estimate exceeds ``cutoff``; a (segment, group, split)
+    whose :func:`_segment_floors` exceeds ``cutoff`` is never combined (its every chain's estimate exceeds
+    it). None: no such split."""
     s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
     counts, seg_of = _split_rows(ctx.model.num_layers, s_num, n_seg, even)
     if not len(counts):
         return None
-    reps = sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values())
+    reps = np.array(sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values()),
+                    dtype=np.int64)
     n_g, n_k = len(reps), len(counts)
     tp_r, pool_r, usd_r = grp.tp[reps], grp.pool[reps], grp.usd_per_s[reps]
     comp, upd = np.zeros((n_g, n_k, s_num)), np.zeros((n_g, n_k, s_num))
@@ -141,67 +142,67 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
         seg.append((np.where(mask, comp, -np.inf).max(axis=2), np.where(mask, comp, 0.0).sum(axis=2),
                     np.where(mask, upd, 0.0).max(axis=2), np.where(mask, dmin, 1).max(axis=2),
                     np.where(mask, fits, True).all(axis=2), tp_r[:, None] * mask.sum(axis=1)[None, :]))
-    cols = np.nonzero(_split_floor(seg, grp.caps[pool_r], usd_r, n_mb, min(n_mb, d_cap), dist, objective)
-                      <= cutoff)[0]
-    if not len(cols):
-        return counts, seg_of, np.full([n_g] * n_seg + [0], np.inf), np.array(reps, dtype=np.int64), cols
+    floors = _segment_floors(seg, grp.caps[pool_r], usd_r, n_mb, min(n_mb, d_cap), dist, objective)
+    kk, qq = alive_pairs([(f <= cutoff).T for f in floors], n_g)       # chains (split, sequence), adjacent differ
+    gs = chain_sequences(n_g, n_seg)[qq]                                # [E, n_seg] indices into reps
     period = csum = step = dm = ok = units = usd = None
     pool_units: list = [0] * len(grp.caps)
-    for i in range(n_seg):
-        shape = [1] * n_seg
-        shape[i] = n_g
-
-        def put(x):         # [G, K'] or [G, 1] -> axis i of the groups, the last of the splits
-            return x.reshape(shape + [x.shape[1]])
-        m, s, u, d, f, n = (put(x[:, cols]) for x in seg[i])
+    for i in range(n_seg):          # the same operations, in the same order, as on the dense [G] * n + [K] grid
+        m, s, u, d, f, n = (x[gs[:, i], kk] for x in seg[i])
         if i == 0:
-            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * put(usd_r[:, None])
+            period, csum, step, dm, ok, units, usd = m, s, u, d, f, n, n * usd_r[gs[:, i]]
         else:
             period, csum, step, dm = np.maximum(period, m), csum + s, np.maximum(step, u), np.maximum(dm, d)
-            usd = usd + n * put(usd_r[:, None])
+            usd = usd + n * usd_r[gs[:, i]]
             units = units + n
-            adj = np.ones([1] * n_seg + [1], dtype=bool).repeat(n_g, axis=i - 1).repeat(n_g, axis=i)
-            adj &= ~np.eye(n_g, dtype=bool).reshape(adj.shape)
-            ok = ok & f & adj
+            ok = ok & f
         for p in range(len(grp.caps)):          # the chain's GPUs in each pool
-            pool_units[p] = pool_units[p] + np.where(put((pool_r == p)[:, None]), n, 0)
-    room = np.full(ok.shape, min(n_mb, d_cap), dtype=np.int64)
+            pool_units[p] = pool_units[p] + np.where(pool_r[gs[:, i]] == p, n, 0)
+    room = np.full(len(kk), min(n_mb, d_cap), dtype=np.int64)
     for p, cap in enumerate(grp.caps):
-        used = np.broadcast_to(pool_units[p], ok.shape)
+        used = np.broadcast_to(pool_units[p], room.shape)
         room = np.where(used > 0, np.minimum(room, cap // np.maximum(used, 1)), room)
     dd = np.maximum(room, 1)
     it = (-(-n_mb // dd) - 1) * period + csum + (step / dd if dist else step)
     cost, gpus = dd * usd * it, dd * units
     ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
-    return counts, seg_of, np.where(ok, objective.key(it, cost), np.inf), np.array(reps, dtype=np.int64), cols
+    est = np.where(ok, objective.key(it, cost), np.inf)
+    keep = np.nonzero(est <= cutoff)[0]
+    flat = np.ravel_multi_index(tuple(gs[keep].T) + (kk[keep],), [n_g] * n_seg + [n_k])
+    order = keep[np.lexsort((flat, est[keep]))]
+    return counts, seg_of, est[order], kk[order], reps[gs[order]]
 
 
-def _split_floor(seg, cap_r: np.ndarray, usd_r: np.ndarray, n_mb: int, d_top: int, dist: bool,
-                 objective: Objective) -> np.ndarray:
-    """[K]: a lower bound on every estimate of :func:`_estimates` of each split, each segment's group chosen on
-    its own (no adjacency, no shared pool). With dd <= D_i(g) = max(min(``d_top``, cap(g) // GPUs of segment
-    i on g), 1) for every segment i on group g: iteration >= max_i (ceil(N / D_i) - 1) x compute max_i + sum_i
-    compute sum_i + max_i step_i (/ D_i with the distributed optimizer), each term at least its minimum over the
-    groups that fit, and rounding is monotone (the same operations in the same order); dd x iteration >=
-    max(N x period, summed compute) (dd <= N, the period <= the summed compute), so dollars >= that times the
-    smallest rate of each segment (a 1e-9 margin for the other order of operations)."""
-    a_lb = t_lb = u_lb = usd_lb = per_lb = None
+def _segment_floors(seg, cap_r: np.ndarray, usd_r: np.ndarray, n_mb: int, d_top: int, dist: bool,
+                    objective: Objective) -> list[np.ndarray]:
+    """Per segment i, [G, K]: a lower bound on :func:`_estimates`' estimate of every chain of each split with
+    group g on segment i (inf where a stage of the segment does not fit), each other segment's group chosen
+    on its own (no adjacency, no shared pool). With dd <= D_j(g) = max(min(``d_top``, cap(g) // GPUs of
+    segment j on g), 1) for every segment j on group g: iteration >= max_j (ceil(N / D_j) - 1) x compute
+    max_j + sum_j compute sum_j + max_j step_j (/ D_j with the distributed optimizer), each term of another
+    segment at least its minimum over the groups that fit, and rounding is monotone (the same operations in
+    the same order); dd x iteration >= max(N x period, summed compute) (dd <= N, the period <= the summed
+    compute), so dollars >= that times the chain's rate (a 1e-9 margin for the other order of operations)."""
+    terms = []          # per segment: [G, K] each of (fill term, summed compute, step, rate, largest compute)
     for m, s, u, _, f, n in seg:
-        d_i = np.maximum(np.minimum(d_top, cap_r[:, None] // n), 1)
-        a = np.where(f, (-(-n_mb // d_i) - 1) * m, np.inf).min(axis=0)
-        ss = np.where(f, s, np.inf).min(axis=0)
-        uu = np.where(f, u / d_i if dist else u, np.inf).min(axis=0)
-        rate = np.where(f, n * usd_r[:, None], np.inf).min(axis=0)
-        mm = np.where(f, m, np.inf).min(axis=0)
-        if a_lb is None:
-            a_lb, t_lb, u_lb, usd_lb, per_lb = a, ss, uu, rate, mm
-        else:
-            a_lb, t_lb, u_lb = np.maximum(a_lb, a), t_lb + ss, np.maximum(u_lb, uu)
-            usd_lb, per_lb = usd_lb + rate, np.maximum(per_lb, mm)
-    it = a_lb + t_lb + u_lb
-    with np.errstate(invalid="ignore"):
-        cost = usd_lb * np.maximum(n_mb * per_lb, t_lb) * (1 - 1e-9)
-    return np.where(np.isfinite(it) & np.isfinite(cost), objective.key(it, cost), np.inf)
+        d_j = np.maximum(np.minimum(d_top, cap_r[:, None] // n), 1)
+        terms.append(tuple(np.where(f, x, np.inf) for x in ((-(-n_mb // d_j) - 1) * m, s, u / d_j if dist else u,
+                                                            n * usd_r[:, None], m)))
+    low = [tuple(x.min(axis=0)[None, :] for x in t) for t in terms]
+    out = []
+    for i in range(len(seg)):
+        a = t = u = rate = per = None
+        for j in range(len(seg)):
+            fa, fs, fu, fr, fm = terms[j] if j == i else low[j]
+            if a is None:
+                a, t, u, rate, per = fa, fs, fu, fr, fm
+            else:
+                a, t, u, rate, per = np.maximum(a, fa), t + fs, np.maximum(u, fu), rate + fr, np.maximum(per, fm)
+        it = a + t + u
+        with np.errstate(invalid="ignore"):
+            cost = rate * np.maximum(n_mb * per, t) * (1 - 1e-9)
+        out.append(np.where(np.isfinite(it) & np.isfinite(cost), objective.key(it, cost), np.inf))
+    return out
 
 
 def _first_d(ctx: SimContext, tab: StageTab, grp, gs: np.ndarray, n_mb: int, s_num: int, objective: Objective,
