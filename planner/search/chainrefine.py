@@ -114,7 +114,8 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
     order (estimate, groups, split): every cut, every segment split but the even one, group g_i on segment i
     (adjacent groups differ), the groups being one per (type, TP), the first zone's (the estimate has no p2p:
     the other zones' groups are not refined). A chain is left out where a stage does not fit, the pools lack
-    room, the objective's constraints fail, or the estimate exceeds ``cutoff``; a (segment, group, split)
+    room, the objective's constraints fail (estimate inf; session 16 kept those when the top-K was not full),
+    or the estimate exceeds ``cutoff``; a (segment, group, split)
     whose :func:`_segment_floors` exceeds ``cutoff`` is never combined (its every chain's estimate exceeds
     it). None: no such split."""
     s_num, even, mbs, n_mb, grp, d_cap, rc, dist = unit
@@ -167,7 +168,7 @@ def _estimates(ctx: SimContext, tables: Tables, unit, objective: Objective, n_se
     cost, gpus = dd * usd * it, dd * units
     ok = ok & (room >= np.maximum(dm, 1)) & objective.allows(it, cost, gpus)
     est = np.where(ok, objective.key(it, cost), np.inf)
-    keep = np.nonzero(est <= cutoff)[0]
+    keep = np.nonzero(np.isfinite(est) & (est <= cutoff))[0]
     flat = np.ravel_multi_index(tuple(gs[keep].T) + (kk[keep],), [n_g] * n_seg + [n_k])
     order = keep[np.lexsort((flat, est[keep]))]
     return counts, seg_of, est[order], kk[order], reps[gs[order]]
