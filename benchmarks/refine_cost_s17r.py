@@ -39,11 +39,12 @@ def _types(st) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", type=Path, default=None, help="another checkout, run both ways too")
     ap.add_argument("--sailor-data", required=True)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--before", type=Path, default=None, help="another checkout, run with --chain-splits refine")
-    ap.add_argument("--only", help="run setups whose name contains this")
-    ap.add_argument("--skip", default="4 types", help="leave out setups whose name contains this")
+    for flag, default, what in (("--runs", 3, "processes per setup and arm"),
+                                ("--only", None, "run setups whose name contains this"),
+                                ("--skip", "4 types", "leave out setups whose name contains this")):
+        ap.add_argument(flag, default=default, type=type(default) if default is not None else str, help=what)
     args = ap.parse_args(argv)
     sailor = str(Path(args.sailor_data).resolve())
     chosen = [st for st in setups() if _types(st) >= 2 and (not args.only or args.only in st.name)
