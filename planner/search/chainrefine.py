@@ -11,10 +11,13 @@ clusters of two or more GPU types:
    estimate from :meth:`planner.search.tasks.Tables.raw_arrays` (all splits of a unit in one call per group):
    the makespan at the largest D the pools allow, (ceil(N / D) - 1) x the slowest stage + the summed compute,
    plus the optimizer step, no p2p and no sync (a ranking, not a bound); estimates above the search's
-   threshold are dropped;
+   threshold, or above the ``top``-th estimate held, are dropped, most before they are computed: a
+   (segment, group, split) whose :func:`_segment_floors` (a lower bound on every such estimate) exceeds that
+   cutoff is never combined (session 17; the same estimates kept, in the same order);
 2. *score*: the ``top`` best estimates per segment count are scored exactly by the chain search's own path
    (:func:`planner.search.chains.score_cut`: every D, the request's objective and constraints, every stage's
-   fit) and pushed into the search's top-K as *late* candidates, so a refined plan replaces the plan found only
+   fit; from the first D at which a chain's key without the sync can reach the threshold, :func:`_first_d`)
+   and pushed into the search's top-K as *late* candidates, so a refined plan replaces the plan found only
    when its key is strictly better (ties go to the plans of the declared space).
 
 The result is never worse than the exact search's; it is not exact over the segment-split space (longer

@@ -1,6 +1,8 @@
 """Segment-split refinement of chain plans (docs/PLANNER.md 2.7, ``chain_splits == "refine"``): never worse than
 the even split's search, every refined plan scored as ``simulate`` scores it, on small cases the best segment
-split of the refined chain's shape by brute force, Fig8b 32+96's better chain found; the flag checked."""
+split of the refined chain's shape by brute force, Fig8b 32+96's better chain found; the flag checked. Session 17
+(s17r): the pruned estimates equal every chain's estimate written with loops, and the first D scored skips no D
+that could push a plan."""
 from __future__ import annotations
 
 import sys
