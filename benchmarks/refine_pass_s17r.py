@@ -30,11 +30,11 @@ def main() -> int:
     ap.add_argument("--only", action="append", help="setup name prefix (repeatable)")
     args = ap.parse_args()
     sys.path[:0] = [str(args.tree.resolve()), str(ROOT / "benchmarks")]
-    from planner_bound import _context
-    from planner_vs_sailor import setups
-    from planner import api
+    from planner import api     # first: the helpers below put this tree on the path, the tree's package stays
     import planner.search.chainrefine as cr
     from planner.search import Objective
+    from planner_bound import _context
+    from planner_vs_sailor import setups
     spent: list[tuple[float, int]] = []
     inner = cr.refine_chains
 
@@ -44,7 +44,7 @@ def main() -> int:
         spent.append((time.process_time() - t0, n))
         return n
     cr.refine_chains = timed        # engine imports it from the module at each call
-    print(f"planner from {args.tree.resolve()}; load average (1 min) {os.getloadavg()[0]:.1f}")
+    print(f"planner from {Path(cr.__file__).resolve().parents[2]}; load average (1 min) {os.getloadavg()[0]:.1f}")
     print(f"{'setup':24} {'plan cpu s':>10} {'pass cpu s':>10} {'scored':>6} {'key':>10}")
     passes = []
     for st in setups():
