@@ -20,7 +20,9 @@ shows ``timeout>N s`` and no ratio.
 Sailor's published numbers (its own simulator) are printed for reference only.
 
 Usage: python benchmarks/planner_vs_sailor.py --sailor-data ../shared/data/sailor [--only NAME] [--skip NAME]
-       [--time-limit S] [--strict]
+       [--time-limit S] [--strict] [--chain-splits even|segment|refine]
+``--chain-splits`` is passed to (c)'s sailor-plan only (default: not passed, the CLI's default, Sailor's even
+split); with it the table gains a ``(c) splits`` column (the comparators keep Sailor's even split).
 Exit status: 0 when every process ran (the summary line says which setups miss a goal; wall-time goals depend
 on the machine's load); with ``--strict``, 1 when any setup misses its quality or time goal.
 Progress goes to stderr, one line per process; the table and one summary line to stdout.
@@ -114,12 +116,14 @@ def _peak_rss_mib(stderr: str) -> float | None:
     return None
 
 
-def run_plan(st: Setup, data: str, planner: str, limit_s: float, search_limit: str | None = None
-             ) -> tuple[dict | None, float, float, str]:
+def run_plan(st: Setup, data: str, planner: str, limit_s: float, search_limit: str | None = None,
+             chain_splits: str | None = None) -> tuple[dict | None, float, float, str]:
     """(report or None, wall seconds, CPU seconds, status) of one whole sailor-plan process; the report gains
-    ``peak_rss_mib``. ``search_limit``: its ``--time-limit-s`` (None: the CLI's default)."""
+    ``peak_rss_mib``. ``search_limit``: its ``--time-limit-s`` (None: the CLI's default); ``chain_splits``: its
+    ``--chain-splits`` (None: not passed)."""
     source = ["--gbs", str(st.builtin_gbs)] if st.builtin_gbs else ["--sailor-data", data]
     limit = [] if search_limit is None else ["--time-limit-s", search_limit]
+    limit += [] if chain_splits is None else ["--chain-splits", chain_splits]
     cmd = [sys.executable, "-c", _RSS_WRAPPER, *source, "--model", st.model, "--gpus", st.gpus,
            "--objective", st.objective, "--json", "--no-comparator", "--planner", planner, *limit, *st.extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -190,7 +194,8 @@ def run_setup(st: Setup, args, idx: str) -> dict:
     # the comparators run without a search time limit (they either finish or hit the process timeout and
     # say so); ours runs with the CLI's default --time-limit-s and reports whether its search finished
     for planner, reps, lim in (("grid", 1, "none"), ("sailor-space", 1, "none"), ("ours", max(1, args.repeat), None)):
-        runs = [run_plan(st, args.sailor_data, planner, args.time_limit, lim) for _ in range(reps)]
+        splits = args.chain_splits if planner == "ours" else None
+        runs = [run_plan(st, args.sailor_data, planner, args.time_limit, lim, splits) for _ in range(reps)]
         rep, wall, cpu, status = min(runs, key=lambda r: r[1])
         out[planner] = (rep, wall, cpu, status)
         sys.stderr.write(f"[{idx}] {st.name}: {planner} {status} in {wall:.1f} s\n")
@@ -237,6 +242,9 @@ def main() -> int:
                     help="runs of ours per setup; the fastest wall time counts (other processes share the cores)")
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per sailor-plan process")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a setup misses its quality or time goal")
+    from planner.search.space import CHAIN_SPLITS
+    ap.add_argument("--chain-splits", choices=CHAIN_SPLITS, default=None,
+                    help="passed to (c)'s sailor-plan (default: not passed; docs/PLANNER.md 2.7)")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -247,13 +255,13 @@ def main() -> int:
                     "homogeneous pipelines or chain plans (a lower bound on (b)), (c) ours (' c': a chain plan); Sailor it/s: its paper (its simulator)")
     for col in ("setup", "Sailor it/s", "(a) it/s", "(b') it/s", "(b') SxD", "(c) it/s", "(c) $/it",
                 "(c) S/mbs/GPUs", "(c) MFU", "c/a", "c/b'", "(a) s", "(b') s", "(c) s", "(c) cpu s", "(c) RSS MiB",
-                "(c) search", "goal s", "ok"):
+                "(c) search", "goal s", "ok") + (("(c) splits",) if args.chain_splits else ()):
         t.add_column(col, justify="right")
     fails, het = [], []
     for i, st in enumerate(chosen):
         res = run_setup(st, args, f"{i + 1}/{len(chosen)}")
         cells, info = _row(st, res)
-        t.add_row(*cells)
+        t.add_row(*cells, *([args.chain_splits] if args.chain_splits else []))
         if not (info["ok_q"] and info["ok_t"]):
             fails.append(st.name)
         if st.hetero and info["r_b"] is not None:

@@ -220,15 +220,15 @@ def chain_lower_keys(sc: ChainScores, n_mb: int, s_num: int, objective: Objectiv
 
 def iterate_d(ctx: SimContext, sc: ChainScores, tab: StageTab, n_mb: int, s_num: int, objective: Objective,
               uniform: bool, tied: tuple[TiedSync, list[tuple[str, str, int]]] | None = None,
-              threshold=None):
-    """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from 1 to the largest D max.
+              threshold=None, d_from: int = 1):
+    """Yield (D, chain indices, iteration s, cost USD, GPUs, keys) for every D from ``d_from`` to the largest D max.
     ``tied``: (the memo, the group names) when the plans tie their embeddings. ``threshold`` (a callable,
     read once per D): a chain whose key without the tied all-reduce (>= 0 seconds and dollars added, every
     key and constraint non-decreasing in both) is above it gets key inf without pricing that all-reduce."""
     st = np.arange(s_num)
     slack = np.cumsum(tab.bwd[sc.gs, st], axis=1) - tab.bwd[sc.gs, st]        # backward of the stages before
     pbytes = tab.param_bytes
-    for d in range(1, int(sc.d_max.max(initial=0)) + 1):
+    for d in range(max(1, d_from), int(sc.d_max.max(initial=0)) + 1):
         sel = np.nonzero((sc.d_max >= d) & (sc.d_min <= d))[0]
         if len(sel) == 0 and (sc.d_max >= d).any():
             continue
@@ -354,9 +354,10 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
 
 
 def score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best, stats, layers, mbs, rc, cache,
-              dist=False) -> None:
-    """Score chains ``gs`` ([C, S] groups; every stage fits) of one split (``layers``) at every D and push each D's
-    best ``best.k`` under the threshold into ``best`` (the search's path; also :mod:`planner.search.chainrefine`)."""
+              dist=False, d_from: int = 1) -> None:
+    """Score chains ``gs`` ([C, S] groups; every stage fits) of one split (``layers``) at every D (from ``d_from``)
+    and push each D's best ``best.k`` under the threshold into ``best`` (the search's path; also
+    :mod:`planner.search.chainrefine`)."""
     sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
     lb = chain_lower_keys(sc, n_mb, s_num, objective, dist)
     keep = np.nonzero(np.isfinite(lb) & (lb <= best.threshold()))[0]
@@ -366,7 +367,7 @@ def score_cut(ctx, linked: Linked, grp, gs, n_mb, s_num, objective, space, best,
     sc = ChainScores(*(getattr(sc, f)[keep] for f in ChainScores.__dataclass_fields__))
     tied = (cache.tied, grp.names) if space.tie_embeddings else None
     for d, sel, it, cost, gpus, keys in iterate_d(ctx, sc, linked.full(), n_mb, s_num, objective,
-                                                  space.uniform_microbatches, tied, best.threshold):
+                                                  space.uniform_microbatches, tied, best.threshold, d_from):
         if dist and d == 1 and False in chain_dist_options(space, ctx.settings.sharded_collective_scale):
             continue        # one pipeline: the same plan as without the distributed optimizer (searched too)
         stats.chains_exact += len(sel)

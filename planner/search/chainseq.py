@@ -66,22 +66,29 @@ def segment_splits(num_layers: int, bounds: tuple[int, ...]):
     """Every *segment split* of a cut (docs/PLANNER.md 1.1): ``bounds`` = (0, b_1, .., S) delimit the segments;
     each segment gets its own layer total (at least its stage count, the totals summing to ``num_layers``),
     split evenly over its stages with the extra layers on its last stages. Yields [1, S] int64 arrays, the
-    totals in lexicographic order."""
-    sizes = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+    totals in lexicographic order (the rows of :func:`segment_split_rows`)."""
+    rows, _ = segment_split_rows(num_layers, np.array([bounds], dtype=np.int64))
+    for k in range(len(rows)):
+        yield rows[k:k + 1]
 
-    def totals(i: int, left: int):
-        if i == len(sizes) - 1:
-            yield (left,)
-            return
-        for t in range(sizes[i], left - sum(sizes[i + 1:]) + 1):
-            for rest in totals(i + 1, left - t):
-                yield (t,) + rest
 
-    if num_layers < sum(sizes):
-        return
-    for tot in totals(0, num_layers):
-        row = []
-        for n, t in zip(sizes, tot):
-            q, r = divmod(t, n)
-            row += [q] * (n - r) + [q + 1] * r
-        yield np.array([row], dtype=np.int64)
+def segment_split_rows(num_layers: int, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([R, S] int64 splits, [R] the cut of each): every segment split (:func:`segment_splits`) of every cut
+    ``bounds`` ([C, segments + 1], rows (0, b_1, .., S)), cut by cut in the rows' order, each cut's splits in
+    :func:`segment_splits`' order; built with array operations (the totals grow one segment at a time, each
+    partial row repeated once per total of the next segment, ascending)."""
+    sizes = np.diff(bounds, axis=1)                                     # [C, n]
+    n_seg, s_num = sizes.shape[1], int(bounds[0, -1]) if len(bounds) else 0
+    cut = np.arange(len(bounds))[sizes.sum(axis=1) <= num_layers]
+    tot = np.zeros((len(cut), 0), dtype=np.int64)
+    for i in range(n_seg - 1):
+        hi = num_layers - tot.sum(axis=1) - sizes[cut, i + 1:].sum(axis=1)   # segment i's largest total
+        n = hi - sizes[cut, i] + 1
+        t = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(sizes[cut, i], n)
+        tot, cut = np.column_stack([np.repeat(tot, n, axis=0), t]), np.repeat(cut, n)
+    tot = np.column_stack([tot, num_layers - tot.sum(axis=1)])
+    stages = np.arange(s_num)
+    seg = (bounds[cut, 1:-1, None] <= stages[None, None, :]).sum(axis=1)            # [R, S] segment of each stage
+    size, lo = np.take_along_axis(sizes[cut], seg, 1), np.take_along_axis(bounds[cut], seg, 1)
+    q, r = np.divmod(np.take_along_axis(tot, seg, 1), size)
+    return (q + (stages[None, :] - lo >= size - r)).astype(np.int64), cut

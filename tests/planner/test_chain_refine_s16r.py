@@ -1,11 +1,15 @@
 """Segment-split refinement of chain plans (docs/PLANNER.md 2.7, ``chain_splits == "refine"``): never worse than
 the even split's search, every refined plan scored as ``simulate`` scores it, on small cases the best segment
-split of the refined chain's shape by brute force, Fig8b 32+96's better chain found; the flag checked."""
+split of the refined chain's shape by brute force, Fig8b 32+96's better chain found; the flag checked. Session 17
+(s17r): the pruned estimates equal every chain's estimate written with loops, and the first D scored skips no D
+that could push a plan."""
 from __future__ import annotations
 
 import sys
+from itertools import product
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from planner.cluster import parse_gpus
@@ -103,3 +107,125 @@ def test_chain_splits_flag_one_list_and_defaults(capsys):
     assert main(["--model", "opt-350m", "--gpus", f"{A}@z=2", "--gbs", "4", "--chain-splits", "refined"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--chain-splits" in err[0] and "'refined'" in err[0]
+
+
+# --- session 17 (s17r): the refinement's pruning (split floors, sparse estimates, first D) -------------------
+
+def _unit_cases():
+    """(ctx, tables, unit, objective) of seeded small clusters with two GPU types: every chain unit of S <= 4."""
+    from planner.search.chains import chain_units
+    from planner.search.tasks import cluster_options
+    for seed in (5, 23, 25, 29, 0, 3):
+        ctx, cluster, gbs, objective, dist = _case(seed)
+        if len({p.gpu_type for p in cluster.pools}) < 2:
+            continue
+        space = SearchSpace(**dict(KW, max_stages=4, distributed_optimizer=dist))
+        tables = Tables(ctx, space)
+        for unit in chain_units(ctx, cluster, cluster_options(ctx, cluster, space), gbs, space):
+            yield ctx, tables, unit, objective
+
+
+def _estimate_by_hand(tables, unit, objective, split, seg, groups) -> float:
+    """:func:`chainrefine._estimates`' estimate of one chain written with loops: group groups[i] (a group
+    index) on segment i of ``split`` ([S] layers, ``seg`` [S] its stages' segments)."""
+    import math
+    s_num, _, mbs, n_mb, grp, d_cap, rc, dist = unit
+    counts = np.array([split], dtype=np.int64)
+    comp, upd, dmin, fits, gpu, usd = [], [], [], [], 0, 0.0
+    used: dict[int, int] = {}
+    for s in range(s_num):
+        gi = groups[seg[s]]
+        g, _, tp = grp.names[gi]
+        arr = tables.raw_arrays(g, tp, mbs, counts, rc)
+        comp.append(float(arr.compute_s[0, s]))
+        upd.append(float(arr.update_s[0, s]))
+        if dist:
+            dmin.append(int(tables.dist_dmin(g, tp, mbs, s_num, rc, 1, counts, per_stage=True)[0, s]))
+            fits.append(dmin[-1] <= d_cap)
+        else:
+            dmin.append(1)
+            fits.append(bool(arr.memory_bytes[0, s] <= tables.table(g, tp, mbs).usable_bytes))
+        gpu += tp
+        usd += tp * float(grp.usd_per_s[gi])
+        used[int(grp.pool[gi])] = used.get(int(grp.pool[gi]), 0) + tp
+    room = min([n_mb, d_cap] + [int(grp.caps[p]) // u for p, u in used.items()])
+    dd = max(room, 1)
+    it = (math.ceil(n_mb / dd) - 1) * max(comp) + sum(comp) + (max(upd) / dd if dist else max(upd))
+    cost = dd * usd * it
+    if not (all(fits) and room >= max(dmin) and objective.allows(it, cost, dd * gpu)):
+        return float("inf")
+    return float(objective.key(it, cost))
+
+
+def test_refine_estimates_pruned_equal_every_chain_by_hand():
+    """``_estimates`` with a cutoff (none, and between the 3rd and 4th, and the 12th and 13th distinct finite
+    estimates of the unit) returns exactly the chains whose estimate, written with loops over every split
+    of every cut (listed by hand), every sequence of one group per (type, TP) with adjacent groups different,
+    is at most the cutoff: the same estimates (to 1e-12), ordered by estimate; the split floors and the
+    (segment, group) floors drop no chain that enters. Seeded small clusters, two and three segments."""
+    from itertools import combinations
+    from planner.search.chainrefine import _estimates
+    checked = 0
+    for ctx, tables, unit, objective in _unit_cases():
+        s_num, even, _, _, grp, *_ = unit
+        L = ctx.model.num_layers
+        reps = sorted({(g, tp): gi for gi, (g, _, tp) in reversed(list(enumerate(grp.names)))}.values())
+        for n_seg in range(2, min(3, s_num) + 1):
+            hand = {}
+            for cut in combinations(range(1, s_num), n_seg - 1):
+                bounds = (0,) + cut + (s_num,)
+                seg = [sum(b <= s for b in cut) for s in range(s_num)]
+                runs = [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+                for split in _splits_by_hand(L, runs):
+                    if split == tuple(int(x) for x in even[0]):
+                        continue
+                    for groups in product(reps, repeat=n_seg):
+                        if any(a == b for a, b in zip(groups, groups[1:])):
+                            continue
+                        e = _estimate_by_hand(tables, unit, objective, split, seg, groups)
+                        if np.isfinite(e):      # a chain: its split and its group per stage
+                            hand[(split, tuple(groups[i] for i in seg))] = e
+            values = sorted(set(hand.values()))
+            cutoffs = [np.inf] + [(values[i] + values[i + 1]) / 2 for i in (2, 11) if i + 1 < len(values)]
+            for cutoff in cutoffs:
+                got = _estimates(ctx, tables, unit, objective, n_seg, cutoff)
+                want = {k: v for k, v in hand.items() if v <= cutoff}
+                if got is None:
+                    assert not want
+                    continue
+                counts, seg_of, est, ks, groups = got
+                pairs = {(tuple(int(x) for x in counts[k]), tuple(int(gr[i]) for i in seg_of[k])): e
+                         for e, k, gr in zip(est, ks, groups)}
+                assert len(pairs) == len(est) and set(pairs) == set(want)
+                assert all(pairs[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+                assert list(est) == sorted(est)
+                checked += len(want)
+    assert checked > 100
+
+
+def test_refine_first_d_skips_no_pushable_d():
+    """``_first_d``: on the chains the refinement scores in seeded small cases, at every D below the first D it
+    returns, every chain's exact key (:func:`planner.search.chains.iterate_d`, sync and all) is above the
+    threshold given; at that D some chain's key without the sync is at most it (checked through the keys:
+    the exact key >= that bound)."""
+    from planner.search.chainrefine import _first_d
+    from planner.search.chains import iterate_d, score_chains
+    from planner.search.chaintab import Linked
+    checked = 0
+    for ctx, tables, unit, objective in _unit_cases():
+        s_num, counts, mbs, n_mb, grp, d_cap, rc, dist = unit
+        linked = Linked(ctx, LinkCache(ctx), tables, grp, mbs, counts, rc, d_cap, tables.space.precision,
+                        dist)
+        seqs = [np.array(q) for q in product(range(len(grp.names)), repeat=s_num)]
+        gs = np.array([q for q in seqs if linked.tab.fits[q, np.arange(s_num)].all()], dtype=np.int64)
+        if not len(gs):
+            continue
+        sc = score_chains(ctx, linked.tab, grp, gs, n_mb)
+        keys = {d: k for d, _, _, _, _, k in iterate_d(ctx, sc, linked.full(), n_mb, s_num, objective, False)}
+        finite = sorted({float(x) for k in keys.values() for x in k if np.isfinite(x)})
+        for thr in finite[::max(1, len(finite) // 5)]:
+            d_from = _first_d(ctx, linked.tab, grp, gs, n_mb, s_num, objective, thr)
+            assert all(not (k <= thr).any() for d, k in keys.items() if d < (d_from or np.inf))
+            assert d_from >= 1      # thr is some chain's exact key: its bound is at most it
+            checked += 1
+    assert checked > 10
