@@ -66,6 +66,7 @@ EDITS = st.lists(st.tuples(st.sampled_from(PATHS), st.sampled_from(["set", "dele
 
 
 def _apply(doc, path, how, value):
+    value = copy.deepcopy(value)     # VALUES' objects are shared by every example: never insert (then mutate) them
     *parents, leaf = path.split(".")
     cur = doc
     for p in parents:

@@ -185,7 +185,7 @@ def mock_rows(seed: int, count: int) -> torch.Tensor:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("arch", ["gpt2", "opt"])
+@pytest.mark.parametrize("arch", ["gpt2"])     # OPT: test_opt_checkpoint_gives_hf_logits_on_one_rank (CI time)
 def test_train_hf_model_under_heterogeneous_plan_and_back(arch: str, tmp_path: Path) -> None:
     src = make_hf(arch, tmp_path / "hf", seed=3)
     ckpt = tmp_path / "ckpt"
@@ -225,3 +225,16 @@ def test_train_hf_model_under_heterogeneous_plan_and_back(arch: str, tmp_path: P
     assert sorted(ours) == sorted(again)
     for name in ours:
         assert torch.equal(ours[name]["param"], again[name]["param"]), name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_opt_checkpoint_gives_hf_logits_on_one_rank(tmp_path: Path) -> None:
+    """OPT's own conversion (learned positions, ReLU, its train-with flags) gives HF's logits under megatron-core;
+    the heterogeneous-plan training round trip runs on GPT-2 above, the same runtime path."""
+    src = make_hf("opt", tmp_path / "hf", seed=3)
+    ckpt = tmp_path / "ckpt"
+    code, out, err = convert("from-hf", str(src), "--out", str(ckpt), "--make-vocab-size-divisible-by", "8")
+    assert code == 0 and "tied embeddings" in out, err
+    probe = mock_rows(99, 4)[:, :-1]
+    assert_logits_equal(our_logits(ckpt, probe, tmp_path), hf_logits(src, probe))
