@@ -285,7 +285,9 @@ def main_args(argv: list[str] | None = None, resume_gc: Callable[[], None] = lam
 
 
 def main(argv: list[str] | None = None) -> int:
+    from planner.blasthreads import one_blas_thread
     from planner.gcpause import paused
+    one_blas_thread()              # before numpy is imported (planner/blasthreads.py)
     with paused() as resume:       # no collections while modules and inputs load (planner/gcpause.py)
         return run_cli(lambda a: main_args(a, resume), argv)
 

@@ -97,16 +97,19 @@ def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | Non
 
 
 def _profile_source(root: Path, sname: str) -> dict[str, Any]:
-    """{gpu: {mbs: {tp: {layer_id: [f, b, u]}}}}, profiles_tmp.json first, planner copies as fallback."""
+    """{gpu: {mbs: {tp: {layer_id: [f, b, u]}}}}, profiles_tmp.json first, planner copies as fallback.
+
+    A planner copy is read only for a GPU type profiles_tmp.json lacks (the file it would be replaced by wins
+    anyway); the keys keep their order: the planner copies' GPU types (sorted), then profiles_tmp.json's others."""
+    tmp = root / "Planner" / "simulations" / "profiles_tmp.json"
+    preferred: dict[str, Any] = _json(tmp).get(sname, {}) if tmp.is_file() else {}
     out: dict[str, Any] = {}
     pdir = root / "Planner" / "sailor_planner" / "profiles" / sname
     if pdir.is_dir():
         for gdir in sorted(pdir.iterdir()):
             if (gdir / "profile.json").is_file():
-                out[gdir.name] = _json(gdir / "profile.json")
-    tmp = root / "Planner" / "simulations" / "profiles_tmp.json"
-    if tmp.is_file():
-        out.update(_json(tmp).get(sname, {}))
+                out[gdir.name] = preferred[gdir.name] if gdir.name in preferred else _json(gdir / "profile.json")
+    out.update(preferred)
     if not out:
         raise InputError(f"no profiles for model '{sname}'", source=str(tmp))
     return out
