@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'phase':20} " + "  ".join(f"{tag:>16}" for tag, _ in trees))
     totals = {tag: 0.0 for tag, _ in trees}
     for p in PHASES:
-        print(f"{p:20} " + "  ".join(f"{statistics.median(res[t][p]):>8.0f} ({min(res[t][p]):>5.0f})" for t, _ in trees))
+        print(f"{p:20} " + "  ".join(f"{statistics.median(res[t][p]):>8.0f} ({min(res[t][p]):>5.0f})"
+                                     for t, _ in trees))
         if p != "of it dataclasses":
             for t, _ in trees:
                 totals[t] += statistics.median(res[t][p])

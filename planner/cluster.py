@@ -27,6 +27,8 @@ from planner.schema.parse import MAX_GPUS
 
 @dataclass(frozen=True)
 class Pool:
+    """``count`` GPUs of ``gpu_type`` in ``zone``, ``gpus_per_node`` to a node."""
+
     gpu_type: str
     zone: str
     count: int
@@ -46,6 +48,8 @@ class Pool:
 
 @dataclass(frozen=True)
 class ClusterSpec:
+    """The GPU pools a plan may use (one per GPU type and zone)."""
+
     pools: tuple[Pool, ...]
 
     def __post_init__(self) -> None:

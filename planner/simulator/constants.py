@@ -23,6 +23,8 @@ ENV_VAR = "SAILOR_RUNTIME_CONSTANTS"
 
 @dataclass(frozen=True)
 class RuntimeConstants:
+    """The measured constants of the megatron-sailor runtime preset, from one runtime constants file."""
+
     source: str
     machine: str
     per_microbatch_overhead_s: float

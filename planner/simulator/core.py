@@ -17,6 +17,8 @@ from planner.simulator.time import (SyncCost, p2p_seconds, pipeline_seconds, sen
 
 @dataclass(frozen=True)
 class StageEstimate:
+    """One pipeline stage of an :class:`Estimate`."""
+
     stage: int
     first_layer: int
     num_layers: int
@@ -42,6 +44,8 @@ class StageEstimate:
 
 @dataclass(frozen=True)
 class Estimate:
+    """What :func:`simulate` predicts for a plan: time, throughput, memory, cost, per stage."""
+
     iteration_time_s: float
     throughput_iters_per_s: float
     tokens_per_s: float

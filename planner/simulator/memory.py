@@ -24,6 +24,8 @@ from planner.simulator.stage import MEMO_MAX, ReplicaCosts
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
+    """One GPU's peak memory, by kind (:func:`replica_memory`)."""
+
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float

@@ -23,6 +23,8 @@ from planner.simulator.stage import ReplicaCosts
 
 @dataclass(frozen=True)
 class SyncCost:
+    """One gradient synchronisation (a stage's or the tied embeddings'): seconds, cross-zone bytes, mode."""
+
     time_s: float
     cross_zone_bytes: dict[tuple[str, str], float]   # (src zone, dst zone) -> bytes per iteration
     mode: str

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _blas_var_after_main(env_value: str | None) -> list[str]:
     code = ("import os, sys; from planner import cli_plan\n"
-            "rc = cli_plan.main(['--model', 'tiny', '--gpus', 'A100-40@us-central1-a=2', '--json', '--no-comparator'])\n"
+            "rc = cli_plan.main(['--model', 'tiny', '--gpus', 'A100-40@us-central1-a=2', '--json',"
+            " '--no-comparator'])\n"
             "print(rc, os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if env_value is not None:
