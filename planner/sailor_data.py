@@ -99,7 +99,7 @@ def _model_spec(root: Path, sname: str, llm: dict) -> tuple[ModelSpec, int | Non
 def _profile_source(root: Path, sname: str) -> dict[str, Any]:
     """{gpu: {mbs: {tp: {layer_id: [f, b, u]}}}}, profiles_tmp.json first, planner copies as fallback.
 
-    A planner copy is read only for a GPU type profiles_tmp.json lacks (the file it would be replaced by wins
+    A planner copy is read only for a GPU type profiles_tmp.json lacks (that file's entry would replace it
     anyway); the keys keep their order: the planner copies' GPU types (sorted), then profiles_tmp.json's others."""
     tmp = root / "Planner" / "simulations" / "profiles_tmp.json"
     preferred: dict[str, Any] = _json(tmp).get(sname, {}) if tmp.is_file() else {}
