@@ -27,6 +27,18 @@ def caps_for(cluster: ClusterSpec, g: str, tp: int, s_num: int) -> tuple[tuple[s
     return out
 
 
+_DMAX: dict[tuple, tuple[ClusterSpec, int]] = {}
+
+
 def task_dmax(cluster: ClusterSpec, combo, s_num: int, n_mb: int) -> int:
-    """The largest total pipeline count of any row of a task: its pools' capacity, at most N."""
-    return int(min(n_mb, sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))))
+    """The largest total pipeline count of any row of a task: its pools' capacity, at most N. Memoised as
+    :func:`caps_for` (the task bounds ask it of every combo many times)."""
+    key = (id(cluster), combo, s_num, n_mb)
+    hit = _DMAX.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_DMAX) > 65536:
+        _DMAX.clear()
+    out = int(min(n_mb, sum(c for g, t in combo for _, c in caps_for(cluster, g, t, s_num))))
+    _DMAX[key] = (cluster, out)
+    return out
