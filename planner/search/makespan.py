@@ -43,18 +43,36 @@ def relaxed_lower_bound(D: np.ndarray, M: np.ndarray, F: np.ndarray, n: int) -> 
 
 
 def min_makespan(D: np.ndarray, T: list[np.ndarray], n: int) -> np.ndarray:
-    """Exact smallest makespan per row (inf where the rows' pipelines cannot take n micro-batches)."""
+    """Exact smallest makespan per row (inf where the rows' pipelines cannot take n micro-batches).
+
+    The bisection only asks :func:`capacity` at breakpoints ``bps[i]``, so each class's count of times within
+    ``bps[i]`` is looked up in a per-class table of :func:`_count_le` at every breakpoint (the same integers,
+    one gather per column instead of a binary search per row), with each column and its used mask taken once."""
     bps = sorted_unique(np.concatenate(T))
     r = D.shape[0]
+    cols = [np.ascontiguousarray(D[:, j]) for j in range(len(T))]
+    used = [c > 0 for c in cols]
+    counts = [_count_le(tp, bps) for tp in T]           # [len(bps)] per class
+    empty = [c < 1 for c in counts]
+
+    def enough(i: np.ndarray) -> np.ndarray:
+        """``capacity(bps[i], D, T) >= n``."""
+        total = np.zeros(len(i), dtype=np.int64)
+        bad = np.zeros(len(i), dtype=bool)
+        for c, u, cnt, e in zip(cols, used, counts, empty):
+            bad |= u & e.take(i)
+            total += c * cnt.take(i)
+        return np.where(bad, -1, total) >= n
+
     lo = np.zeros(r, dtype=np.int64)
     hi = np.full(r, len(bps) - 1, dtype=np.int64)
-    ok_top = capacity(bps[hi], D, T) >= n
+    ok_top = enough(hi)
     while True:
         active = lo < hi
         if not np.any(active):
             break
         mid = (lo + hi) // 2
-        good = capacity(bps[mid], D, T) >= n
+        good = enough(mid)
         hi = np.where(active & good, mid, hi)
         lo = np.where(active & ~good, mid + 1, lo)
     return np.where(ok_top & (int_row_sum(D) <= n), bps[lo], np.inf)

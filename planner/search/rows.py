@@ -107,12 +107,16 @@ def unique_first(key: np.ndarray, max_size: int = 1 << 22) -> tuple[np.ndarray, 
     if not 0 < size <= min(max_size, 8 * len(key) + 4096) or int(key.min()) < 0:
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.reshape(-1)
-    first = np.full(size, len(key), dtype=np.int64)
-    np.minimum.at(first, key, np.arange(len(key), dtype=np.int64))
-    present = np.nonzero(first < len(key))[0]
-    rank = np.full(size, -1, dtype=np.int64)
-    rank[present] = np.arange(len(present))
-    return first[present], rank[key]
+    # one table, first the first occurrence of each key, then (present keys only, the only ones read) its rank:
+    # int32 where the row count allows (a quarter of two int64 tables: fresh memory costs more than the work)
+    n = len(key)
+    dt = np.int32 if n < np.iinfo(np.int32).max else np.int64
+    table = np.full(size, n, dtype=dt)
+    np.minimum.at(table, key, np.arange(n, dtype=dt))
+    present = np.nonzero(table < n)[0]
+    first = table[present].astype(np.int64)
+    table[present] = np.arange(len(present), dtype=dt)
+    return first, table[key].astype(np.int64)
 
 
 def product_chunks(options: list[np.ndarray], max_total: int, chunk: int = 400_000):

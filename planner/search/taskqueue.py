@@ -34,11 +34,12 @@ class TaskQueue:
         self.units = unit_bounds(ctx, cluster, tables, options, gbs, objective, space)
         self._tasks: dict[int, list[Task]] = {}
         self._floors: dict[int, list[float]] = {}
+        self._built = 0         # tasks built so far (the engine reads it at every step: kept, not summed)
 
     @property
     def built(self) -> int:
         """Tasks built so far."""
-        return sum(len(t) for t in self._tasks.values())
+        return self._built
 
     def live_units(self) -> int:
         """Units with a finite bound."""
@@ -55,6 +56,7 @@ class TaskQueue:
         if order not in self._tasks:
             u: Unit = self.units[order]
             self._tasks[order] = unit_tasks(*self.args, u.num_stages, u.mbs, u.recompute, u.dist)
+            self._built += len(self._tasks[order])
             ctx, cluster, tables, _, gbs, objective, _ = self.args
             self._floors[order] = task_floors(ctx, cluster, tables, self._tasks[order], gbs, objective)
         return self._tasks[order]
