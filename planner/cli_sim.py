@@ -128,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def entry() -> int:
-    return run_cli(main)
+def entry(argv: list[str] | None = None) -> int:
+    from planner.blasthreads import one_blas_thread
+    one_blas_thread()              # before numpy is imported (planner/blasthreads.py)
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

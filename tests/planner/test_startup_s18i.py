@@ -1,4 +1,4 @@
-"""Session 18 start-up cuts (helper s18i): sailor-plan asks for one OpenBLAS thread before numpy loads (a user's
+"""Session 18 start-up cuts (helper s18i): sailor-plan and sailor-sim ask for one OpenBLAS thread before numpy loads (a user's
 value kept), and the Sailor importer reads a planner profile copy only for GPU types profiles_tmp.json lacks,
 giving the dict (keys in the same order) that reading every copy and then profiles_tmp.json gave."""
 import json
@@ -15,10 +15,14 @@ from planner.sailor_data import SAILOR_MODELS, _json, _profile_source, _root
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _blas_var_after_main(env_value: str | None) -> list[str]:
-    code = ("import os, sys; from planner import cli_plan\n"
-            "rc = cli_plan.main(['--model', 'tiny', '--gpus', 'A100-40@us-central1-a=2', '--json',"
-            " '--no-comparator'])\n"
+_PLAN_CALL = ("cli_plan.main(['--model', 'tiny', '--gpus', 'A100-40@us-central1-a=2', '--json',"
+              " '--no-comparator'])")
+_SIM_CALL = "cli_sim.entry(['examples/plans/opt350m_hetero.json', '--json'])"
+
+
+def _blas_var_after_main(env_value: str | None, call: str = _PLAN_CALL) -> list[str]:
+    code = ("import os, sys; from planner import cli_plan, cli_sim\n"
+            f"rc = {call}\n"
             "print(rc, os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if env_value is not None:
@@ -32,6 +36,11 @@ def _blas_var_after_main(env_value: str | None) -> list[str]:
 def test_sailor_plan_asks_for_one_blas_thread_and_keeps_a_users_choice():
     assert _blas_var_after_main(None) == ["0", "1", "True"]
     assert _blas_var_after_main("3") == ["0", "3", "True"]
+
+
+def test_sailor_sim_asks_for_one_blas_thread_and_keeps_a_users_choice():
+    assert _blas_var_after_main(None, _SIM_CALL) == ["0", "1", "True"]
+    assert _blas_var_after_main("2", _SIM_CALL) == ["0", "2", "True"]
 
 
 def _reference(root: Path, sname: str) -> dict:
