@@ -44,7 +44,6 @@ def main() -> None:
     ap.add_argument("--gpus", default=FIG10_5X80)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    import numpy  # noqa: F401  (loaded before the clocks start)
     import planner.search.netvec as nv
     if not nv.__file__.startswith(str(ROOT)):
         sys.exit(f"planner loaded from {nv.__file__}, not from {ROOT}")
