@@ -260,33 +260,49 @@ class _Rings:
         phases (:func:`F.ring_halves_s`). Each link's ring time is the simulator's expression on the same
         numbers and a maximum is exact, so the result is the simulator's (as exactly as :func:`link_time` is
         :meth:`Link.checked_time_s`; inf where it would refuse a size on any of the ring's links)."""
-        pairs = sorted({q for r in ranks for q in r})
-        out = np.zeros(len(inv))
-        if not pairs:
-            return out
-        live = n > 1
-        nn = np.maximum(n, 1)
+        return self.rings([(ranks, n, halves)], inv, nbytes, param)[0]
+
+    def rings(self, calls: list[tuple[list[dict], np.ndarray, tuple[int, int]]], inv: np.ndarray,
+              nbytes: np.ndarray, param: np.ndarray | None = None) -> list[np.ndarray]:
+        """:meth:`ring` of every (ranks, n, halves) of ``calls`` on the same rows and sizes (a sync's flat ring,
+        the rings inside each zone and the leaders' ring), each link's times computed in one :func:`link_time`
+        call over the rows of every call that holds it: :func:`link_time` is element-wise, so a concatenation
+        gives every element the time of one call per ring, and a maximum is exact in any order."""
+        outs = [np.zeros(len(inv)) for _ in calls]
         # pairs on links of equal parameters give a row equal times (elementwise in the row's sizes): one
         # computation over the rows holding any of them, maxed in once (a maximum is exact in any order)
-        by_link: dict[tuple, tuple[Link, list[tuple[int, int]]]] = {}
-        for q in pairs:
-            lk = self.link(q)
-            by_link.setdefault(link_params(lk), (lk, []))[1].append(q)
-        for lk, qs in by_link.values():
-            sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
-                   np.array([any(q in r for q in qs) for r in ranks]))[inv] & live
-            if not np.any(sel):
+        by_link: dict[tuple, tuple[Link, dict[int, list[tuple[int, int]]]]] = {}
+        for ci, (ranks, _, _) in enumerate(calls):
+            for q in sorted({q for r in ranks for q in r}):
+                lk = self.link(q)
+                by_link.setdefault(link_params(lk), (lk, {}))[1].setdefault(ci, []).append(q)
+        for lk, per_call in by_link.values():
+            parts = []      # (call, selected rows, their member counts)
+            for ci, qs in per_call.items():
+                ranks, n, _ = calls[ci]
+                sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
+                       np.array([any(q in r for q in qs) for r in ranks]))[inv] & (n > 1)
+                if np.any(sel):
+                    parts.append((ci, sel, np.maximum(n, 1)[sel]))
+            if not parts:
                 continue
-            n_sel = nn[sel]
-            if param is None:
-                t = F.ring_s(n_sel, link_time(lk, nbytes[sel] / n_sel))
-            else:   # both chunks in one link_time call (elementwise: the same times as two calls)
-                k = int(np.count_nonzero(sel))
-                tgp = link_time(lk, np.concatenate([nbytes[sel] / n_sel, param[sel] / n_sel]))
-                t = F.ring_halves_s(n_sel, halves[0], tgp[:k], halves[1], tgp[k:],
-                                    self.cache.ctx.settings.sharded_collective_scale)
-            out[sel] = np.maximum(out[sel], t)
-        return out
+            chunks = [nbytes[sel] / n_sel for _, sel, n_sel in parts]
+            if param is not None:   # both chunks in one link_time call (elementwise: the same times as two calls)
+                chunks += [param[sel] / n_sel for _, sel, n_sel in parts]
+            times = link_time(lk, chunks[0] if len(chunks) == 1 else np.concatenate(chunks))
+            at, k = 0, sum(len(n_sel) for _, _, n_sel in parts)
+            for ci, sel, n_sel in parts:
+                tg = times[at:at + len(n_sel)]
+                if param is None:
+                    t = F.ring_s(n_sel, tg)
+                else:
+                    halves = calls[ci][2]
+                    t = F.ring_halves_s(n_sel, halves[0], tg, halves[1], times[k + at:k + at + len(n_sel)],
+                                        self.cache.ctx.settings.sharded_collective_scale)
+                at += len(n_sel)
+                out = outs[ci]
+                out[sel] = np.maximum(out[sel], t)
+        return outs
 
 
 def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray, grad_bytes: np.ndarray,
@@ -365,29 +381,30 @@ def _sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nda
 def _sync_conc(ctx: SimContext, ch: _Rings, pats: list[_Pattern], inv: np.ndarray, D: np.ndarray, d: np.ndarray,
                grad: np.ndarray, full: np.ndarray, param: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    flat = ch.ring([p.flat for p in pats], inv, d, grad, param)
     nz = np.array([p.n_zones for p in pats])[inv]
     price = np.array([p.egress_usd_per_byte for p in pats])[inv]
     per_edge_flat = F.ring_edge_bytes(d, full)
     multi = nz > 1
     if not np.any(multi) or ctx.settings.grad_sync == "flat":
+        flat = ch.ring([p.flat for p in pats], inv, d, grad, param)
         return (np.where(d > 1, flat, 0.0), np.where(multi & (d > 1), per_edge_flat * price, 0.0),
                 np.zeros(len(d), dtype=bool))
-    inner = np.zeros(len(d))
     zmax = max(p.n_zones for p in pats)
+    calls = [([p.flat for p in pats], d, (1, 1))]     # the flat ring, the rings inside each zone, the leaders'
     for zi in range(zmax):
         ranks = [p.zones[zi][1] if zi < p.n_zones else {} for p in pats]
         w = np.zeros((len(pats), D.shape[1]))
         for k, p in enumerate(pats):
             if zi < p.n_zones:
                 w[k, p.zones[zi][0]] = 1.0
-        members = (D * w[inv]).sum(axis=1)
-        if param is None:
-            t_in = F.zone_reduce_broadcast_s(ch.ring(ranks, inv, members, grad))
-        else:       # reduce-scatter + gather of gradients, broadcast of the updated parameters
-            t_in = ch.ring(ranks, inv, members, grad, param, (2, 1))
-        inner = np.maximum(inner, t_in)
-    cross = ch.ring([p.leaders for p in pats], inv, nz, grad, param)
+        # the distributed optimizer's inner rings: reduce-scatter + gather of gradients, broadcast of the
+        # updated parameters
+        calls.append((ranks, (D * w[inv]).sum(axis=1), (2, 1)))
+    calls.append(([p.leaders for p in pats], nz, (1, 1)))
+    flat, *t_zones, cross = ch.rings(calls, inv, grad, param)      # one link_time pass per link (_Rings.rings)
+    inner = np.zeros(len(d))
+    for t_in in t_zones:
+        inner = np.maximum(inner, F.zone_reduce_broadcast_s(t_in) if param is None else t_in)
     hier = inner + cross
     use_flat = (flat < hier) if ctx.settings.grad_sync == "auto" else np.zeros(len(d), dtype=bool)
     use_flat = use_flat | ~multi
