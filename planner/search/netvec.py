@@ -397,8 +397,8 @@ def _sync_conc(ctx: SimContext, ch: _Rings, pats: list[_Pattern], inv: np.ndarra
         for k, p in enumerate(pats):
             if zi < p.n_zones:
                 w[k, p.zones[zi][0]] = 1.0
-        # the distributed optimizer's inner rings: reduce-scatter + gather of gradients, broadcast of the
-        # updated parameters
+        # halves (2, 1) are read only with ``param`` (the distributed optimizer's inner rings: reduce-scatter +
+        # gather of gradients, broadcast of the updated parameters); without it a zone's ring is timed plainly
         calls.append((ranks, (D * w[inv]).sum(axis=1), (2, 1)))
     calls.append(([p.leaders for p in pats], nz, (1, 1)))
     flat, *t_zones, cross = ch.rings(calls, inv, grad, param)      # one link_time pass per link (_Rings.rings)
