@@ -1,0 +1,128 @@
+"""What two (or more) TP degrees for one GPU type in pool plans can gain (issue 13; docs/PLANNER.md section 10).
+
+For N random small clusters (seeded: 1-2 GPU types, 1-2 zones, 2-16 GPUs per pool, GBS 8/16/32, up to 3
+stages (OPT-350: 2), micro-batch 1 or 2, TP 1/2/4, no recomputation, no distributed optimizer) it scores, all
+with ``simulate``: the search's plan (``plan_search`` over the same options, chain plans included: "ours"), the
+best pool plan with one TP per GPU type and free per-zone counts ("1-TP") and the best pool plan with up to
+``--max-tps`` TP degrees per type ("k-TP"), both by the independent brute force of
+``tests/planner/two_tp_pools_s19t.py``. ``1-TP/k`` = 1-TP / k-TP (the gain of the extra TP degrees alone, one
+enumeration); ``ratio`` = ours / k-TP on the objective's key (iteration seconds for throughput, $/iteration for
+cost): above 1 where a plan outside the declared space wins (counted when the k-TP plan uses two TP degrees for
+a type). Two model contexts: the brute-force tests' analytic model (``bf``) and, when the Sailor data folder is
+there, OPT-350 on Sailor's profiles and fitted network (``opt350``). A table, then one summary line.
+
+    python benchmarks/two_tp_pools_s19t.py [--clusters 24] [--seed 0] [--max-tps 2] [--objectives throughput,cost]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.cluster import parse_gpus  # noqa: E402
+from planner.hardware import GPUCatalog  # noqa: E402
+from planner.search import Objective, SearchSpace, build_plan, plan_search  # noqa: E402
+from planner.simulator import simulate  # noqa: E402
+from planner.simulator.settings import OURS, SimContext  # noqa: E402
+from tests.planner.test_planner_bruteforce import bf_ctx  # noqa: E402
+from tests.planner.two_tp_pools_s19t import best_pool_plan, shape, tps_per_type  # noqa: E402
+
+SAILOR_DIR = Path(os.environ.get("SAILOR_DATA", ROOT.parent / "shared" / "data" / "sailor"))
+BF_TYPES = ("A100-40", "V100-16", "GH-96", "A100-80", "H100-80")
+OPT_TYPES = ("A100-40", "V100-16")
+OPT_ZONES = ("us-central1-a", "us-central1-b")
+MBS, TPS = (1, 2), (1, 2, 4)
+INF = float("inf")
+MAX_STAGES = {"bf": 3, "opt350": 2}     # OPT-350's 24 layers: 253 splits at S = 3 (too slow for the run's budget)
+
+
+def opt350_ctx() -> SimContext | None:
+    if not (SAILOR_DIR / "sailor" / "Planner").is_dir():
+        return None
+    from planner.sailor_data import load_sailor_data
+    sd = load_sailor_data(SAILOR_DIR, "OPT-350")
+    return SimContext(sd.model, sd.profiles, sd.network, GPUCatalog(), OURS, dict(sd.gpus_per_node))
+
+
+def random_cluster(rng: random.Random, types, zones) -> str:
+    """1-2 types, 1-2 zones, every (type, zone) of them a pool of 2-16 GPUs (a zone may miss a type)."""
+    ts = rng.sample(types, rng.randint(1, 2))
+    zs = list(zones[:rng.randint(1, 2)])
+    pools = [f"{g}@{z}={rng.randint(2, 16)}" for g in ts for z in zs if len(zs) == 1 or rng.random() < 0.8]
+    return ",".join(pools or [f"{ts[0]}@{zs[0]}={rng.randint(2, 16)}"])
+
+
+def search_key(ctx, cluster, gbs, objective, max_stages: int) -> tuple[float, str]:
+    space = SearchSpace(max_stages=max_stages, mbs_options=MBS, tp_options=TPS, recompute=(False,),
+                        distributed_optimizer=(False,))
+    best = plan_search(ctx, cluster, gbs, objective, space).best
+    if best is None:
+        return float("inf"), "-"
+    plan = build_plan(best, ctx.model.num_layers, gbs, None)
+    est = simulate(plan, ctx)
+    return objective.key(est.iteration_time_s, est.cost_per_iteration_usd), shape(plan)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clusters", type=int, default=24, help="random clusters per model context")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-tps", type=int, default=2, help="TP degrees per GPU type in the brute force")
+    ap.add_argument("--objectives", default="throughput,cost")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    contexts = [("bf", bf_ctx()[0], BF_TYPES, ("us-a", "us-b"))]
+    opt = opt350_ctx()
+    if opt is not None:
+        contexts.append(("opt350", opt, OPT_TYPES, OPT_ZONES))
+    kinds = [k for k in args.objectives.split(",") if k]
+    t0 = time.process_time()
+    rows, wins, top, n, gain, structs = [], 0, (1.0, ""), 0, 1.0, [0, 0]
+    for name, ctx, types, zones in contexts:
+        for _ in range(args.clusters):
+            gpus = random_cluster(rng, types, zones)
+            gbs = rng.choice([8, 16, 32])
+            cluster = parse_gpus(gpus, ctx.catalog)
+            memo: dict = {}
+            S = MAX_STAGES[name]
+            for kind in kinds:
+                objective = Objective(kind)
+                c0 = time.process_time()
+                ours, ours_shape = search_key(ctx, cluster, gbs, objective, S)
+                one = best_pool_plan(ctx, cluster, gbs, objective, S, MBS, TPS, max_tps=1, memo=memo)
+                many = best_pool_plan(ctx, cluster, gbs, objective, S, MBS, TPS, max_tps=args.max_tps,
+                                      memo=memo)
+                cpu = time.process_time() - c0
+                ratio = ours / many.key if many.key < INF else 1.0
+                multi = many.plan is not None and any(len(t) > 1 for t in tps_per_type(many.plan).values())
+                win = ratio > 1 + 1e-9 and multi
+                n += 1
+                wins += win
+                structs[0] += one.structures
+                structs[1] += many.structures
+                gain = max(gain, one.key / many.key if many.key < INF else 1.0)
+                if win and ratio > top[0]:
+                    top = (ratio, f"{name} {gpus} GBS {gbs} {kind}")
+                rows.append((name, gpus, gbs, kind, ours, one.key, many.key, ratio, many.scored, cpu,
+                             shape(many.plan) if win else "", ours_shape if win else ""))
+    print(f"{'model':<7} {'cluster':<62} {'GBS':>4} {'objective':<10} {'ours':>12} {'1-TP':>12} "
+          f"{f'{args.max_tps}-TP':>12} {'1-TP/k':>9} {'ratio':>9} {'scored':>7} {'CPU s':>6}  winner (k-TP) | ours")
+    for name, gpus, gbs, kind, o, a, b, r, sc, cpu, w, s in rows:
+        alone = a / b if b < INF else 1.0
+        print(f"{name:<7} {gpus:<62} {gbs:>4} {kind:<10} {o:>12.6g} {a:>12.6g} {b:>12.6g} {alone:>9.6f} {r:>9.6f}"
+              f" {sc:>7} {cpu:>6.1f}  {w + ' | ' + s if w else ''}")
+    print(f"{args.max_tps} TP degrees per type win on {wins} of {n} (cluster, objective) cases; largest ratio "
+          f"{top[0]:.6f}x ({top[1] or 'none'}); largest 1-TP/k {gain:.6f}x; pool-plan structures "
+          f"{structs[1]:,} with {args.max_tps} TP against {structs[0]:,} with one "
+          f"({structs[1] / max(structs[0], 1):.1f}x); {time.process_time() - t0:.1f} CPU s; seed {args.seed}, "
+          f"S <= {MAX_STAGES}, mbs {MBS}, TP {TPS}")
+
+
+if __name__ == "__main__":
+    main()
