@@ -1,6 +1,7 @@
 """What two (or more) TP degrees for one GPU type in pool plans can gain (issue 13; docs/PLANNER.md section 10).
 
-For N random small clusters (seeded: 1-2 GPU types, 1-2 zones, 2-16 GPUs per pool, GBS 8/16/32, up to 3
+For N random small clusters (seeded: 1-2 GPU types, 1-2 zones, 2-12 GPUs per pool, GBS 8/16/32 (more than
+two pools: 2-8 GPUs, GBS 8/16), up to 3
 stages (OPT-350: 2), micro-batch 1 or 2, TP 1/2/4, no recomputation, no distributed optimizer) it scores, all
 with ``simulate``: the search's plan (``plan_search`` over the same options, chain plans included: "ours"), the
 best pool plan with one TP per GPU type and free per-zone counts ("1-TP") and the best pool plan with up to
@@ -11,7 +12,7 @@ cost): above 1 where a plan outside the declared space wins (counted when the k-
 a type). Two model contexts: the brute-force tests' analytic model (``bf``) and, when the Sailor data folder is
 there, OPT-350 on Sailor's profiles and fitted network (``opt350``). A table, then one summary line.
 
-    python benchmarks/two_tp_pools_s19t.py [--clusters 24] [--seed 0] [--max-tps 2] [--objectives throughput,cost]
+    python benchmarks/two_tp_pools_s19t.py [--clusters 40] [--seed 0] [--max-tps 2] [--objectives throughput,cost]
 """
 from __future__ import annotations
 
@@ -50,12 +51,15 @@ def opt350_ctx() -> SimContext | None:
     return SimContext(sd.model, sd.profiles, sd.network, GPUCatalog(), OURS, dict(sd.gpus_per_node))
 
 
-def random_cluster(rng: random.Random, types, zones) -> str:
-    """1-2 types, 1-2 zones, every (type, zone) of them a pool of 2-16 GPUs (a zone may miss a type)."""
+def random_cluster(rng: random.Random, types, zones) -> tuple[str, int]:
+    """(cluster, GBS): 1-2 types, 1-2 zones, every (type, zone) of them a pool with probability 0.8 (at least
+    one pool); 2-12 GPUs per pool and GBS 8, 16 or 32 with up to two pools, 2-8 GPUs and GBS 8 or 16 with more
+    (the brute force's structures grow as the product of the pools' count vectors)."""
     ts = rng.sample(types, rng.randint(1, 2))
     zs = list(zones[:rng.randint(1, 2)])
-    pools = [f"{g}@{z}={rng.randint(2, 16)}" for g in ts for z in zs if len(zs) == 1 or rng.random() < 0.8]
-    return ",".join(pools or [f"{ts[0]}@{zs[0]}={rng.randint(2, 16)}"])
+    pools = [(g, z) for g in ts for z in zs if len(zs) == 1 or rng.random() < 0.8] or [(ts[0], zs[0])]
+    top, batches = (12, [8, 16, 32]) if len(pools) <= 2 else (8, [8, 16])
+    return ",".join(f"{g}@{z}={rng.randint(2, top)}" for g, z in pools), rng.choice(batches)
 
 
 def search_key(ctx, cluster, gbs, objective, max_stages: int) -> tuple[float, str]:
@@ -71,7 +75,7 @@ def search_key(ctx, cluster, gbs, objective, max_stages: int) -> tuple[float, st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clusters", type=int, default=24, help="random clusters per model context")
+    ap.add_argument("--clusters", type=int, default=40, help="random clusters per model context")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tps", type=int, default=2, help="TP degrees per GPU type in the brute force")
     ap.add_argument("--objectives", default="throughput,cost")
@@ -83,11 +87,13 @@ def main() -> None:
         contexts.append(("opt350", opt, OPT_TYPES, OPT_ZONES))
     kinds = [k for k in args.objectives.split(",") if k]
     t0 = time.process_time()
-    rows, wins, top, n, gain, structs = [], 0, (1.0, ""), 0, 1.0, [0, 0]
+    print(f"{'model':<7} {'cluster':<62} {'GBS':>4} {'objective':<10} {'ours':>12} {'1-TP':>12} "
+          f"{f'{args.max_tps}-TP':>12} {'1-TP/k':>9} {'ratio':>9} {'scored':>7} {'CPU s':>6}  winner (k-TP) | ours",
+          flush=True)
+    wins, top, n, gain, structs = 0, (1.0, ""), 0, 1.0, [0, 0]
     for name, ctx, types, zones in contexts:
         for _ in range(args.clusters):
-            gpus = random_cluster(rng, types, zones)
-            gbs = rng.choice([8, 16, 32])
+            gpus, gbs = random_cluster(rng, types, zones)
             cluster = parse_gpus(gpus, ctx.catalog)
             memo: dict = {}
             S = MAX_STAGES[name]
@@ -106,17 +112,13 @@ def main() -> None:
                 wins += win
                 structs[0] += one.structures
                 structs[1] += many.structures
-                gain = max(gain, one.key / many.key if many.key < INF else 1.0)
                 if win and ratio > top[0]:
                     top = (ratio, f"{name} {gpus} GBS {gbs} {kind}")
-                rows.append((name, gpus, gbs, kind, ours, one.key, many.key, ratio, many.scored, cpu,
-                             shape(many.plan) if win else "", ours_shape if win else ""))
-    print(f"{'model':<7} {'cluster':<62} {'GBS':>4} {'objective':<10} {'ours':>12} {'1-TP':>12} "
-          f"{f'{args.max_tps}-TP':>12} {'1-TP/k':>9} {'ratio':>9} {'scored':>7} {'CPU s':>6}  winner (k-TP) | ours")
-    for name, gpus, gbs, kind, o, a, b, r, sc, cpu, w, s in rows:
-        alone = a / b if b < INF else 1.0
-        print(f"{name:<7} {gpus:<62} {gbs:>4} {kind:<10} {o:>12.6g} {a:>12.6g} {b:>12.6g} {alone:>9.6f} {r:>9.6f}"
-              f" {sc:>7} {cpu:>6.1f}  {w + ' | ' + s if w else ''}")
+                alone = one.key / many.key if many.key < INF else 1.0
+                gain = max(gain, alone)
+                note = f"{shape(many.plan)} | {ours_shape}" if win else ""
+                print(f"{name:<7} {gpus:<62} {gbs:>4} {kind:<10} {ours:>12.6g} {one.key:>12.6g} {many.key:>12.6g}"
+                      f" {alone:>9.6f} {ratio:>9.6f} {many.scored:>7} {cpu:>6.1f}  {note}", flush=True)
     print(f"{args.max_tps} TP degrees per type win on {wins} of {n} (cluster, objective) cases; largest ratio "
           f"{top[0]:.6f}x ({top[1] or 'none'}); largest 1-TP/k {gain:.6f}x; pool-plan structures "
           f"{structs[1]:,} with {args.max_tps} TP against {structs[0]:,} with one "

@@ -78,9 +78,13 @@ def test_least_makespan_counts_is_the_least_over_every_count_vector():
         d, n = rng.randint(1, 4), rng.randint(1, 9)
         tables = []
         for _ in range(d):
-            steps = [rng.choice([0.0, 0.5, 1.0, 1.3]) for _ in range(n)]
-            tables.append([sum(steps[:m + 1]) + rng.choice([0.2, 1.0]) for m in range(n)])
-        got = least_makespan_counts(tables, n)
+            steps, fill = [rng.choice([0.0, 0.5, 1.0, 1.3]) for _ in range(n)], rng.choice([0.2, 1.0])
+            tables.append([sum(steps[:m + 1]) + fill for m in range(n)])     # non-decreasing, ties included
+        mult = [rng.randint(1, 2) for _ in range(d)] if rng.random() < 0.5 else None
+        got = least_makespan_counts(tables, n, mult)
+        if mult:                        # a table shared by k pipelines: the same as k copies of it
+            tables = [t for t, k in zip(tables, mult) for _ in range(k)]
+            d = len(tables)
         if d > n:
             assert got is None
             continue
@@ -90,34 +94,34 @@ def test_least_makespan_counts_is_the_least_over_every_count_vector():
         assert max(t[m - 1] for t, m in zip(tables, counts)) == top
 
 
-# The pinned case: 13 H100-80 (8 per node) in one zone, the analytic brute-force model, GBS 32, throughput.
-PIN_GPUS, PIN_GBS = "H100-80@us-b=13", 32
+# The pinned case: 3 H100-80 (8 per node) in one zone, the analytic brute-force model, GBS 8, throughput.
+PIN_GPUS, PIN_GBS, PIN_N = "H100-80@us-a=3", 8, 3
 
 
 def pinned_plan():
-    """S = 1, micro-batch 2 (16 micro-batches): four TP-2 pipelines with 3 micro-batches each and one TP-4
-    pipeline with 4 (12 GPUs)."""
-    reps = [Replica("H100-80", 2, "us-b")] * 4 + [Replica("H100-80", 4, "us-b")]
-    return make_plan((4,), reps, 2, PIN_GBS, [3, 3, 3, 3, 4])
+    """S = 1, micro-batch 1 (8 micro-batches): one TP-1 pipeline with 3 micro-batches and one TP-2 pipeline
+    with 5 (all 3 GPUs)."""
+    reps = [Replica("H100-80", 1, "us-a"), Replica("H100-80", 2, "us-a")]
+    return make_plan((4,), reps, 1, PIN_GBS, [3, 5])
 
 
 def test_two_tp_degrees_for_one_type_beat_the_search():
-    """The hand-built two-TP plan fits, uses 12 of the 13 GPUs and iterates faster than the search's plan (chain
-    plans included) by more than 1 %; the brute force's two-TP optimum is that plan's time, its one-TP optimum
-    is the search's (the gain is the second TP degree's, not a per-zone spread's)."""
+    """The hand-built two-TP plan fits and iterates faster than the search's plan (chain plans included) by
+    more than 5 % (8.8 % in benchmarks/two_tp_pools_s19t.py); the brute force's two-TP optimum is that plan's
+    time, its one-TP optimum is the search's (the gain is the second TP degree's, not a per-zone spread's)."""
     ctx, catalog = bf_ctx()
     cluster = parse_gpus(PIN_GPUS, catalog)
     objective = Objective("throughput")
     est = simulate(pinned_plan(), ctx)
-    assert est.fits_in_memory and est.num_gpus == 12
+    assert est.fits_in_memory and est.num_gpus == PIN_N
     ours = search_key(ctx, cluster, PIN_GBS, objective, 3, chain_segments=3)
-    assert est.iteration_time_s < ours / 1.01
+    assert est.iteration_time_s < ours / 1.05
     memo: dict = {}
     one = best_pool_plan(ctx, cluster, PIN_GBS, objective, 3, MBS, TPS, max_tps=1, memo=memo)
     two = best_pool_plan(ctx, cluster, PIN_GBS, objective, 3, MBS, TPS, max_tps=2, memo=memo)
     assert one.key == pytest.approx(ours, rel=1e-9)
     assert two.key == pytest.approx(est.iteration_time_s, rel=1e-12)
-    assert tps_per_type(two.plan) == {"H100-80": (2, 4)}
+    assert tps_per_type(two.plan) == {"H100-80": (1, 2)}
 
 
 def partitions(total: int, parts: int, top: int | None = None):
@@ -136,17 +140,17 @@ def partitions(total: int, parts: int, top: int | None = None):
 
 
 def test_pinned_plan_beats_every_one_tp_plan_of_its_shape():
-    """An independent check of the pin: every one-TP plan with S = 1 on those 13 GPUs (TP 1, 2 or 4, every
-    pipeline count, every micro-batch size, every count vector) is slower than the pinned plan."""
+    """An independent check of the pin: every one-TP plan with S = 1 on those 3 GPUs (TP 1, 2 or 4, every
+    pipeline count, every micro-batch size, every count vector) is slower than the pinned plan by > 5 %."""
     ctx, catalog = bf_ctx()
     pinned = simulate(pinned_plan(), ctx).iteration_time_s
     best = float("inf")
     for mbs, tp in product(MBS, TPS):
         n = PIN_GBS // mbs
-        for d in range(1, min(13 // tp, n) + 1):
+        for d in range(1, min(PIN_N // tp, n) + 1):
             for counts in partitions(n, d):
-                est = simulate(make_plan((4,), [Replica("H100-80", tp, "us-b")] * d, mbs, PIN_GBS, list(counts)),
+                est = simulate(make_plan((4,), [Replica("H100-80", tp, "us-a")] * d, mbs, PIN_GBS, list(counts)),
                                ctx)
                 if est.fits_in_memory:
                     best = min(best, est.iteration_time_s)
-    assert pinned < best / 1.01
+    assert pinned < best / 1.05

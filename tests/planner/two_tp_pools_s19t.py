@@ -22,6 +22,7 @@ checks that ``simulate``'s largest pipeline time equals that t.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import product
 
@@ -104,23 +105,42 @@ def pipeline_times(ctx: SimContext, split, mbs: int, rep: Replica, n_mb: int) ->
     return times, est.update_s
 
 
-def least_makespan_counts(tables: list[list[float]], n_mb: int) -> tuple[float, list[int]] | None:
+def least_makespan_counts(tables: list[list[float]], n_mb: int, mult: list[int] | None = None
+                          ) -> tuple[float, list[int]] | None:
     """(least largest ``T_j(m_j)``, the counts m_j >= 1 summing to n_mb that reach it) for pipelines with
-    non-decreasing ``T_j`` (``tables[j][m - 1]``); None when n_mb < the number of pipelines."""
-    d = len(tables)
+    non-decreasing ``T_j`` (``tables[j][m - 1]``); ``mult[j]``: how many pipelines share table j (default one
+    each; the counts are returned per pipeline, table by table). None when n_mb < the number of pipelines.
+    The least t among the table values with ``t >= every T_j(1)`` and ``sum_j #{m : T_j(m) <= t} >= n_mb``
+    (the capacity grows with t, so a bisection finds it): any count vector with largest time t' has t' among
+    those values and capacity >= n_mb at t'; the counts take every pipeline's capacity at t and give the
+    surplus back from the first pipelines (each keeps >= 1, so every time stays <= t)."""
+    mult = [1] * len(tables) if mult is None else mult
+    d = sum(mult)
     if d == 0 or d > n_mb:
         return None
     floor = max(t[0] for t in tables)
-    for top in sorted({x for t in tables for x in t if x >= floor}):
-        take = [sum(1 for x in t if x <= top) for t in tables]
-        if sum(take) >= n_mb:
-            extra = sum(take) - n_mb
-            for j in range(d):
-                cut = min(extra, take[j] - 1)
-                take[j] -= cut
-                extra -= cut
-            return top, take
-    return None
+    cands = sorted({x for t in tables for x in t if x >= floor})
+
+    def capacity(top: float) -> int:
+        return sum(k * bisect_right(t, top) for t, k in zip(tables, mult))
+
+    lo, hi = 0, len(cands) - 1
+    if capacity(cands[hi]) < n_mb:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if capacity(cands[mid]) >= n_mb:
+            hi = mid
+        else:
+            lo = mid + 1
+    top = cands[lo]
+    take = [bisect_right(t, top) for t, k in zip(tables, mult) for _ in range(k)]
+    extra = sum(take) - n_mb
+    for j in range(d):
+        cut = min(extra, take[j] - 1)
+        take[j] -= cut
+        extra -= cut
+    return top, take
 
 
 def type_assignments(caps: list[int], S: int, tps: list[int], n_mb: int, max_tps: int):
@@ -192,8 +212,8 @@ def _structures(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective, max_
                     if not 1 <= sum(p.count for p in pools) <= n_mb:
                         continue
                     pools.sort(key=lambda p: (p.zone, p.gpu_type, p.tp))
-                    pipe_tables = [tables[(p.gpu_type, p.zone, p.tp)][0] for p in pools for _ in range(p.count)]
-                    top, counts = least_makespan_counts(pipe_tables, n_mb)
+                    top, counts = least_makespan_counts([tables[(p.gpu_type, p.zone, p.tp)][0] for p in pools],
+                                                        n_mb, [p.count for p in pools])
                     step = max(tables[(p.gpu_type, p.zone, p.tp)][1] for p in pools)
                     usd_per_s = sum(ctx.catalog.get(p.gpu_type).usd_per_s * p.tp * p.count * S for p in pools)
                     yield lower_bound(objective, top + step, usd_per_s), split, mbs, tuple(pools), counts, top
