@@ -10,9 +10,10 @@ best pool plan with one TP per GPU type and free per-zone counts ("1-TP") and th
 enumeration); ``ratio`` = ours / k-TP on the objective's key (iteration seconds for throughput, $/iteration for
 cost): above 1 where a plan outside the declared space wins (counted when the k-TP plan uses two TP degrees for
 a type). Two model contexts: the brute-force tests' analytic model (``bf``) and, when the Sailor data folder is
-there, OPT-350 on Sailor's profiles and fitted network (``opt350``). A table, then one summary line.
+there, OPT-350 on Sailor's profiles and fitted network (``opt350``). A table; then (unless ``--no-sweep``) three
+winning clusters at GBS 8 .. 256 (the gain needs few micro-batches per pipeline); then one summary line.
 
-    python benchmarks/two_tp_pools_s19t.py [--clusters 40] [--seed 0] [--max-tps 2] [--objectives throughput,cost]
+    python benchmarks/two_tp_pools_s19t.py [--clusters 40] [--seed 0] [--max-tps 2] [--objectives throughput,cost] [--no-sweep]
 """
 from __future__ import annotations
 
@@ -73,12 +74,39 @@ def search_key(ctx, cluster, gbs, objective, max_stages: int) -> tuple[float, st
     return objective.key(est.iteration_time_s, est.cost_per_iteration_usd), shape(plan)
 
 
+SWEEP = (("bf", "H100-80@us-a=3"), ("bf", "V100-16@us-a=9,V100-16@us-b=2"), ("opt350", "A100-40@us-central1-a=7"))
+SWEEP_GBS = (8, 16, 32, 64, 128, 256)
+
+
+def sweep(contexts: dict) -> float:
+    """Three winning clusters (seeds 0 and 1) at GBS 8 .. 256, throughput: a table; returns the largest ratio
+    at GBS >= 64 (many micro-batches per pipeline)."""
+    print("\nGBS sweep (throughput): ours / best 2-TP pool plan")
+    print(f"{'model':<7} {'cluster':<40} " + " ".join(f"{g:>9}" for g in SWEEP_GBS))
+    late = 1.0
+    for name, gpus in SWEEP:
+        if name not in contexts:
+            continue
+        ctx = contexts[name]
+        cluster = parse_gpus(gpus, ctx.catalog)
+        ratios = []
+        for gbs in SWEEP_GBS:
+            ours, _ = search_key(ctx, cluster, gbs, Objective("throughput"), MAX_STAGES[name])
+            two = best_pool_plan(ctx, cluster, gbs, Objective("throughput"), MAX_STAGES[name], MBS, TPS, max_tps=2)
+            ratios.append(ours / two.key)
+            if gbs >= 64:
+                late = max(late, ratios[-1])
+        print(f"{name:<7} {gpus:<40} " + " ".join(f"{r:>9.6f}" for r in ratios), flush=True)
+    return late
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clusters", type=int, default=40, help="random clusters per model context")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tps", type=int, default=2, help="TP degrees per GPU type in the brute force")
     ap.add_argument("--objectives", default="throughput,cost")
+    ap.add_argument("--no-sweep", action="store_true", help="leave out the GBS sweep of three winning clusters")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     contexts = [("bf", bf_ctx()[0], BF_TYPES, ("us-a", "us-b"))]
@@ -119,11 +147,13 @@ def main() -> None:
                 note = f"{shape(many.plan)} | {ours_shape}" if win else ""
                 print(f"{name:<7} {gpus:<62} {gbs:>4} {kind:<10} {ours:>12.6g} {one.key:>12.6g} {many.key:>12.6g}"
                       f" {alone:>9.6f} {ratio:>9.6f} {many.scored:>7} {cpu:>6.1f}  {note}", flush=True)
+    late = sweep(dict((c[0], c[1]) for c in contexts)) if not args.no_sweep else None
     print(f"{args.max_tps} TP degrees per type win on {wins} of {n} (cluster, objective) cases; largest ratio "
           f"{top[0]:.6f}x ({top[1] or 'none'}); largest 1-TP/k {gain:.6f}x; pool-plan structures "
           f"{structs[1]:,} with {args.max_tps} TP against {structs[0]:,} with one "
           f"({structs[1] / max(structs[0], 1):.1f}x); {time.process_time() - t0:.1f} CPU s; seed {args.seed}, "
-          f"S <= {MAX_STAGES}, mbs {MBS}, TP {TPS}")
+          f"S <= {MAX_STAGES}, mbs {MBS}, TP {TPS}"
+          + (f"; GBS sweep: largest ratio at GBS >= 64 {late:.6f}x" if late is not None else ""))
 
 
 if __name__ == "__main__":
