@@ -53,7 +53,7 @@ CASES = [
     ("A100-40@us-a=7,A100-40@us-b=5", 8, Objective("throughput")),       # one type, two zones
     ("H100-80@us-a=6,A100-40@us-b=4", 8, Objective("cost")),
     ("V100-16@us-a=5,A100-80@us-b=3", 8, Objective("value")),
-] + [(*one_zone_cluster(seed), Objective("throughput")) for seed in range(4)]
+] + [(*one_zone_cluster(seed), Objective("throughput")) for seed in range(8)]
 
 
 @pytest.mark.parametrize("gpus,gbs,objective", CASES)
