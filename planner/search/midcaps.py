@@ -62,6 +62,16 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
     that stage fits on (g, tp, mbs) with S - s micro-batches in flight (plain: 1 where it fits, :data:`NEVER`
     where not), made non-decreasing in c (a cap is a prefix of fitting counts). Stage 0 holds the embedding
     and S micro-batches in flight, stage S - 1 the head and one (S >= 2)."""
+    mid, end = _full_dmin(ctx, tables, g, tp, mbs, recompute, dist, shards)
+    L = ctx.model.num_layers
+    c = L - s_num + 1
+    return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
+
+
+def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
+               shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once (memoised in
+    ``tables.memo``): the middle probe's columns and the first (columns 0 .. L - 1) and last (column L) stages."""
     key = ("midcap", g, tp, mbs, recompute, dist, shards)
     L = ctx.model.num_layers
     if key not in tables.memo:
@@ -77,9 +87,7 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
         both = _dmin(ctx, tables, tt, np.hstack([counts, ends]), np.hstack([none, first]),
                      np.hstack([none, last]), np.concatenate([inflight, inflight, [1]]), recompute, dist, shards)
         tables.memo[key] = (both[:, :L], both[:, L:])
-    mid, end = tables.memo[key]
-    c = L - s_num + 1
-    return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
+    return tables.memo[key]
 
 
 def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int,
@@ -107,13 +115,6 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
     return set(hit[2].get(s_num, ()))
 
 
-def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
-               shards: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once."""
-    type_dmin(ctx, tables, g, tp, mbs, 4, recompute, dist, shards)
-    return tables.memo[("midcap", g, tp, mbs, recompute, dist, shards)]
-
-
 def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]],
                      cluster: ClusterSpec | None) -> dict[int, set[tuple[int, ...]]]:
     """{S: :func:`cap_vectors` at depth S} for every S from 4 to L - 1."""
@@ -126,6 +127,7 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
     s_arr = np.array(depths)
+    found: list[np.ndarray] = []        # every task's rows (depth, vector right-aligned), made distinct at the end
     # a depth-S vector sits right-aligned in L columns: first at L - S, middles at L - S + 1 .. L - 2 (the
     # probe's own columns), last at L - 1
     for mbs in sorted({m for g in types for m, _ in options[g]}):
@@ -144,13 +146,17 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
                         lcm = math.lcm(*tps)
                         tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
                                 for g, t in zip(subset, tps)]
-                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, out)
+                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, found)
+    if found:
+        for row in unique_rows(np.concatenate(found))[0].tolist():
+            out[row[0]].add(tuple(row[1 + L - row[0]:]))
     return out
 
 
 def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
-                  dist: bool, ok: np.ndarray, dcap: np.ndarray, out: dict[int, set[tuple[int, ...]]]) -> None:
-    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``out`` (``dcap``: per depth the
+                  dist: bool, ok: np.ndarray, dcap: np.ndarray, found: list[np.ndarray]) -> None:
+    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``found`` as rows (the depth S, then
+    the vector in the last S of L columns, the columns before it zero; ``dcap``: per depth the
     task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`). Depth S's vector at D: the counts at D
     of the ends' column L - S (first), the middle probe's columns L - S + 1 .. L - 2 and the ends' column L
     (last), each at most L - S + 1; its caps are all >= 1 and some middle one binds iff the first and last
@@ -181,10 +187,10 @@ def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.nda
     lay[:, L - 1] = cnt_end[vi, L]
     lay = np.minimum(lay, top[si][:, None])
     # a row's vector is its columns from ``first`` on: with the columns before zeroed and the depth in front, equal
-    # vectors of a depth are equal rows, added once (the same sets; most rows repeat another task's or D's)
+    # vectors of a depth are equal rows, made distinct once over every task (the same sets; most rows repeat
+    # another task's or D's)
     lay[np.arange(L)[None, :] < first[:, None]] = 0
-    for row in unique_rows(np.column_stack([s_arr[si], lay]))[0].tolist():
-        out[row[0]].add(tuple(row[1 + L - row[0]:]))
+    found.append(np.column_stack([s_arr[si], lay]))
 
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
