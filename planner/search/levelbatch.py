@@ -22,9 +22,14 @@ def _front_loaded_rows(totals: np.ndarray, caps: np.ndarray, level: np.ndarray) 
     """The front-loaded middle of row i: ``totals[i]`` layers under ``caps[i]`` at ``level[i]`` (undefined where
     none exists; the caller masks those rows)."""
     n = caps.shape[1]
-    room = np.minimum(caps, level[:, None])
-    used = np.minimum(np.cumsum(room, axis=1), totals[:, None] - (n - 1 - np.arange(n))[None, :])
-    return np.diff(used, axis=1, prepend=0)
+    # stage-major ([n, V]: each step of the prefix sums and differences one call over every row; integers, so
+    # the same values as row by row), returned as the [V, n] view
+    room = np.minimum(caps.T, level[None, :])
+    used = np.minimum(np.cumsum(room, axis=0), totals[None, :] - (n - 1 - np.arange(n))[:, None])
+    out = np.empty_like(used)
+    out[:1] = used[:1]
+    np.subtract(used[1:], used[:-1], out=out[1:])
+    return out.T
 
 
 def higher_middles_batch(totals: np.ndarray, arr: np.ndarray,

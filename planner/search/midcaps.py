@@ -41,13 +41,24 @@ def _probe(num_layers: int) -> np.ndarray:
     return out
 
 
-def _dmin(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
-          inflight: np.ndarray, recompute: bool, dist: bool, shards: int) -> np.ndarray:
-    """[C, columns] the smallest D at which each probe stage fits (plain: 1 or :data:`NEVER`), made
-    non-decreasing in the layer count (rows)."""
+def _probe_terms(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
+                 inflight: np.ndarray, recompute: bool) -> tuple[np.ndarray, tuple]:
+    """(parameters, :func:`planner.search.tables._memory_terms`) of the probe stages ``counts``: what
+    :func:`_dmin` reads, the same for every distributed-optimizer setting and fine-shard count."""
     sp = tables.space
     params = stage_params(tt, counts, first, last, head_params(tt, 2, sp.tie_embeddings))
-    terms = _memory_terms(ctx, tt, counts, params, first, last, sp.precision, sp.optimizer, recompute, inflight)
+    return params, _memory_terms(ctx, tt, counts, params, first, last, sp.precision, sp.optimizer, recompute,
+                                 inflight)
+
+
+def _dmin(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
+          inflight: np.ndarray, recompute: bool, dist: bool, shards: int,
+          given: tuple[np.ndarray, tuple] | None = None) -> np.ndarray:
+    """[C, columns] the smallest D at which each probe stage fits (plain: 1 or :data:`NEVER`), made
+    non-decreasing in the layer count (rows). ``given``: :func:`_probe_terms` of the same arguments, when held."""
+    sp = tables.space
+    params, terms = given if given is not None else _probe_terms(ctx, tables, tt, counts, first, last, inflight,
+                                                                 recompute)
     if dist:
         d = dist_min_dp(ctx, tt, counts, sp.precision, sp.optimizer, recompute, shards, sp.tie_embeddings, terms,
                         (first, last, params))
@@ -84,8 +95,12 @@ def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bo
         last = ~first                                       # column L: a last stage, one in flight
         # the middle probe's L columns and the ends' L + 1 side by side in one call: every entry's answer and
         # the running maximum down each column are the entry's and the column's own
-        both = _dmin(ctx, tables, tt, np.hstack([counts, ends]), np.hstack([none, first]),
-                     np.hstack([none, last]), np.concatenate([inflight, inflight, [1]]), recompute, dist, shards)
+        args = (np.hstack([counts, ends]), np.hstack([none, first]), np.hstack([none, last]),
+                np.concatenate([inflight, inflight, [1]]))
+        tkey = ("midcap-terms", g, tp, mbs, recompute)      # shared by every optimizer setting and shard count
+        if tkey not in tables.memo:
+            tables.memo[tkey] = _probe_terms(ctx, tables, tt, *args, recompute)
+        both = _dmin(ctx, tables, tt, *args, recompute, dist, shards, tables.memo[tkey])
         tables.memo[key] = (both[:, :L], both[:, L:])
     return tables.memo[key]
 
