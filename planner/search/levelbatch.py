@@ -141,11 +141,13 @@ def level_rows(num_layers: int, n: int, vec: np.ndarray, slack, last_below) -> t
     # per distinct higher middle (its total is its sum) and first stage size a: allowed where some group giving
     # that middle allows a, and the largest max(low) of those groups (each part of the need is least there)
     mu, minv, morder = unique_rows(hm)
-    allow = firsts[at]                                                 # [E, A]
-    lows = np.where(allow, low_max[at][:, None], np.iinfo(np.int64).min)
+    # (entries in middle order; the lows as int32 with -1 where not allowed: the maxima read below are at allowed
+    # entries only, each some group's largest lowest-level stage, 1 .. L)
+    allow = firsts[at[morder]]                                         # [E, A], by middle
+    lows = np.where(allow, low_max[at[morder]].astype(np.int32)[:, None], np.int32(-1))
     mstarts = np.flatnonzero(np.r_[True, np.diff(minv[morder]) != 0])
-    allowed = np.logical_or.reduceat(allow[morder], mstarts, axis=0)  # [M, A]
-    best_all = np.maximum.reduceat(lows[morder], mstarts, axis=0)
+    allowed = np.logical_or.reduceat(allow, mstarts, axis=0)  # [M, A]
+    best_all = np.maximum.reduceat(lows, mstarts, axis=0)
     m_idx, a_idx = np.nonzero(allowed)
     if not len(m_idx):
         return empty
