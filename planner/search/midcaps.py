@@ -142,9 +142,11 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
     s_arr = np.array(depths)
-    found: list[np.ndarray] = []        # every task's rows (depth, vector right-aligned), made distinct at the end
-    # a depth-S vector sits right-aligned in L columns: first at L - S, middles at L - S + 1 .. L - 2 (the
-    # probe's own columns), last at L - 1
+    # per task and replica-count value D one row: the probe's counts at D and which depths the task has room at
+    # at D (every row is read on its own, so all tasks' rows go through one pass, :func:`_vector_rows`)
+    cnt_mid: list[np.ndarray] = []
+    cnt_end: list[np.ndarray] = []
+    live: list[np.ndarray] = []
     for mbs in sorted({m for g in types for m, _ in options[g]}):
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
         room = {(g, t): np.array([NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s))
@@ -161,41 +163,53 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
                         lcm = math.lcm(*tps)
                         tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
                                 for g, t in zip(subset, tps)]
-                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, found)
-    if found:
-        for row in unique_rows(np.concatenate(found))[0].tolist():
+                        got = _task_counts(tabs, dist)
+                        if got is not None:
+                            vals, cm, ce = got
+                            cnt_mid.append(cm)
+                            cnt_end.append(ce)
+                            live.append(ok[None, :] & (vals[:, None] <= dcap[None, :]))
+    if cnt_mid:
+        rows = _vector_rows(L, s_arr, np.concatenate(cnt_mid), np.concatenate(cnt_end), np.concatenate(live))
+        for row in unique_rows(rows)[0].tolist():
             out[row[0]].add(tuple(row[1 + L - row[0]:]))
     return out
 
 
-def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
-                  dist: bool, ok: np.ndarray, dcap: np.ndarray, found: list[np.ndarray]) -> None:
-    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``found`` as rows (the depth S, then
-    the vector in the last S of L columns, the columns before it zero; ``dcap``: per depth the
-    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`). Depth S's vector at D: the counts at D
-    of the ends' column L - S (first), the middle probe's columns L - S + 1 .. L - 2 and the ends' column L
-    (last), each at most L - S + 1; its caps are all >= 1 and some middle one binds iff the first and last
-    counts are >= 1 and the least middle count (a suffix minimum over the columns) is >= 1 and < L - S + 1."""
+def _task_counts(tabs: list[tuple[np.ndarray, np.ndarray]],
+                 dist: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """([V] the replica counts D at which one task's caps can change, [V, L] and [V, L + 1] the counts at each D
+    of the middle and end probe columns) of a task whose types' :func:`_full_dmin` are ``tabs`` (None: no D
+    fits anywhere): a task's caps at D on a stage are the layer counts at which every type fits there at D."""
     mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
     end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
     if dist:
         vals = sorted_unique(np.concatenate([mid.ravel(), end.ravel()]))     # np.unique, without numpy.ma
         vals = vals[vals < NEVER]
         if not len(vals):
-            return
+            return None
     else:
         vals = np.array([1])
-    cnt_mid = (mid[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L]
-    cnt_end = (end[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L + 1]
-    # least middle count from column j to L - 2, per D: [V, L - 1] (column L - 1 unused)
+    return (vals, (mid[None, :, :] <= vals[:, None, None]).sum(axis=1),
+            (end[None, :, :] <= vals[:, None, None]).sum(axis=1))
+
+
+def _vector_rows(L: int, s_arr: np.ndarray, cnt_mid: np.ndarray, cnt_end: np.ndarray,
+                 live: np.ndarray) -> np.ndarray:
+    """[P, 1 + L] the cap vectors of rows of :func:`_task_counts` (``cnt_mid`` [V, L], ``cnt_end`` [V, L + 1],
+    one row per task and D) at every depth of ``s_arr`` where ``live`` ([V, S]: the task has room for D
+    pipelines there), as rows: the depth S, then the vector in the last S of L columns, the columns before it
+    zero. Depth S's vector at D: the counts at D of the ends' column L - S (first), the middle probe's columns
+    L - S + 1 .. L - 2 and the ends' column L (last), each at most L - S + 1; its caps are all >= 1 and some
+    middle one binds iff the first and last counts are >= 1 and the least middle count (a suffix minimum over
+    the columns) is >= 1 and < L - S + 1. Row by row: each input row gives its own rows."""
+    # least middle count from column j to L - 2, per row: [V, L - 1] (column L - 1 unused)
     suf = np.minimum.accumulate(cnt_mid[:, L - 2::-1], axis=1)[:, ::-1]
     top = L - s_arr + 1                                                              # [S]
     least = suf[:, L - s_arr + 1]                                                   # [V, S]
     keep = ((cnt_end[:, L - s_arr] >= 1) & (cnt_end[:, L:] >= 1) & (least >= 1) & (least < top[None, :])
-            & ok[None, :] & (vals[:, None] <= dcap[None, :]))
+            & live)
     vi, si = np.nonzero(keep)
-    if not len(vi):
-        return
     lay = cnt_mid[vi].copy()                                                        # [P, L]
     first = L - s_arr[si]
     lay[np.arange(len(vi)), first] = cnt_end[vi, first]
@@ -205,7 +219,7 @@ def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.nda
     # vectors of a depth are equal rows, made distinct once over every task (the same sets; most rows repeat
     # another task's or D's)
     lay[np.arange(L)[None, :] < first[:, None]] = 0
-    found.append(np.column_stack([s_arr[si], lay]))
+    return np.column_stack([s_arr[si], lay])
 
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels
