@@ -22,10 +22,14 @@ def _front_loaded_rows(totals: np.ndarray, caps: np.ndarray, level: np.ndarray) 
     """The front-loaded middle of row i: ``totals[i]`` layers under ``caps[i]`` at ``level[i]`` (undefined where
     none exists; the caller masks those rows)."""
     n = caps.shape[1]
-    # stage-major ([n, V]: each step of the prefix sums and differences one call over every row; integers, so
-    # the same values as row by row), returned as the [V, n] view
+    # stage-major ([n, V]): the prefix sums one add per stage over every row (np.cumsum along either axis of a
+    # short-and-wide array runs a slow loop per column); integers, so the same values as np.cumsum, returned as
+    # the [V, n] view
     room = np.minimum(caps.T, level[None, :])
-    used = np.minimum(np.cumsum(room, axis=0), totals[None, :] - (n - 1 - np.arange(n))[:, None])
+    used = room.copy()
+    for s in range(1, n):
+        np.add(used[s - 1], room[s], out=used[s])
+    np.minimum(used, totals[None, :] - (n - 1 - np.arange(n))[:, None], out=used)
     out = np.empty_like(used)
     out[:1] = used[:1]
     np.subtract(used[1:], used[:-1], out=out[1:])
