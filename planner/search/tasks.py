@@ -163,6 +163,7 @@ class Tables:
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
         if key not in self._arr and counts is not None:    # one of the space's splits, already computed: its row
+            # (the depth's list is looked at only where its values are held: a chain's split builds no list)
             known = self._arr.get(("dmin", g, tp, mbs, counts.shape[1], recompute, shards))
             row = self._split_row(counts) if known is not None else None
             if row is not None:
@@ -258,6 +259,7 @@ class Tables:
         per stage)."""
         key = ("raw", g, tp, mbs, counts.tobytes(), counts.shape, recompute)
         if key not in self._arr:
+            # (the depth's list is looked at only once its table is kept: a chain's split builds no list)
             plain = self._arr.get(("plain", g, tp, mbs, counts.shape[1], recompute))
             row = self._split_row(counts) if plain is not None else None
             plain = plain if row is not None else None
