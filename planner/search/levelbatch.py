@@ -22,9 +22,18 @@ def _front_loaded_rows(totals: np.ndarray, caps: np.ndarray, level: np.ndarray) 
     """The front-loaded middle of row i: ``totals[i]`` layers under ``caps[i]`` at ``level[i]`` (undefined where
     none exists; the caller masks those rows)."""
     n = caps.shape[1]
-    room = np.minimum(caps, level[:, None])
-    used = np.minimum(np.cumsum(room, axis=1), totals[:, None] - (n - 1 - np.arange(n))[None, :])
-    return np.diff(used, axis=1, prepend=0)
+    # stage-major ([n, V]): the prefix sums one add per stage over every row (np.cumsum along either axis of a
+    # short-and-wide array runs a slow loop per column); integers, so the same values as np.cumsum, returned as
+    # the [V, n] view
+    room = np.minimum(caps.T, level[None, :])
+    used = room.copy()
+    for s in range(1, n):
+        np.add(used[s - 1], room[s], out=used[s])
+    np.minimum(used, totals[None, :] - (n - 1 - np.arange(n))[:, None], out=used)
+    out = np.empty_like(used)
+    out[:1] = used[:1]
+    np.subtract(used[1:], used[:-1], out=out[1:])
+    return out.T
 
 
 def higher_middles_batch(totals: np.ndarray, arr: np.ndarray,
@@ -136,11 +145,13 @@ def level_rows(num_layers: int, n: int, vec: np.ndarray, slack, last_below) -> t
     # per distinct higher middle (its total is its sum) and first stage size a: allowed where some group giving
     # that middle allows a, and the largest max(low) of those groups (each part of the need is least there)
     mu, minv, morder = unique_rows(hm)
-    allow = firsts[at]                                                 # [E, A]
-    lows = np.where(allow, low_max[at][:, None], np.iinfo(np.int64).min)
+    # (entries in middle order; the lows as int32 with -1 where not allowed: the maxima read below are at allowed
+    # entries only, each some group's largest lowest-level stage, 1 .. L)
+    allow = firsts[at[morder]]                                         # [E, A], by middle
+    lows = np.where(allow, low_max[at[morder]].astype(np.int32)[:, None], np.int32(-1))
     mstarts = np.flatnonzero(np.r_[True, np.diff(minv[morder]) != 0])
-    allowed = np.logical_or.reduceat(allow[morder], mstarts, axis=0)  # [M, A]
-    best_all = np.maximum.reduceat(lows[morder], mstarts, axis=0)
+    allowed = np.logical_or.reduceat(allow, mstarts, axis=0)  # [M, A]
+    best_all = np.maximum.reduceat(lows, mstarts, axis=0)
     m_idx, a_idx = np.nonzero(allowed)
     if not len(m_idx):
         return empty

@@ -41,13 +41,24 @@ def _probe(num_layers: int) -> np.ndarray:
     return out
 
 
-def _dmin(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
-          inflight: np.ndarray, recompute: bool, dist: bool, shards: int) -> np.ndarray:
-    """[C, columns] the smallest D at which each probe stage fits (plain: 1 or :data:`NEVER`), made
-    non-decreasing in the layer count (rows)."""
+def _probe_terms(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
+                 inflight: np.ndarray, recompute: bool) -> tuple[np.ndarray, tuple]:
+    """(parameters, :func:`planner.search.tables._memory_terms`) of the probe stages ``counts``: what
+    :func:`_dmin` reads, the same for every distributed-optimizer setting and fine-shard count."""
     sp = tables.space
     params = stage_params(tt, counts, first, last, head_params(tt, 2, sp.tie_embeddings))
-    terms = _memory_terms(ctx, tt, counts, params, first, last, sp.precision, sp.optimizer, recompute, inflight)
+    return params, _memory_terms(ctx, tt, counts, params, first, last, sp.precision, sp.optimizer, recompute,
+                                 inflight)
+
+
+def _dmin(ctx: SimContext, tables, tt, counts: np.ndarray, first: np.ndarray, last: np.ndarray,
+          inflight: np.ndarray, recompute: bool, dist: bool, shards: int,
+          given: tuple[np.ndarray, tuple] | None = None) -> np.ndarray:
+    """[C, columns] the smallest D at which each probe stage fits (plain: 1 or :data:`NEVER`), made
+    non-decreasing in the layer count (rows). ``given``: :func:`_probe_terms` of the same arguments, when held."""
+    sp = tables.space
+    params, terms = given if given is not None else _probe_terms(ctx, tables, tt, counts, first, last, inflight,
+                                                                 recompute)
     if dist:
         d = dist_min_dp(ctx, tt, counts, sp.precision, sp.optimizer, recompute, shards, sp.tie_embeddings, terms,
                         (first, last, params))
@@ -62,6 +73,16 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
     that stage fits on (g, tp, mbs) with S - s micro-batches in flight (plain: 1 where it fits, :data:`NEVER`
     where not), made non-decreasing in c (a cap is a prefix of fitting counts). Stage 0 holds the embedding
     and S micro-batches in flight, stage S - 1 the head and one (S >= 2)."""
+    mid, end = _full_dmin(ctx, tables, g, tp, mbs, recompute, dist, shards)
+    L = ctx.model.num_layers
+    c = L - s_num + 1
+    return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
+
+
+def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
+               shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once (memoised in
+    ``tables.memo``): the middle probe's columns and the first (columns 0 .. L - 1) and last (column L) stages."""
     key = ("midcap", g, tp, mbs, recompute, dist, shards)
     L = ctx.model.num_layers
     if key not in tables.memo:
@@ -74,12 +95,14 @@ def type_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, s_num: int, re
         last = ~first                                       # column L: a last stage, one in flight
         # the middle probe's L columns and the ends' L + 1 side by side in one call: every entry's answer and
         # the running maximum down each column are the entry's and the column's own
-        both = _dmin(ctx, tables, tt, np.hstack([counts, ends]), np.hstack([none, first]),
-                     np.hstack([none, last]), np.concatenate([inflight, inflight, [1]]), recompute, dist, shards)
+        args = (np.hstack([counts, ends]), np.hstack([none, first]), np.hstack([none, last]),
+                np.concatenate([inflight, inflight, [1]]))
+        tkey = ("midcap-terms", g, tp, mbs, recompute)      # shared by every optimizer setting and shard count
+        if tkey not in tables.memo:
+            tables.memo[tkey] = _probe_terms(ctx, tables, tt, *args, recompute)
+        both = _dmin(ctx, tables, tt, *args, recompute, dist, shards, tables.memo[tkey])
         tables.memo[key] = (both[:, :L], both[:, L:])
-    mid, end = tables.memo[key]
-    c = L - s_num + 1
-    return np.column_stack([end[:c, L - s_num], mid[:c, c:L - 1], end[:c, L]])
+    return tables.memo[key]
 
 
 def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]], s_num: int,
@@ -107,13 +130,6 @@ def cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]
     return set(hit[2].get(s_num, ()))
 
 
-def _full_dmin(ctx: SimContext, tables, g: str, tp: int, mbs: int, recompute: bool, dist: bool,
-               shards: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mid [L - 2, L], end [L - 2, L + 1]): :func:`type_dmin`'s probe tables of every depth at once."""
-    type_dmin(ctx, tables, g, tp, mbs, 4, recompute, dist, shards)
-    return tables.memo[("midcap", g, tp, mbs, recompute, dist, shards)]
-
-
 def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int, int]]],
                      cluster: ClusterSpec | None) -> dict[int, set[tuple[int, ...]]]:
     """{S: :func:`cap_vectors` at depth S} for every S from 4 to L - 1."""
@@ -126,8 +142,11 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
     types = sorted(options)
     max_types = min(len(types), sp.max_gpu_types or len(types))
     s_arr = np.array(depths)
-    # a depth-S vector sits right-aligned in L columns: first at L - S, middles at L - S + 1 .. L - 2 (the
-    # probe's own columns), last at L - 1
+    # per task and replica-count value D one row: the probe's counts at D and which depths the task has room at
+    # at D (every row is read on its own, so all tasks' rows go through one pass, :func:`_vector_rows`)
+    cnt_mid: list[np.ndarray] = []
+    cnt_end: list[np.ndarray] = []
+    live: list[np.ndarray] = []
     for mbs in sorted({m for g in types for m, _ in options[g]}):
         choices = {g: sorted({t for m, t in options[g] if m == mbs}) for g in types}
         room = {(g, t): np.array([NEVER if cluster is None else sum(c for _, c in caps_for(cluster, g, t, s))
@@ -144,47 +163,63 @@ def _all_cap_vectors(ctx: SimContext, tables, options: dict[str, list[tuple[int,
                         lcm = math.lcm(*tps)
                         tabs = [_full_dmin(ctx, tables, g, t, mbs, rc, dist, lcm // t if dist else 1)
                                 for g, t in zip(subset, tps)]
-                        _task_vectors(L, s_arr, tabs, dist, ok, dcap, out)
+                        got = _task_counts(tabs, dist)
+                        if got is not None:
+                            vals, cm, ce = got
+                            cnt_mid.append(cm)
+                            cnt_end.append(ce)
+                            live.append(ok[None, :] & (vals[:, None] <= dcap[None, :]))
+    if cnt_mid:
+        rows = _vector_rows(L, s_arr, np.concatenate(cnt_mid), np.concatenate(cnt_end), np.concatenate(live))
+        for row in unique_rows(rows)[0].tolist():
+            out[row[0]].add(tuple(row[1 + L - row[0]:]))
     return out
 
 
-def _task_vectors(L: int, s_arr: np.ndarray, tabs: list[tuple[np.ndarray, np.ndarray]],
-                  dist: bool, ok: np.ndarray, dcap: np.ndarray, out: dict[int, set[tuple[int, ...]]]) -> None:
-    """Adds one task's cap vectors at every depth of ``s_arr`` where ``ok`` to ``out`` (``dcap``: per depth the
-    task's pipeline capacity; ``tabs``: its types' :func:`_full_dmin`). Depth S's vector at D: the counts at D
-    of the ends' column L - S (first), the middle probe's columns L - S + 1 .. L - 2 and the ends' column L
-    (last), each at most L - S + 1; its caps are all >= 1 and some middle one binds iff the first and last
-    counts are >= 1 and the least middle count (a suffix minimum over the columns) is >= 1 and < L - S + 1."""
+def _task_counts(tabs: list[tuple[np.ndarray, np.ndarray]],
+                 dist: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """([V] the replica counts D at which one task's caps can change, [V, L] and [V, L + 1] the counts at each D
+    of the middle and end probe columns) of a task whose types' :func:`_full_dmin` are ``tabs`` (None: no D
+    fits anywhere): a task's caps at D on a stage are the layer counts at which every type fits there at D."""
     mid = tabs[0][0] if len(tabs) == 1 else np.maximum.reduce([m for m, _ in tabs])
     end = tabs[0][1] if len(tabs) == 1 else np.maximum.reduce([e for _, e in tabs])
     if dist:
         vals = sorted_unique(np.concatenate([mid.ravel(), end.ravel()]))     # np.unique, without numpy.ma
         vals = vals[vals < NEVER]
         if not len(vals):
-            return
+            return None
     else:
         vals = np.array([1])
-    cnt_mid = (mid[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L]
-    cnt_end = (end[None, :, :] <= vals[:, None, None]).sum(axis=1)                  # [V, L + 1]
-    # least middle count from column j to L - 2, per D: [V, L - 1] (column L - 1 unused)
+    return (vals, (mid[None, :, :] <= vals[:, None, None]).sum(axis=1),
+            (end[None, :, :] <= vals[:, None, None]).sum(axis=1))
+
+
+def _vector_rows(L: int, s_arr: np.ndarray, cnt_mid: np.ndarray, cnt_end: np.ndarray,
+                 live: np.ndarray) -> np.ndarray:
+    """[P, 1 + L] the cap vectors of rows of :func:`_task_counts` (``cnt_mid`` [V, L], ``cnt_end`` [V, L + 1],
+    one row per task and D) at every depth of ``s_arr`` where ``live`` ([V, S]: the task has room for D
+    pipelines there), as rows: the depth S, then the vector in the last S of L columns, the columns before it
+    zero. Depth S's vector at D: the counts at D of the ends' column L - S (first), the middle probe's columns
+    L - S + 1 .. L - 2 and the ends' column L (last), each at most L - S + 1; its caps are all >= 1 and some
+    middle one binds iff the first and last counts are >= 1 and the least middle count (a suffix minimum over
+    the columns) is >= 1 and < L - S + 1. Row by row: each input row gives its own rows."""
+    # least middle count from column j to L - 2, per row: [V, L - 1] (column L - 1 unused)
     suf = np.minimum.accumulate(cnt_mid[:, L - 2::-1], axis=1)[:, ::-1]
     top = L - s_arr + 1                                                              # [S]
     least = suf[:, L - s_arr + 1]                                                   # [V, S]
     keep = ((cnt_end[:, L - s_arr] >= 1) & (cnt_end[:, L:] >= 1) & (least >= 1) & (least < top[None, :])
-            & ok[None, :] & (vals[:, None] <= dcap[None, :]))
+            & live)
     vi, si = np.nonzero(keep)
-    if not len(vi):
-        return
     lay = cnt_mid[vi].copy()                                                        # [P, L]
     first = L - s_arr[si]
     lay[np.arange(len(vi)), first] = cnt_end[vi, first]
     lay[:, L - 1] = cnt_end[vi, L]
     lay = np.minimum(lay, top[si][:, None])
     # a row's vector is its columns from ``first`` on: with the columns before zeroed and the depth in front, equal
-    # vectors of a depth are equal rows, added once (the same sets; most rows repeat another task's or D's)
+    # vectors of a depth are equal rows, made distinct once over every task (the same sets; most rows repeat
+    # another task's or D's)
     lay[np.arange(L)[None, :] < first[:, None]] = 0
-    for row in unique_rows(np.column_stack([s_arr[si], lay]))[0].tolist():
-        out[row[0]].add(tuple(row[1 + L - row[0]:]))
+    return np.column_stack([s_arr[si], lay])
 
 
 # Only the lowest level that fits where the family's staircase does not (docs/PLANNER.md 2.1): the higher levels

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.search.grids import grid_index
 from planner.search.space import SearchSpace
 from planner.search.tables import split_family
 
@@ -34,3 +35,18 @@ def splits_for(space: SearchSpace, num_layers: int, s_num: int) -> np.ndarray | 
     if any(c < 1 for c in counts) and s_num > 1:
         return None
     return np.array([counts], dtype=np.int64)
+
+
+def depth_blocks(space: SearchSpace, num_layers: int, max_stages: int) -> tuple[tuple[int, int], ...]:
+    """((S, C), ...) the depths 1 .. ``max_stages`` of :class:`planner.search.grids.DepthGrids` and the largest
+    stage size each holds: every depth whose :func:`splits_for` splits give every stage a layer, with their
+    largest stage. From the split rule alone, so the grids do not wait for every depth's full list (the
+    cap-bound and level middles, built on a depth's first use): those add splits of the same L layers on S
+    stages, so where every stage keeps a layer, none is above the family's largest, L - S + 1 (a split that
+    is not held is computed without the grids: ``Tables._grid``)."""
+    out = []
+    for s_num in range(1, max_stages + 1):
+        base = splits_for(space, num_layers, s_num)
+        if base is not None and grid_index(base) is not None:
+            out.append((s_num, int(base.max())))
+    return tuple(out)

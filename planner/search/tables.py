@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 import numpy as np
 
-from planner.search.splits import front_loaded
 from planner.simulator import formulas as F
 from planner.simulator.activations import recompute_peak_excess_bytes
 from planner.simulator.settings import SimContext
@@ -294,27 +293,30 @@ def split_family(num_layers: int, num_stages: int) -> np.ndarray:
     [K, S]: the even-middle splits first (in the order of earlier versions), then the staircases not among them.
     """
     L, S = num_layers, num_stages
-    rows: list[list[int]] = []
-    if S == 1:
-        rows = [[L]]
-    elif S == 2:
-        rows = [[a, L - a] for a in range(1, L)]
+    if S <= 2:
+        out = np.array([[L]] if S == 1 else [[a, L - a] for a in range(1, L)], dtype=np.int64).reshape(-1, S)
+        out.flags.writeable = False
+        return out
     mid = S - 2
-    for a in range(1, L - mid) if S > 2 else ():
-        for c in range(1, L - mid - a + 1):
-            q, r = divmod(L - a - c, mid)
-            rows.append([a] + [q] * (mid - r) + [q + 1] * r + [c])
+    # every (first, last) pair (a, c) with a middle of >= 1 layer per stage, a-major as the loops of earlier
+    # versions visited them; the middle depends on its total t = L - a - c alone
+    a, c = np.nonzero(np.arange(L)[:, None] + np.arange(L)[None, :] <= L - mid - 2)
+    a, c = a + 1, c + 1
+    t = L - a - c
+    totals = np.arange(L + 1)
+    q, r = totals // mid, totals % mid
+    even = q[:, None] + (np.arange(mid)[None, :] >= (mid - r)[:, None])       # [L + 1, mid]: the larger ones later
+    parts = [np.column_stack([a, even[t], c])]
     if S >= 4:
-        seen = {tuple(x) for x in rows}
-        stairs: dict[int, tuple[int, ...]] = {}      # the staircase depends on the middle total only
-        for a in range(1, L - mid):
-            for c in range(1, L - mid - a + 1):
-                t = L - a - c
-                m = stairs.get(t)
-                if m is None:
-                    m = stairs[t] = front_loaded(t, [L] * mid, -(-t // mid))
-                if (a,) + m + (c,) not in seen:
-                    rows.append([a, *m, c])
-    out = np.array(rows, dtype=np.int64).reshape(-1, S)
+        # the staircase of each total x >= mid (planner.search.splits.front_loaded without caps at level
+        # ceil(x / mid): prefix sums min((s + 1) level, x - (mid - 1 - s)), all at once), where it is not the even
+        # middle (a split of the same first and last stage sizes is the same total's)
+        level = -(-totals // mid)
+        used = np.minimum((np.arange(1, mid + 1)[None, :]) * level[:, None],
+                          totals[:, None] - (mid - 1 - np.arange(mid))[None, :])
+        stair = np.diff(used, axis=1, prepend=0)
+        other = (stair != even).any(axis=1)[t]
+        parts.append(np.column_stack([a[other], stair[t[other]], c[other]]))
+    out = np.concatenate(parts).astype(np.int64, copy=False).reshape(-1, S)
     out.flags.writeable = False
     return out

@@ -14,7 +14,7 @@ from planner.errors import InputError
 from planner.search.caps import caps_for, task_dmax
 from planner.search.midcaps import cap_bound_splits, cap_vectors
 from planner.search.midlevels import add_levels, task_keep
-from planner.search.splitlist import even_last, splits_for  # noqa: F401
+from planner.search.splitlist import depth_blocks, even_last, splits_for  # noqa: F401
 from planner.search.netvec import LinkCache
 from planner.search.space import Objective, SearchSpace
 from planner.search.distopt import dist_dominated, plain_rows_cap, shards_of
@@ -163,15 +163,15 @@ class Tables:
             # one fine shard at D = 1 is exactly the plain memory: every stage of every split fits from D = 1
             self._arr[key] = np.ones(plain.memory_bytes.shape, dtype=np.int64)
         if key not in self._arr and counts is not None:    # one of the space's splits, already computed: its row
-            row = self._split_row(counts)
-            known = self._arr.get(("dmin", g, tp, mbs, counts.shape[1], recompute, shards)) if row is not None \
-                else None
-            if known is not None:
+            # (the depth's list is looked at only where its values are held: a chain's split builds no list)
+            known = self._arr.get(("dmin", g, tp, mbs, counts.shape[1], recompute, shards))
+            row = self._split_row(counts) if known is not None else None
+            if row is not None:
                 self._arr[key] = known[row:row + 1]
         index = None
         if key not in self._arr:        # the entries of the grids the splits read (None: not held there)
             index = self._grid_index_of(g, tp, mbs, counts, recompute) if counts is not None else \
-                self._split_index(s_num)[0] if s_num in self._depths(g, tp, mbs, recompute).offsets else None
+                self._grid(g, tp, mbs, s_num, recompute)[1]
         if index is not None:
             grids = self._depths(g, tp, mbs, recompute)     # each entry's answer is its own: computed per entry
             fkey = ("dmin-flat", g, tp, mbs, recompute, shards)     # of every depth, then gathered
@@ -208,27 +208,36 @@ class Tables:
         return self.memo[ikey]
 
     def _depths(self, g: str, tp: int, mbs: int, recompute: bool) -> DepthGrids:
-        """:func:`depth_grids` of (g, tp, mbs) for every depth the space searches whose splits it can index."""
+        """:func:`depth_grids` of (g, tp, mbs) for the depths :func:`depth_blocks` gives."""
         key = ("depths", g, tp, mbs, recompute)
         if key not in self._arr:
             if "blocks" not in self.memo:
                 max_s = min(self.ctx.model.num_layers, self.space.max_stages or self.ctx.model.num_layers)
-                self.memo["blocks"] = tuple((s, self._split_index(s)[1]) for s in range(1, max_s + 1)
-                                            if self._split_index(s)[0] is not None)
+                self.memo["blocks"] = depth_blocks(self.space, self.ctx.model.num_layers, max_s)
             self._arr[key] = depth_grids(self.ctx, self.table(g, tp, mbs), self.memo["blocks"],
                                          self.space.precision, self.space.optimizer, recompute,
                                          self.space.tie_embeddings)
         return self._arr[key]
 
-    def _grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool
-              ) -> tuple[StageGrid | None, np.ndarray | None]:
-        """(:class:`StageGrid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
-        ((None, None): a depth the grids do not hold)."""
+    def _stage_grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool) -> StageGrid | None:
+        """:meth:`DepthGrids.grid` of depth ``s_num`` on (g, tp, mbs) (None: a depth the grids do not hold)."""
         key = ("stage-grid", g, tp, mbs, s_num, recompute)      # the depth's views, built once
         if key not in self._arr:
             self._arr[key] = self._depths(g, tp, mbs, recompute).grid(s_num)
-        grid = self._arr[key]
-        return (None, None) if grid is None else (grid, self._split_index(s_num)[0])
+        return self._arr[key]
+
+    def _grid(self, g: str, tp: int, mbs: int, s_num: int, recompute: bool
+              ) -> tuple[StageGrid | None, np.ndarray | None]:
+        """(:class:`StageGrid`, :func:`grid_index`) for the space's splits of ``s_num`` stages on (g, tp, mbs)
+        ((None, None): a depth the grids do not hold, or splits with a stage size its block does not hold:
+        the blocks come from the split rule alone, :func:`depth_blocks`)."""
+        grid = self._stage_grid(g, tp, mbs, s_num, recompute)
+        if grid is None:
+            return None, None
+        index, cmax, _ = self._split_index(s_num)
+        if index is None or cmax > self._depths(g, tp, mbs, recompute).offsets[s_num][1]:
+            return None, None
+        return grid, index
 
     def dist_range(self, combo, mbs: int, s_num: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """([K], [K]) per split the smallest and the largest total pipeline count D at which the task's plans
@@ -250,15 +259,17 @@ class Tables:
         per stage)."""
         key = ("raw", g, tp, mbs, counts.tobytes(), counts.shape, recompute)
         if key not in self._arr:
-            row = self._split_row(counts)
-            plain = self._arr.get(("plain", g, tp, mbs, counts.shape[1], recompute)) if row is not None else None
+            # (the depth's list is looked at only once its table is kept: a chain's split builds no list)
+            plain = self._arr.get(("plain", g, tp, mbs, counts.shape[1], recompute))
+            row = self._split_row(counts) if plain is not None else None
+            plain = plain if row is not None else None
             index = None if plain is not None else self._grid_index_of(g, tp, mbs, counts, recompute)
             if plain is not None:   # the formulas act row by row: row k of the space's splits is this split's
                 self._arr[key] = StageArrays(*(getattr(plain, f)[row:row + 1]
                                                for f in StageArrays.__dataclass_fields__))
             elif index is not None:     # gathered from the depth's grids: the same values (grids.py)
                 self._arr[key] = gathered_stage_arrays(self.table(g, tp, mbs), counts,
-                                                       self._grid(g, tp, mbs, counts.shape[1], recompute)[0], index,
+                                                       self._stage_grid(g, tp, mbs, counts.shape[1], recompute), index,
                                                        self._cgrid(g, tp, mbs, recompute), self._compute_index(counts))
             else:
                 self._arr[key] = stage_arrays(self.ctx, self.table(g, tp, mbs), counts, self.space.precision,
