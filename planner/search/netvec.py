@@ -324,6 +324,23 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
     return t[inv], u[inv], h[inv]
 
 
+def stacked_sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray,
+                      sizes: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`sync_rows` of the same rows ``D`` at each (grad, full, param) of ``sizes`` (a pool plan's stages; the
+    params all None or all arrays), in one call on ``D`` stacked once per entry: a row's result is a function of
+    its pattern, replicas per zone and sizes only, and every copy of ``D`` holds the same patterns (so each ring
+    and each branch of :func:`_sync_conc` is taken as in one entry's call), so each block is that entry's call,
+    bit for bit; the per-call work (patterns, ring pairs, one :func:`link_time` pass per link) is done once."""
+    if len(sizes) < 2:
+        return [sync_rows(ctx, cache, groups, D, *x) for x in sizes]
+    r = len(D)
+    param = None if sizes[0][2] is None else np.concatenate([x[2] for x in sizes])
+    t, u, h = sync_rows(ctx, cache, groups, np.tile(D, (len(sizes), 1)), np.concatenate([x[0] for x in sizes]),
+                        np.concatenate([x[1] for x in sizes]), param)
+    return [(t[i * r:(i + 1) * r], u[i * r:(i + 1) * r], h[i * r:(i + 1) * r]) for i in range(len(sizes))]
+
+
 def same_sync_rows(groups: list[Group], D: np.ndarray, *sizes: np.ndarray | None
                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(first row, inverse) of the classes of rows with the same presence pattern, replicas per zone and
