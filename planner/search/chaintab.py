@@ -11,6 +11,7 @@ summed compute and the slowest optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -31,6 +32,23 @@ class ChainGroups:
     caps: np.ndarray          # [P] GPUs of each (type, zone) pool
     tp: np.ndarray            # [G]
     usd_per_s: np.ndarray     # [G] one GPU
+
+    # derived once per group list (cached on the instance: chain_units builds one per micro-batch size)
+    @cached_property
+    def twins(self) -> np.ndarray:
+        """[G] per group the first group of its (type, TP) (itself where first): the same per-stage rows."""
+        seen: dict[tuple[str, int], int] = {}
+        return np.array([seen.setdefault((g, tp), gi) for gi, (g, _, tp) in enumerate(self.names)], dtype=np.int64)
+
+    @cached_property
+    def memo(self) -> dict:
+        """Look-ups of this group list's tables (:func:`with_pairs`), each with the link cache it came from."""
+        return {}
+
+    @cached_property
+    def groups(self) -> tuple[Group, ...]:
+        """The groups as :class:`planner.search.netvec.Group` (zone, type, TP)."""
+        return tuple(Group(z, g, tp) for g, z, tp in self.names)
 
 
 def chain_groups(cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]], mbs: int, ctx: SimContext
@@ -83,13 +101,9 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
     n_g = len(grp.names)
     comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
     dmin = np.ones((n_g, s_num), dtype=np.int64)
-    seen: dict[tuple[str, int], int] = {}       # groups of one (type, TP) in other zones: the same rows
-    for gi, (g, _, tp) in enumerate(grp.names):
-        twin = seen.setdefault((g, tp), gi)
-        if twin != gi:
-            for x in (comp, bwd, upd, fits, params, dmin):
-                x[gi] = x[twin]
-            continue
+    twins = grp.twins
+    for gi in sorted(set(twins.tolist())):        # groups of one (type, TP) in other zones: copied after
+        g, _, tp = grp.names[gi]
         arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
         if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on
@@ -98,6 +112,10 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
             fits[gi] = dmin[gi] <= d_cap
         else:
             fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
+    copy = np.flatnonzero(twins != np.arange(n_g))
+    if len(copy):
+        for x in (comp, bwd, upd, fits, params, dmin):
+            x[copy] = x[twins[copy]]
     pbytes = F.bytes_per_element(precision) if dist else None
     return StageTab(comp, bwd, upd, fits.astype(bool), None, None, None, dmin, upd / d_cap if dist else upd,
                     pbytes, params, d_cap)
@@ -106,21 +124,22 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
 def with_pairs(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab, mbs: int, precision: str
                ) -> StageTab:
     """``tab`` with the p2p and egress tables (memoised per group list and activation size in ``cache``)."""
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
     nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
-    key = ("chain-p2p", tuple(groups), nbytes)
-    if key not in cache.patterns:
-        cache.patterns[key] = pair_tables(ctx, cache, groups, nbytes)
-    p2p, egress = cache.patterns[key]
-    return replace(tab, p2p=p2p, egress=egress)
+    mine = grp.memo.get(("chain-p2p", nbytes))         # this group list's own look-up (no tuple hashed per unit)
+    if mine is None or mine[0] is not cache:
+        key = ("chain-p2p", grp.groups, nbytes)
+        if key not in cache.patterns:
+            cache.patterns[key] = pair_tables(ctx, cache, list(grp.groups), nbytes)
+        mine = grp.memo[("chain-p2p", nbytes)] = (cache, *cache.patterns[key])
+    return replace(tab, p2p=mine[1], egress=mine[2])
 
 
 def with_sync(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab) -> StageTab:
     """``tab`` with the ring sync per (group, stage, replica count) (memoised in ``cache``)."""
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
+    groups = grp.groups
     params, d_cap, pbytes = tab.params, tab.d_cap, tab.param_bytes
     n_g, s_num = params.shape
-    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap, pbytes)
+    key = ("chain-sync", groups, params.tobytes(), d_cap, pbytes)
     if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
         d = np.arange(d_cap + 1, dtype=float)
         sync = np.zeros((n_g, s_num, d_cap + 1))
