@@ -109,16 +109,19 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     return np.where((nbytes > 0) & (bad | (nbytes < start_bytes)), np.inf, out)
 
 
-def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
+def floor_times(links: list[Link], nbytes: np.ndarray, prep: tuple | None = None) -> np.ndarray:
     """[len(links), len(nbytes)]: row j is :func:`link_time` of ``links[j]`` at ``nbytes`` raised to the start of
     its fit's valid range (``planner.search.syncbound.floor_time``), bit for bit: the links with a fit in one
     pass of the same element-wise operations on [links, sizes] arrays, each link's constants a column (``u``
     capped at +inf where ``a >= 0``: ``minimum(u, inf)`` is ``u``; the grid and turn tables padded, each row
     indexed within its own length: the count of turn sizes <= a size is ``searchsorted(..., 'right')``, the
-    padding +inf counted by no finite size); links without a fit, and non-finite sizes, one by one."""
+    padding +inf counted by no finite size); links without a fit, and non-finite sizes, one by one. ``prep``:
+    :func:`floor_prep` of ``links`` (those columns and tables depend on the links only: a caller timing the same
+    links at many sizes builds them once)."""
     x = np.asarray(nbytes, dtype=float)
     out = np.empty((len(links), len(x)))
-    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if np.isfinite(x).all() else []
+    finite = bool(np.isfinite(x).all())
+    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if finite else []
     batched = set(fit_rows)
     for j, lk in enumerate(links):
         if j not in batched:
@@ -126,6 +129,32 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
             out[j] = link_time(lk, xj)
     if not fit_rows:
         return out
+    a, b, c, hi, lo, lat, start, n_grid, grid, ext, sizes, rows, cap = floor_prep(links) if prep is None else prep
+    X = np.maximum(x[None, :], start)                  # floor_time: sizes below the valid range read at its start
+    m = np.maximum(X, 1.0)
+    u = np.log2(m / 1e6)
+    u = np.minimum(u, cap)
+    v = a * u * u + b * u + c
+    raw = X / np.minimum(hi, np.maximum(lo, v * 1e9))
+    i = np.floor(np.log2(m) * 4).astype(np.int64)
+    np.maximum(i, 0, out=i)
+    np.minimum(i, n_grid - 1, out=i)
+    raw = np.maximum(raw, grid.take(rows * grid.shape[1] + i))
+    turns = (sizes[:, None, :] <= X[:, :, None]).sum(axis=2)
+    raw = np.maximum(raw, ext.take(rows * ext.shape[1] + turns))
+    res = np.where(X <= 0, 0.0, lat + raw)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(v) & (v > 0))
+    out[fit_rows] = np.where((X > 0) & (bad | (X < start)), np.inf, res)
+    return out
+
+
+def floor_prep(links: list[Link]) -> tuple | None:
+    """The per-link columns and padded tables :func:`floor_times` reads for the links with a fit (None: none has
+    one): (a, b, c, hi, lo, latency, valid start, grid length, grid, turn peaks, turn sizes, row index, u's cap)."""
+    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None]
+    if not fit_rows:
+        return None
     tabs = [_fit_tables(links[j].fit_gb_per_s, links[j].max_bw_bytes_per_s, links[j].min_bw_bytes_per_s)
             for j in fit_rows]
     col = lambda vals: np.array(vals, dtype=float)[:, None]      # noqa: E731
@@ -142,25 +171,11 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
     sizes = np.full((len(tabs), max(1, max(len(t[1]) for t in tabs))), np.inf)
     for r, (g, sz, e, _) in enumerate(tabs):
         grid[r, :len(g)], ext[r, :len(e)], sizes[r, :len(sz)] = g, e, sz
-    X = np.maximum(x[None, :], start)                  # floor_time: sizes below the valid range read at its start
-    m = np.maximum(X, 1.0)
-    u = np.log2(m / 1e6)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.where(a < 0, -b / (2 * a), np.inf)
-    u = np.minimum(u, cap)
-    v = a * u * u + b * u + c
-    raw = X / np.minimum(hi, np.maximum(lo, v * 1e9))
-    i = np.floor(np.log2(m) * 4).astype(np.int64)
-    np.maximum(i, 0, out=i)
-    np.minimum(i, n_grid - 1, out=i)
-    rows = np.arange(len(tabs))[:, None]
-    raw = np.maximum(raw, grid.take(rows * grid.shape[1] + i))
-    turns = (sizes[:, None, :] <= X[:, :, None]).sum(axis=2)
-    raw = np.maximum(raw, ext.take(rows * ext.shape[1] + turns))
-    res = np.where(X <= 0, 0.0, lat + raw)
-    with np.errstate(invalid="ignore"):
-        bad = ~(np.isfinite(v) & (v > 0))
-    out[fit_rows] = np.where((X > 0) & (bad | (X < start)), np.inf, res)
+    out = (a, b, c, hi, lo, lat, start, n_grid, grid, ext, sizes, np.arange(len(tabs))[:, None], cap)
+    for x in out:           # kept by callers across calls: read-only
+        x.flags.writeable = False
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.search.netvec import Group, LinkCache, floor_times, link_time
+from planner.search.netvec import Group, LinkCache, floor_prep, floor_times, link_time
 from planner.search.netvec import link_params as _link_params
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
@@ -161,9 +161,14 @@ def _floor_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_b
     have = cache.patterns.get(key)
     if have is None or have[0].shape[1] < n_cap:
         intra, cross = _links(cache, groups, conc)
+        pkey = ("ring-links-prep", groups, conc)        # the links' columns, built once (netvec.floor_prep)
+        if pkey not in cache.patterns:
+            cache.patterns[pkey] = (floor_prep(intra), floor_prep(cross) if cross else None)
+        p_intra, p_cross = cache.patterns[pkey]
         x = grad_bytes / np.arange(1, n_cap + 1, dtype=float)
         # floor_times: row j is floor_time(links[j], x), bit for bit, the links in one pass
-        have = cache.patterns[key] = (floor_times(intra, x), floor_times(cross, x) if cross else None)
+        have = cache.patterns[key] = (floor_times(intra, x, p_intra),
+                                      floor_times(cross, x, p_cross) if cross else None)
     t_intra, t_cross = have
     return t_intra[:, :n_cap], None if t_cross is None else t_cross[:, :n_cap]
 
