@@ -67,15 +67,19 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def _group_terms(grp: ChainGroups) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
-    """(per group its share of its pool tp / cap [G], per used pool (ascending) its groups' mask, the dual weights
-    of the used pools [Y, P'] and of each group's pool [Y, G]) of :func:`iteration_levels`: fixed per group list,
-    so computed once and kept on it (``grp.memo``)."""
+def _group_terms(grp: ChainGroups) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None, np.ndarray,
+                                              np.ndarray]:
+    """(per group its share of its pool tp / cap [G], per used pool (ascending) its groups' mask, where the pools
+    are non-decreasing over the groups (:func:`chain_groups` lists them pool by pool) each used pool's first group
+    (else None), the dual weights of the used pools [Y, P'] and of each group's pool [Y, G]) of
+    :func:`iteration_levels`: fixed per group list, so computed once and kept on it (``grp.memo``)."""
     got = grp.memo.get("iteration-terms")
     if got is None:
         dual = _dual_weights(tuple(int(c) for c in grp.caps))
         pools = sorted_unique(grp.pool)
-        got = grp.memo["iteration-terms"] = (grp.tp / grp.caps[grp.pool], [grp.pool == p for p in pools],
+        runs = len(grp.pool) and bool((np.diff(grp.pool) >= 0).all())
+        starts = np.searchsorted(grp.pool, pools, side="left") if runs else None
+        got = grp.memo["iteration-terms"] = (grp.tp / grp.caps[grp.pool], [grp.pool == p for p in pools], starts,
                                              dual[:, pools], dual[:, grp.pool])
     return got
 
@@ -106,9 +110,12 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
         return None
     levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
     hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
-    f_g, masks, y, y_g = _group_terms(grp)
+    f_g, masks, starts, y, y_g = _group_terms(grp)
     frac = np.where(hidden, np.inf, f_g[None, :, None])                       # (selections: the same values)
-    by_pool = np.stack([frac[:, m].min(axis=1) for m in masks])               # [P', K, S] (used pools)
+    if starts is None:
+        by_pool = np.stack([frac[:, m].min(axis=1) for m in masks])           # [P', K, S] (used pools)
+    else:       # each pool's groups in one run: the same minima in one call, laid out as the stack above
+        by_pool = np.ascontiguousarray(np.minimum.reduceat(frac, starts, axis=1).transpose(1, 0, 2))
     with np.errstate(invalid="ignore"):         # 0 x inf: a pool without an allowed group is left out
         terms = y[:, :, None, None] * by_pool[None]
     terms[np.isnan(terms)] = np.inf

@@ -35,12 +35,6 @@ class ChainGroups:
 
     # derived once per group list (cached on the instance: chain_units builds one per micro-batch size)
     @cached_property
-    def twins(self) -> np.ndarray:
-        """[G] per group the first group of its (type, TP) (itself where first): the same per-stage rows."""
-        seen: dict[tuple[str, int], int] = {}
-        return np.array([seen.setdefault((g, tp), gi) for gi, (g, _, tp) in enumerate(self.names)], dtype=np.int64)
-
-    @cached_property
     def memo(self) -> dict:
         """Look-ups of this group list's tables (:func:`with_pairs`), each with the link cache it came from."""
         return {}
@@ -101,9 +95,13 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
     n_g = len(grp.names)
     comp, bwd, upd, fits, params = (np.zeros((n_g, s_num)) for _ in range(5))
     dmin = np.ones((n_g, s_num), dtype=np.int64)
-    twins = grp.twins
-    for gi in sorted(set(twins.tolist())):        # groups of one (type, TP) in other zones: copied after
-        g, _, tp = grp.names[gi]
+    seen: dict[tuple[str, int], int] = {}       # groups of one (type, TP) in other zones: the same rows
+    for gi, (g, _, tp) in enumerate(grp.names):
+        twin = seen.setdefault((g, tp), gi)
+        if twin != gi:
+            for x in (comp, bwd, upd, fits, params, dmin):
+                x[gi] = x[twin]
+            continue
         arr = tables.raw_arrays(g, tp, mbs, counts, recompute)
         comp[gi], bwd[gi], upd[gi], params[gi] = arr.compute_s[0], arr.bwd_s[0], arr.update_s[0], arr.params[0]
         if dist:        # per stage: memory is non-increasing in D, so the stage fits from its smallest D on
@@ -112,10 +110,6 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
             fits[gi] = dmin[gi] <= d_cap
         else:
             fits[gi] = arr.memory_bytes[0] <= tables.table(g, tp, mbs).usable_bytes
-    copy = np.flatnonzero(twins != np.arange(n_g))
-    if len(copy):
-        for x in (comp, bwd, upd, fits, params, dmin):
-            x[copy] = x[twins[copy]]
     pbytes = F.bytes_per_element(precision) if dist else None
     return StageTab(comp, bwd, upd, fits.astype(bool), None, None, None, dmin, upd / d_cap if dist else upd,
                     pbytes, params, d_cap)

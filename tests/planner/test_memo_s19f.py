@@ -7,9 +7,11 @@ computation gives, bit for bit.
 - ``syncbound.sync_lower_bounds`` (several ``z_min`` in one pass, the suffix minimum memoised with the ring
   tables) against the expression it replaced, one call per ``z_min`` (``_old_sync_lower_bound``), on a made-up
   small multi-zone cluster and on one zone;
-- the chain units' tables cached on a ``ChainGroups`` (``stage_core``'s twin rows, ``with_pairs``' look-up) against
-  ``raw_arrays`` per group and ``pair_tables`` computed afresh, and ``chainfloor.iteration_levels`` against its
-  expression before the change (``_old_iteration_levels``) on random tables.
+- the chain units' look-ups cached on a ``ChainGroups`` (``with_pairs``' p2p and egress tables, per link cache)
+  against ``pair_tables`` computed afresh (and ``stage_core``'s rows, twins across zones included, against
+  ``raw_arrays`` per group), and ``chainfloor.iteration_levels`` (its per-group-list terms cached, the pools'
+  minima in one ``reduceat`` where the pools come in runs) against its expression before the change
+  (``_old_iteration_levels``) on random tables, pools in runs and not.
 """
 from __future__ import annotations
 
