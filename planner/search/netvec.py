@@ -291,14 +291,16 @@ class _Rings:
             for q in sorted({q for r in ranks for q in r}):
                 lk = self.link(q)
                 by_link.setdefault(link_params(lk), (lk, {}))[1].setdefault(ci, []).append(q)
+        many = [n > 1 for _, n, _ in calls]                 # per call, read for every link (the same arrays)
+        n_min1 = [np.maximum(n, 1) for _, n, _ in calls]
         for lk, per_call in by_link.values():
             parts = []      # (call, selected rows, their member counts)
             for ci, qs in per_call.items():
-                ranks, n, _ = calls[ci]
+                ranks = calls[ci][0]
                 sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
-                       np.array([any(q in r for q in qs) for r in ranks]))[inv] & (n > 1)
-                if np.any(sel):
-                    parts.append((ci, sel, np.maximum(n, 1)[sel]))
+                       np.array([any(q in r for q in qs) for r in ranks]))[inv] & many[ci]
+                if sel.any():
+                    parts.append((ci, sel, n_min1[ci][sel]))
             if not parts:
                 continue
             chunks = [nbytes[sel] / n_sel for _, sel, n_sel in parts]
