@@ -136,7 +136,7 @@ def _min_ring(n: np.ndarray, t: np.ndarray) -> np.ndarray:
     """``np.min([F.ring_s(n, row) for row in t], axis=0)`` bit for bit (see :func:`_ring_tables`)."""
     out = F.ring_s(n, np.min(t, axis=0))
     if len(n) and n[0] == 1:    # two columns, so that numpy reduces as on the whole table (the nan's sign)
-        out[:2] = np.min([F.ring_s(n[:2], row[:2]) for row in t], axis=0)
+        out[:2] = np.min(F.ring_s(n[None, :2], t[:, :2]), axis=0)   # each row's two products, as row by row
     return out
 
 

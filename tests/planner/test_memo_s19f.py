@@ -225,3 +225,20 @@ def test_iteration_levels_equal_the_expression_before(seed: int) -> None:
                 if want is not None:
                     for g, w in zip(got, want):
                         _same(g, w)
+
+
+def test_min_ring_first_columns_equal_row_by_row() -> None:
+    """``syncbound._min_ring``'s n = 1, 2 columns (one array expression) against the minimum of one ring time per
+    row, bit for bit, on tables holding inf, 0, -0 and nan (the nan's sign and the 0 x inf case)."""
+    from planner.search.syncbound import _min_ring
+    rng = np.random.default_rng(19)
+    nan_seen = 0
+    with np.errstate(invalid="ignore"):
+        for _ in range(500):
+            t = rng.choice([np.inf, 0.0, -0.0, 1.5, np.nan, 3e-3], size=(int(rng.integers(1, 12)),
+                                                                          int(rng.integers(2, 9))))
+            n = np.arange(1, t.shape[1] + 1, dtype=float)
+            want = np.min([F.ring_s(n, row) for row in t], axis=0)
+            _same(_min_ring(n, t), want)
+            nan_seen += int(np.isnan(want[:2]).any())
+    assert nan_seen > 0
