@@ -120,8 +120,7 @@ def floor_times(links: list[Link], nbytes: np.ndarray, prep: tuple | None = None
     links at many sizes builds them once)."""
     x = np.asarray(nbytes, dtype=float)
     out = np.empty((len(links), len(x)))
-    finite = bool(np.isfinite(x).all())
-    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if finite else []
+    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if np.isfinite(x).all() else []
     batched = set(fit_rows)
     for j, lk in enumerate(links):
         if j not in batched:

@@ -54,7 +54,7 @@ def zone_sync_table(ctx, cluster: ClusterSpec, tables, cache: LinkCache, task, n
     zones = sorted({z for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)})
     out = np.zeros((len(zones) + 1, d_hi + 1))
     zns = tuple(range(1, len(zones) + 1))
-    # sync_floor_zones at every zone count, in one sync_lower_bounds call each (the same values)
+    # sync_floor_zones at every zone count: one sync_lower_bounds call for all of them (the same values)
     stage = sync_lower_bounds(cluster, combo, s_num, grad, d, cache, 1, zns) \
         if ctx.settings.dp_sync_waits_for_all else None
     tied_all = None
