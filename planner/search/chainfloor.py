@@ -67,6 +67,23 @@ def _dual_weights(caps: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _group_terms(grp: ChainGroups) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None, np.ndarray,
+                                              np.ndarray]:
+    """(per group its share of its pool tp / cap [G], per used pool (ascending) its groups' mask, where the pools
+    are non-decreasing over the groups (:func:`chain_groups` lists them pool by pool) each used pool's first group
+    (else None), the dual weights of the used pools [Y, P'] and of each group's pool [Y, G]) of
+    :func:`iteration_levels`: fixed per group list, so computed once and kept on it (``grp.memo``)."""
+    got = grp.memo.get("iteration-terms")
+    if got is None:
+        dual = _dual_weights(tuple(int(c) for c in grp.caps))
+        pools = sorted_unique(grp.pool)
+        runs = len(grp.pool) and bool((np.diff(grp.pool) >= 0).all())
+        starts = np.searchsorted(grp.pool, pools, side="left") if runs else None
+        got = grp.memo["iteration-terms"] = (grp.tp / grp.caps[grp.pool], [grp.pool == p for p in pools], starts,
+                                             dual[:, pools], dual[:, grp.pool])
+    return got
+
+
 def iteration_floor(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool = True,
                     threshold: float = np.inf) -> float:
     """The smallest over levels of :func:`iteration_levels` (inf: no chain fits)."""
@@ -93,11 +110,12 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
         return None
     levels = sorted_unique(comp[np.isfinite(comp) & (comp >= comp.min(axis=0).max())])        # [K]
     hidden = comp[None] > levels[:, None, None]                               # [K, G, S]: not allowed
-    frac = np.broadcast_to((grp.tp / grp.caps[grp.pool])[None, :, None], hidden.shape).copy()
-    frac[hidden] = np.inf
-    pools = sorted_unique(grp.pool)
-    by_pool = np.stack([frac[:, grp.pool == p].min(axis=1) for p in pools])  # [P', K, S] (used pools)
-    y = _dual_weights(tuple(int(c) for c in grp.caps))[:, pools]              # [Y, P']
+    f_g, masks, starts, y, y_g = _group_terms(grp)
+    frac = np.where(hidden, np.inf, f_g[None, :, None])                       # (selections: the same values)
+    if starts is None:
+        by_pool = np.stack([frac[:, m].min(axis=1) for m in masks])           # [P', K, S] (used pools)
+    else:       # each pool's groups in one run: the same minima in one call, laid out as the stack above
+        by_pool = np.ascontiguousarray(np.minimum.reduceat(frac, starts, axis=1).transpose(1, 0, 2))
     with np.errstate(invalid="ignore"):         # 0 x inf: a pool without an allowed group is left out
         terms = y[:, :, None, None] * by_pool[None]
     terms[np.isnan(terms)] = np.inf
@@ -110,11 +128,9 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
         if n_seg is not None and RUN_COVER:     # n_seg runs, each within its pool's capacity (2.6, round 3)
             d_max = np.minimum(d_max, np.floor(RUNS * run_dmax(~hidden, grp.tp, grp.caps[grp.pool], n_seg, d_max)))
         m_low = np.where(d_max >= 1, np.ceil(n_mb / np.maximum(d_max, 1.0)), np.inf)
-    comp_k = np.broadcast_to(comp[None], hidden.shape).copy()                 # [K, G, S] allowed compute
-    comp_k[hidden] = np.inf
+    comp_k = np.where(hidden, np.inf, comp[None])                             # [K, G, S] allowed compute
     c_sum = comp_k.min(axis=1).sum(axis=1)
-    upd_k = np.broadcast_to(tab.upd_floor[None], hidden.shape).copy()
-    upd_k[hidden] = np.inf
+    upd_k = np.where(hidden, np.inf, tab.upd_floor[None])
     step = upd_k.min(axis=1).max(axis=1)
     s_num = comp.shape[1]
     p2p = float(tab.p2p.min()) if tab.p2p is not None and s_num > 1 else 0.0    # one crossing, every pair
@@ -127,8 +143,6 @@ def iteration_levels(tab: StageTab, grp: ChainGroups, n_mb: int, coupled: bool =
     near = np.flatnonzero(~(it * SAFETY > threshold))
     if len(near) == 0:
         return levels, it, d_max, fill + step
-    f_g = grp.tp / grp.caps[grp.pool]                                         # [G]
-    y_g = _dual_weights(tuple(int(c) for c in grp.caps))[:, grp.pool]        # [Y, G]
     if n_seg is not None:       # u >= (1 / n_seg) sum_s f_s for chains of n_seg segments (2.6, round 3)
         y_g = np.concatenate([y_g, np.full((1, len(f_g)), 1.0 / (n_seg * SEG_SLACK))])
     price = (n_mb * levels[near])[None, :, None, None] * (y_g * f_g[None])[:, None, :, None]   # [Y, K', G, 1]

@@ -272,13 +272,16 @@ def chain_units(ctx: SimContext, cluster: ClusterSpec, options: dict[str, list[t
     L = ctx.model.num_layers
     max_s = min(L, space.max_stages or L)
     mbs_all = sorted({m for o in options.values() for m, _ in o})
+    by_mbs: dict[int, ChainGroups] = {}     # one group list per micro-batch size (its derived tables cached on it)
     for s_num in range(2, max_s + 1):
         counts = even_last(L, s_num)
         for mbs in mbs_all:
             if gbs % mbs:
                 continue
             n_mb = gbs // mbs
-            grp = chain_groups(cluster, options, mbs, ctx)
+            if mbs not in by_mbs:
+                by_mbs[mbs] = chain_groups(cluster, options, mbs, ctx)
+            grp = by_mbs[mbs]
             if not grp.names:
                 continue
             d_cap = min(n_mb, int(grp.caps.max()))

@@ -11,6 +11,7 @@ summed compute and the slowest optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -31,6 +32,17 @@ class ChainGroups:
     caps: np.ndarray          # [P] GPUs of each (type, zone) pool
     tp: np.ndarray            # [G]
     usd_per_s: np.ndarray     # [G] one GPU
+
+    # derived once per group list (cached on the instance: chain_units builds one per micro-batch size)
+    @cached_property
+    def memo(self) -> dict:
+        """Look-ups of this group list's tables (:func:`with_pairs`), each with the link cache it came from."""
+        return {}
+
+    @cached_property
+    def groups(self) -> tuple[Group, ...]:
+        """The groups as :class:`planner.search.netvec.Group` (zone, type, TP)."""
+        return tuple(Group(z, g, tp) for g, z, tp in self.names)
 
 
 def chain_groups(cluster: ClusterSpec, options: dict[str, list[tuple[int, int]]], mbs: int, ctx: SimContext
@@ -106,21 +118,22 @@ def stage_core(ctx: SimContext, tables: Tables, grp: ChainGroups, mbs: int, coun
 def with_pairs(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab, mbs: int, precision: str
                ) -> StageTab:
     """``tab`` with the p2p and egress tables (memoised per group list and activation size in ``cache``)."""
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
     nbytes = ctx.model.boundary_activation_bytes(mbs, F.bytes_per_element(precision))
-    key = ("chain-p2p", tuple(groups), nbytes)
-    if key not in cache.patterns:
-        cache.patterns[key] = pair_tables(ctx, cache, groups, nbytes)
-    p2p, egress = cache.patterns[key]
-    return replace(tab, p2p=p2p, egress=egress)
+    mine = grp.memo.get(("chain-p2p", nbytes))         # this group list's own look-up (no tuple hashed per unit)
+    if mine is None or mine[0] is not cache:
+        key = ("chain-p2p", grp.groups, nbytes)
+        if key not in cache.patterns:
+            cache.patterns[key] = pair_tables(ctx, cache, list(grp.groups), nbytes)
+        mine = grp.memo[("chain-p2p", nbytes)] = (cache, *cache.patterns[key])
+    return replace(tab, p2p=mine[1], egress=mine[2])
 
 
 def with_sync(ctx: SimContext, cache: LinkCache, grp: ChainGroups, tab: StageTab) -> StageTab:
     """``tab`` with the ring sync per (group, stage, replica count) (memoised in ``cache``)."""
-    groups = [Group(z, g, tp) for g, z, tp in grp.names]
+    groups = grp.groups
     params, d_cap, pbytes = tab.params, tab.d_cap, tab.param_bytes
     n_g, s_num = params.shape
-    key = ("chain-sync", tuple(groups), params.tobytes(), d_cap, pbytes)
+    key = ("chain-sync", groups, params.tobytes(), d_cap, pbytes)
     if key not in cache.patterns:       # recomputation leaves parameters unchanged: shared by both settings
         d = np.arange(d_cap + 1, dtype=float)
         sync = np.zeros((n_g, s_num, d_cap + 1))

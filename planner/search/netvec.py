@@ -109,13 +109,15 @@ def link_time(link: Link, nbytes: np.ndarray) -> np.ndarray:
     return np.where((nbytes > 0) & (bad | (nbytes < start_bytes)), np.inf, out)
 
 
-def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
+def floor_times(links: list[Link], nbytes: np.ndarray, prep: tuple | None = None) -> np.ndarray:
     """[len(links), len(nbytes)]: row j is :func:`link_time` of ``links[j]`` at ``nbytes`` raised to the start of
     its fit's valid range (``planner.search.syncbound.floor_time``), bit for bit: the links with a fit in one
     pass of the same element-wise operations on [links, sizes] arrays, each link's constants a column (``u``
     capped at +inf where ``a >= 0``: ``minimum(u, inf)`` is ``u``; the grid and turn tables padded, each row
     indexed within its own length: the count of turn sizes <= a size is ``searchsorted(..., 'right')``, the
-    padding +inf counted by no finite size); links without a fit, and non-finite sizes, one by one."""
+    padding +inf counted by no finite size); links without a fit, and non-finite sizes, one by one. ``prep``:
+    :func:`floor_prep` of ``links`` (those columns and tables depend on the links only: a caller timing the same
+    links at many sizes builds them once)."""
     x = np.asarray(nbytes, dtype=float)
     out = np.empty((len(links), len(x)))
     fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None] if np.isfinite(x).all() else []
@@ -126,6 +128,32 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
             out[j] = link_time(lk, xj)
     if not fit_rows:
         return out
+    a, b, c, hi, lo, lat, start, n_grid, grid, ext, sizes, rows, cap = floor_prep(links) if prep is None else prep
+    X = np.maximum(x[None, :], start)                  # floor_time: sizes below the valid range read at its start
+    m = np.maximum(X, 1.0)
+    u = np.log2(m / 1e6)
+    u = np.minimum(u, cap)
+    v = a * u * u + b * u + c
+    raw = X / np.minimum(hi, np.maximum(lo, v * 1e9))
+    i = np.floor(np.log2(m) * 4).astype(np.int64)
+    np.maximum(i, 0, out=i)
+    np.minimum(i, n_grid - 1, out=i)
+    raw = np.maximum(raw, grid.take(rows * grid.shape[1] + i))
+    turns = (sizes[:, None, :] <= X[:, :, None]).sum(axis=2)
+    raw = np.maximum(raw, ext.take(rows * ext.shape[1] + turns))
+    res = np.where(X <= 0, 0.0, lat + raw)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(v) & (v > 0))
+    out[fit_rows] = np.where((X > 0) & (bad | (X < start)), np.inf, res)
+    return out
+
+
+def floor_prep(links: list[Link]) -> tuple | None:
+    """The per-link columns and padded tables :func:`floor_times` reads for the links with a fit (None: none has
+    one): (a, b, c, hi, lo, latency, valid start, grid length, grid, turn peaks, turn sizes, row index, u's cap)."""
+    fit_rows = [j for j, lk in enumerate(links) if lk.fit_gb_per_s is not None]
+    if not fit_rows:
+        return None
     tabs = [_fit_tables(links[j].fit_gb_per_s, links[j].max_bw_bytes_per_s, links[j].min_bw_bytes_per_s)
             for j in fit_rows]
     col = lambda vals: np.array(vals, dtype=float)[:, None]      # noqa: E731
@@ -142,25 +170,11 @@ def floor_times(links: list[Link], nbytes: np.ndarray) -> np.ndarray:
     sizes = np.full((len(tabs), max(1, max(len(t[1]) for t in tabs))), np.inf)
     for r, (g, sz, e, _) in enumerate(tabs):
         grid[r, :len(g)], ext[r, :len(e)], sizes[r, :len(sz)] = g, e, sz
-    X = np.maximum(x[None, :], start)                  # floor_time: sizes below the valid range read at its start
-    m = np.maximum(X, 1.0)
-    u = np.log2(m / 1e6)
     with np.errstate(divide="ignore", invalid="ignore"):
         cap = np.where(a < 0, -b / (2 * a), np.inf)
-    u = np.minimum(u, cap)
-    v = a * u * u + b * u + c
-    raw = X / np.minimum(hi, np.maximum(lo, v * 1e9))
-    i = np.floor(np.log2(m) * 4).astype(np.int64)
-    np.maximum(i, 0, out=i)
-    np.minimum(i, n_grid - 1, out=i)
-    rows = np.arange(len(tabs))[:, None]
-    raw = np.maximum(raw, grid.take(rows * grid.shape[1] + i))
-    turns = (sizes[:, None, :] <= X[:, :, None]).sum(axis=2)
-    raw = np.maximum(raw, ext.take(rows * ext.shape[1] + turns))
-    res = np.where(X <= 0, 0.0, lat + raw)
-    with np.errstate(invalid="ignore"):
-        bad = ~(np.isfinite(v) & (v > 0))
-    out[fit_rows] = np.where((X > 0) & (bad | (X < start)), np.inf, res)
+    out = (a, b, c, hi, lo, lat, start, n_grid, grid, ext, sizes, np.arange(len(tabs))[:, None], cap)
+    for x in out:           # kept by callers across calls: read-only
+        x.flags.writeable = False
     return out
 
 
@@ -276,14 +290,16 @@ class _Rings:
             for q in sorted({q for r in ranks for q in r}):
                 lk = self.link(q)
                 by_link.setdefault(link_params(lk), (lk, {}))[1].setdefault(ci, []).append(q)
+        many = [n > 1 for _, n, _ in calls]                 # per call, read for every link (the same arrays)
+        n_min1 = [np.maximum(n, 1) for _, n, _ in calls]
         for lk, per_call in by_link.values():
             parts = []      # (call, selected rows, their member counts)
             for ci, qs in per_call.items():
-                ranks, n, _ = calls[ci]
+                ranks = calls[ci][0]
                 sel = (np.array([qs[0] in r for r in ranks]) if len(qs) == 1 else
-                       np.array([any(q in r for q in qs) for r in ranks]))[inv] & (n > 1)
-                if np.any(sel):
-                    parts.append((ci, sel, np.maximum(n, 1)[sel]))
+                       np.array([any(q in r for q in qs) for r in ranks]))[inv] & many[ci]
+                if sel.any():
+                    parts.append((ci, sel, n_min1[ci][sel]))
             if not parts:
                 continue
             chunks = [nbytes[sel] / n_sel for _, sel, n_sel in parts]
@@ -322,6 +338,23 @@ def sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndar
     t, u, h = _sync_rows(ctx, cache, groups, D[first], grad_bytes[first], full_bytes[first],
                          None if param_bytes is None else param_bytes[first])
     return t[inv], u[inv], h[inv]
+
+
+def stacked_sync_rows(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.ndarray,
+                      sizes: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`sync_rows` of the same rows ``D`` at each (grad, full, param) of ``sizes`` (a pool plan's stages; the
+    params all None or all arrays), in one call on ``D`` stacked once per entry: a row's result is a function of
+    its pattern, replicas per zone and sizes only, and every copy of ``D`` holds the same patterns (so each ring
+    and each branch of :func:`_sync_conc` is taken as in one entry's call), so each block is that entry's call,
+    bit for bit; the per-call work (patterns, ring pairs, one :func:`link_time` pass per link) is done once."""
+    if len(sizes) < 2:
+        return [sync_rows(ctx, cache, groups, D, *x) for x in sizes]
+    r = len(D)
+    param = None if sizes[0][2] is None else np.concatenate([x[2] for x in sizes])
+    t, u, h = sync_rows(ctx, cache, groups, np.tile(D, (len(sizes), 1)), np.concatenate([x[0] for x in sizes]),
+                        np.concatenate([x[1] for x in sizes]), param)
+    return [(t[i * r:(i + 1) * r], u[i * r:(i + 1) * r], h[i * r:(i + 1) * r]) for i in range(len(sizes))]
 
 
 def same_sync_rows(groups: list[Group], D: np.ndarray, *sizes: np.ndarray | None

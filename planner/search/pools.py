@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.search.makespan import min_makespan, relaxed_lower_bound
-from planner.search.netvec import Group, LinkCache, sync_rows
+from planner.search.netvec import Group, LinkCache, stacked_sync_rows, sync_rows
 from planner.search.rowblock import used_max_by_columns, weighted_row_sum
 from planner.search.rows import int_row_sum, unique_first
 from planner.search.tables import StageArrays
@@ -148,11 +148,15 @@ def _sync_batch(ctx: SimContext, cache: LinkCache, groups: list[Group], D: np.nd
                             None if param is None else np.take_along_axis(param, top, 1)[:, 0])
         return ((t if ctx.settings.dp_sync_waits_for_all else np.zeros(len(D))), np.zeros(len(D)),
                 np.zeros(len(D), dtype=bool))
-    times, egress, memo = [], np.zeros(len(D)), {}
+    stages: dict[tuple[bytes, bytes], int] = {}       # per distinct (grad, full) of a stage, its first stage
+    for s in range(grad.shape[1]):
+        stages.setdefault((grad[:, s].tobytes(), full[:, s].tobytes()), s)
+    # every distinct stage's sync in one call on the rows stacked (netvec.stacked_sync_rows: bit for bit)
+    memo = dict(zip(stages, stacked_sync_rows(ctx, cache, groups, D, [(grad[:, s], full[:, s], pick(param, s))
+                                                                      for s in stages.values()])))
+    times, egress = [], np.zeros(len(D))
     for s in range(grad.shape[1]):
         key = (grad[:, s].tobytes(), full[:, s].tobytes())
-        if key not in memo:
-            memo[key] = sync_rows(ctx, cache, groups, D, grad[:, s], full[:, s], pick(param, s))
         times.append(memo[key][0])
         egress = egress + memo[key][1]
     hier0 = memo[(grad[:, 0].tobytes(), full[:, 0].tobytes())][2]

@@ -22,7 +22,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import LinkCache
-from planner.search.syncbound import sync_lower_bound
+from planner.search.syncbound import sync_lower_bound, sync_lower_bounds
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
 
@@ -53,14 +53,20 @@ def zone_sync_table(ctx, cluster: ClusterSpec, tables, cache: LinkCache, task, n
     d = np.arange(1, d_hi + 1, dtype=float)
     zones = sorted({z for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)})
     out = np.zeros((len(zones) + 1, d_hi + 1))
-    for zn in range(1, len(zones) + 1):
+    zns = tuple(range(1, len(zones) + 1))
+    # sync_floor_zones at every zone count: one sync_lower_bounds call for all of them (the same values)
+    stage = sync_lower_bounds(cluster, combo, s_num, grad, d, cache, 1, zns) \
+        if ctx.settings.dp_sync_waits_for_all else None
+    tied_all = None
+    if tables.space.tie_embeddings and s_num >= 2:
+        tied = 4.0 * _vocab_shard_params(ctx.model, min(t for _, t in combo))
+        tied_all = sync_lower_bounds(cluster, combo, s_num, tied, d, cache, 2, zns)
+    for zn in zns:
         sync = np.zeros(len(d))
-        if ctx.settings.dp_sync_waits_for_all:
-            sync = sync + sync_floor_zones(cluster, combo, s_num, grad, d, cache, 1, zn)
-        if tables.space.tie_embeddings and s_num >= 2:
-            tp = min(t for _, t in combo)
-            tied = 4.0 * _vocab_shard_params(ctx.model, tp)
-            sync = sync + sync_floor_zones(cluster, combo, s_num, tied, d, cache, 2, zn)
+        if stage is not None:
+            sync = sync + stage[zn - 1]
+        if tied_all is not None:
+            sync = sync + tied_all[zn - 1]
         if task.dist:
             sync = sync * (1 - 1e-12 if tables.space.precision == "fp32" else 0.5)
         out[zn, 1:] = sync

@@ -13,7 +13,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for
-from planner.search.netvec import Group, LinkCache, floor_times, link_time
+from planner.search.netvec import Group, LinkCache, floor_prep, floor_times, link_time
 from planner.search.netvec import link_params as _link_params
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
@@ -50,6 +50,15 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
     range's start, :func:`floor_time`): the bound holds for every gradient >= ``grad_bytes`` (an earlier
     least-bandwidth rule needed the task's whole gradient range, docs/PLANNER.md 2.1, *Task bound*).
     """
+    return sync_lower_bounds(cluster, combo, s_num, grad_bytes, d, cache, copies, (z_min,))[0]
+
+
+def sync_lower_bounds(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray, cache: LinkCache,
+                      copies: int = 1, z_mins: tuple[int, ...] = (1,)) -> list[np.ndarray]:
+    """:func:`sync_lower_bound` at each ``z_min`` of ``z_mins`` (one call per zone count in
+    :func:`planner.search.rowzone.zone_sync_table`): the terms that do not depend on ``z_min`` (the ring tables'
+    reads, the hierarchical sums) computed once, then per ``z_min`` the same choices of the same values (a
+    minimum and a selection are exact, so each entry is that call's, bit for bit)."""
     groups = tuple(Group(z, g, t) for g, t in combo for z, _ in caps_for(cluster, g, t, s_num))
     conc = min(t for _, t in combo)
     per_zone: dict[str, int] = {}
@@ -57,18 +66,26 @@ def sync_lower_bound(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float,
         for z, c in caps_for(cluster, g, t, s_num):
             per_zone[z] = per_zone.get(z, 0) + c
     n_cap = copies * max(int(d.max()) if len(d) else 1, sum(per_zone.values()))
-    ring_intra, ring_cross, c = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
+    ring_intra, ring_cross, c, inner = _ring_tables(cache, groups, conc, grad_bytes, n_cap)
     di = d.astype(np.int64)
     n = copies * di                                                            # ring members
-    z_lo = np.maximum(zones_needed(list(per_zone.values()), di), z_min)
-    out = np.where(z_lo <= 1, ring_intra[n - 1], np.inf)                     # one zone holds them all
+    needed = zones_needed(list(per_zone.values()), di)
+    intra = ring_intra[n - 1]
     if ring_cross is not None:
-        out = np.where(di >= 2, np.minimum(out, ring_cross[n - 1]), out)
-        inner = _suffix_min(F.zone_reduce_broadcast_s(ring_intra))
-        for z, cz in zip(range(2, len(c) + 2), c):
-            fullest = copies * np.ceil(d / z).astype(np.int64)
-            out = np.where((di >= z) & (z_lo <= z), np.minimum(out, cz + inner[np.maximum(fullest, 1) - 1]), out)
-    return np.where(n > 1, out, 0.0)
+        cross, two = ring_cross[n - 1], di >= 2
+        # per zone count z of a hierarchical sync: its time, and the rows with at least z pipelines
+        hier = [(z, di >= z, cz + inner[np.maximum(copies * np.ceil(d / z).astype(np.int64), 1) - 1])
+                for z, cz in zip(range(2, len(c) + 2), c)]
+    outs = []
+    for z_min in z_mins:
+        z_lo = np.maximum(needed, z_min)
+        out = np.where(z_lo <= 1, intra, np.inf)                                 # one zone holds them all
+        if ring_cross is not None:
+            out = np.where(two, np.minimum(out, cross), out)
+            for z, at_least, t_z in hier:
+                out = np.where(at_least & (z_lo <= z), np.minimum(out, t_z), out)
+        outs.append(np.where(n > 1, out, 0.0))
+    return outs
 
 
 def tied_lower_bound(ctx, cluster: ClusterSpec, combo, s_num: int, d: np.ndarray, cache: LinkCache) -> np.ndarray:
@@ -86,20 +103,20 @@ def tied_lower_bound(ctx, cluster: ClusterSpec, combo, s_num: int, d: np.ndarray
 
 def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_bytes: float, n_cap: int):
     """(fastest intra-zone ring time per member count, fastest ring time over a cross-zone link per member
-    count, fastest cross ring per zone count 2..Z), memoised: tasks differing only in micro-batch size share
-    them.
+    count, fastest cross ring per zone count 2..Z, the suffix minimum of the zone reduce-and-broadcast of the
+    first (None without cross-zone links)), memoised: tasks differing only in micro-batch size share them.
 
     Computed from the links' floor times, once per link and size (:func:`_floor_tables`): a ring time
     ``2 (n - 1) t`` is a product by a non-negative factor fixed per n, and rounding is monotone, so the
     minimum over links of the products is the product of the minimum time, bit for bit, except at n = 1
     where ``0 * inf`` is nan: that column is taken over the links as before."""
-    key = ("ring-bounds-4", groups, conc, grad_bytes, n_cap)
+    key = ("ring-bounds-5", groups, conc, grad_bytes, n_cap)
     if key in cache.patterns:
         return cache.patterns[key]
     t_intra, t_cross = _floor_tables(cache, groups, conc, grad_bytes, n_cap)
     n = np.arange(1, n_cap + 1, dtype=float)
     ring_intra = _min_ring(n, t_intra)
-    ring_cross = c = None
+    ring_cross = c = inner = None
     if t_cross is not None:
         # a flat ring holding a cross-zone pair takes at least the ring time on that pair's link
         ring_cross = _min_ring(n, t_cross)
@@ -110,7 +127,8 @@ def _ring_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_by
         else:
             c = F.ring_s(zs, np.min([floor_time(lk, grad_bytes / zs) for lk in _links(cache, groups, conc)[1]],
                                     axis=0))
-    cache.patterns[key] = (ring_intra, ring_cross, c)
+        inner = _suffix_min(F.zone_reduce_broadcast_s(ring_intra))
+    cache.patterns[key] = (ring_intra, ring_cross, c, inner)
     return cache.patterns[key]
 
 
@@ -118,7 +136,7 @@ def _min_ring(n: np.ndarray, t: np.ndarray) -> np.ndarray:
     """``np.min([F.ring_s(n, row) for row in t], axis=0)`` bit for bit (see :func:`_ring_tables`)."""
     out = F.ring_s(n, np.min(t, axis=0))
     if len(n) and n[0] == 1:    # two columns, so that numpy reduces as on the whole table (the nan's sign)
-        out[:2] = np.min([F.ring_s(n[:2], row[:2]) for row in t], axis=0)
+        out[:2] = np.min(F.ring_s(n[None, :2], t[:, :2]), axis=0)   # each row's two products, as row by row
     return out
 
 
@@ -143,9 +161,14 @@ def _floor_tables(cache: LinkCache, groups: tuple[Group, ...], conc: int, grad_b
     have = cache.patterns.get(key)
     if have is None or have[0].shape[1] < n_cap:
         intra, cross = _links(cache, groups, conc)
+        pkey = ("ring-links-prep", groups, conc)        # the links' columns, built once (netvec.floor_prep)
+        if pkey not in cache.patterns:
+            cache.patterns[pkey] = (floor_prep(intra), floor_prep(cross) if cross else None)
+        p_intra, p_cross = cache.patterns[pkey]
         x = grad_bytes / np.arange(1, n_cap + 1, dtype=float)
         # floor_times: row j is floor_time(links[j], x), bit for bit, the links in one pass
-        have = cache.patterns[key] = (floor_times(intra, x), floor_times(cross, x) if cross else None)
+        have = cache.patterns[key] = (floor_times(intra, x, p_intra),
+                                      floor_times(cross, x, p_cross) if cross else None)
     t_intra, t_cross = have
     return t_intra[:, :n_cap], None if t_cross is None else t_cross[:, :n_cap]
 
