@@ -22,19 +22,12 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.search.caps import caps_for, task_dmax
 from planner.search.netvec import LinkCache
-from planner.search.syncbound import sync_lower_bound, sync_lower_bounds
+from planner.search.syncbound import sync_lower_bounds
 from planner.simulator import formulas as F
 from planner.simulator.tied import _vocab_shard_params
 
 ZONE_SYNC = True        # the zone-aware row floors (False: off, tests only)
 SCALE = 1.0             # x the floors (tests only: > 1 inflates them)
-
-
-def sync_floor_zones(cluster: ClusterSpec, combo, s_num: int, grad_bytes: float, d: np.ndarray, cache: LinkCache,
-                     copies: int, z_min: int) -> np.ndarray:
-    """:func:`planner.search.syncbound.sync_lower_bound` for plans whose rings span at least ``z_min`` zones:
-    its fewest zones ``zones_needed(d)`` raised to ``z_min`` (z_min = 1: the same value)."""
-    return sync_lower_bound(cluster, combo, s_num, grad_bytes, d, cache, copies=copies, z_min=z_min)
 
 
 def zone_sync_table(ctx, cluster: ClusterSpec, tables, cache: LinkCache, task, n_mb: int) -> np.ndarray | None:
@@ -54,7 +47,7 @@ def zone_sync_table(ctx, cluster: ClusterSpec, tables, cache: LinkCache, task, n
     zones = sorted({z for g, t in combo for z, _ in caps_for(cluster, g, t, s_num)})
     out = np.zeros((len(zones) + 1, d_hi + 1))
     zns = tuple(range(1, len(zones) + 1))
-    # sync_floor_zones at every zone count: one sync_lower_bounds call for all of them (the same values)
+    # sync_lower_bound raised to every zone count z_min: one sync_lower_bounds call for all of them
     stage = sync_lower_bounds(cluster, combo, s_num, grad, d, cache, 1, zns) \
         if ctx.settings.dp_sync_waits_for_all else None
     tied_all = None
