@@ -8,7 +8,9 @@ list is every composition, so the two spaces are the same and the optima must ag
 """
 from __future__ import annotations
 
-from itertools import product
+import sys
+from itertools import combinations, product
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from tests.planner.test_planner_bruteforce import bf_ctx
 from tests.planner.test_two_tp_pools_s19t import CASES, PIN_GBS, PIN_GPUS, pinned_plan
 from tests.planner.two_tp_pools_s19t import best_pool_plan
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 MBS, TPS = (1, 2), (1, 2, 4)
 SPACE = SearchSpace(max_stages=3, mbs_options=MBS, tp_options=TPS, recompute=(False,),
                     distributed_optimizer=(False,), chain_segments=1)
@@ -118,3 +121,58 @@ def test_task_rows_columns_are_sorted_and_respect_every_pool():
     for g, ts in task.tps:
         for t in ts:
             assert (sum(D[:, j] for j, c in enumerate(cols) if c[1:] == (g, t)) > 0).all()
+
+
+def greedy_fill(caps, subset, d):
+    """Water-filling by its definition: one more pipeline at a time to the chosen zone with the fewest (the
+    earlier zone on ties) that has room; None where the subset cannot take d (each chosen zone >= 1)."""
+    x = [0] * len(caps)
+    for _ in range(d):
+        room = [i for i in subset if x[i] < caps[i]]
+        if not room:
+            return None
+        x[min(room, key=lambda i: (x[i], i))] += 1
+    return tuple(x) if all(x[i] >= 1 for i in subset) else None
+
+
+def wf_set(units, t, n):
+    caps = [u // t for u in units]
+    out = set()
+    for size in range(1, len(units) + 1):
+        for subset in combinations(range(len(units)), size):
+            if all(caps[i] >= 1 for i in subset):
+                for d in range(size, n + 1):
+                    v = greedy_fill(caps, subset, d)
+                    if v is not None:
+                        out.add(v)
+    return out
+
+
+@pytest.mark.parametrize("units,t1,t2,n", [((5,), 1, 2, 6), ((6, 3), 1, 2, 9), ((8, 4, 5), 2, 4, 7),
+                                           ((4, 4), 1, 4, 3), ((7, 2, 3), 1, 2, 12)])
+def test_row_counts_of_the_benchmark_match_their_definitions(units, t1, t2, n):
+    """benchmarks/two_tp_rows_s19p.py: the ``pairs`` and ``r1`` row counts per total against sets built from
+    the rules' definitions (greedy water-filling, every minority indicator)."""
+    from two_tp_rows_s19p import pair_hist, r1_hist
+    cap = np.array(units)
+    w1, w2 = wf_set(units, t1, n), wf_set(units, t2, n)
+    pairs = {(u, v) for u in w1 for v in w2 if (np.array(u) * t1 + np.array(v) * t2 <= cap).all()
+             and sum(u) + sum(v) <= n}
+    want = [sum(1 for u, v in pairs if sum(u) + sum(v) == d) for d in range(n + 1)]
+    got, exact = pair_hist(units, t1, t2, n, 10 ** 9)
+    assert exact and got == want
+    bound, exact = pair_hist(units, t1, t2, n, 0)
+    assert not exact and all(b >= w for b, w in zip(bound, want))
+    r1 = set()
+    for ta, tb, flip in ((t1, t2, False), (t2, t1, True)):
+        for size in range(1, len(units) + 1):
+            for m in combinations(range(len(units)), size):
+                if any(units[i] < tb for i in m):
+                    continue
+                minor = tuple(1 if i in m else 0 for i in range(len(units)))
+                left = tuple(units[i] - tb * minor[i] for i in range(len(units)))
+                for major in wf_set(left, ta, n):
+                    if sum(major) + size <= n:
+                        r1.add((minor, major) if flip else (major, minor))
+    want = [sum(1 for u, v in r1 if sum(u) + sum(v) == d) for d in range(n + 1)]
+    assert r1_hist(units, t1, t2, n) == want
