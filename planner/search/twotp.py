@@ -156,6 +156,36 @@ def column_models(ctx: SimContext, tables: Tables, cache: LinkCache, task: TwoTp
     return out
 
 
+def task_best(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: TwoTpTask, gbs: int,
+              objective: Objective, space: SearchSpace, minority: int | None = None) -> tuple[Candidate | None, int]:
+    """(the best candidate of one task over every fitting split and every row of :func:`task_rows` (None: no
+    feasible one), the (split, row) pairs scored)."""
+    n_mb = gbs // task.mbs
+    D, cols = task_rows(cluster, task, n_mb, minority)
+    if space.uniform_microbatches:
+        D = D[n_mb % D.sum(axis=1) == 0]
+    if space.single_zone:
+        D = D[one_zone_rows(D, [(z, g) for z, g, _ in cols])]
+    best, best_key, n_rows = None, np.inf, 0
+    if len(D) == 0:
+        return best, n_rows
+    fits = np.logical_and.reduce([tables.arrays(g, t, task.mbs, task.num_stages, task.recompute).fits
+                                  for g, t in task.pairs()])
+    for k in np.nonzero(fits)[0]:
+        pools = column_models(ctx, tables, cache, task, cols, int(k), n_mb)
+        sc = score_batch(ctx, cache, [(pools, D)], n_mb, exact=True, uniform=space.uniform_microbatches,
+                         tied=cache.tied if space.tie_embeddings else None)[0]
+        n_rows += len(D)
+        ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
+        keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
+        r = int(np.argmin(keys))
+        if keys[r] < best_key:
+            best_key = float(keys[r])
+            shell = Task(task.num_stages, task.mbs, task.pairs(), 0.0, task.recompute, False)
+            best = _candidate(shell, tables, int(k), pools, D[r], sc, r, best_key, n_mb, space)
+    return best, n_rows
+
+
 @dataclass(frozen=True)
 class TwoTpResult:
     best: Candidate | None
@@ -168,8 +198,9 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
                   verify: bool = True) -> TwoTpResult:
     """The best pool plan with at most ``max_tps`` TP degrees per used type (module docstring): exhaustive,
     for small clusters only. ``minority``: only rows of :func:`task_rows` with that r. ``verify``: the best
-    candidate is simulated and must match its scores (:func:`planner.search.verify.check_candidates`)."""
-    if True in space.distributed_optimizer and False not in space.distributed_optimizer:
+    candidate is simulated and must match its scores (:func:`planner.search.verify.check_candidates`). The
+    distributed optimizer is not searched (a space holding only ``True`` raises InputError)."""
+    if False not in space.distributed_optimizer:
         raise InputError("two_tp_search: the distributed optimizer is not supported")
     options = cluster_options(ctx, cluster, space)
     tables = Tables(ctx, space, options, cluster)
@@ -177,28 +208,10 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
     best, best_key, n_tasks, n_rows = None, np.inf, 0, 0
     for task in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, space, max_tps):
         n_tasks += 1
-        n_mb = gbs // task.mbs
-        D, cols = task_rows(cluster, task, n_mb, minority)
-        if space.uniform_microbatches:
-            D = D[n_mb % D.sum(axis=1) == 0]
-        if space.single_zone:
-            D = D[one_zone_rows(D, [(z, g) for z, g, _ in cols])]
-        if len(D) == 0:
-            continue
-        fits = np.logical_and.reduce([tables.arrays(g, t, task.mbs, task.num_stages, task.recompute).fits
-                                      for g, t in task.pairs()])
-        for k in np.nonzero(fits)[0]:
-            pools = column_models(ctx, tables, cache, task, cols, int(k), n_mb)
-            sc = score_batch(ctx, cache, [(pools, D)], n_mb, exact=True, uniform=space.uniform_microbatches,
-                             tied=cache.tied if space.tie_embeddings else None)[0]
-            n_rows += len(D)
-            ok = objective.allows(sc.iteration_s, sc.cost_usd, sc.gpus) & np.isfinite(sc.iteration_s)
-            keys = np.where(ok, objective.key(sc.iteration_s, sc.cost_usd), np.inf)
-            r = int(np.argmin(keys))
-            if keys[r] < best_key:
-                best_key = float(keys[r])
-                shell = Task(task.num_stages, task.mbs, task.pairs(), 0.0, task.recompute, False)
-                best = _candidate(shell, tables, int(k), pools, D[r], sc, r, best_key, n_mb, space)
+        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, minority)
+        n_rows += rows
+        if cand is not None and cand.key < best_key:
+            best, best_key = cand, cand.key
     if verify and best is not None:
         check_candidates(ctx, [best], gbs)
     log.debug("two_tp_search: %d tasks, %d rows scored", n_tasks, n_rows)

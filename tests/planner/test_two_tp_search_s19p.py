@@ -176,3 +176,35 @@ def test_row_counts_of_the_benchmark_match_their_definitions(units, t1, t2, n):
                         r1.add((minor, major) if flip else (major, minor))
     want = [sum(1 for u, v in r1 if sum(u) + sum(v) == d) for d in range(n + 1)]
     assert r1_hist(units, t1, t2, n) == want
+
+
+@pytest.mark.parametrize("gpus,gbs", [("H100-80@us-a=3", 8), ("A100-40@us-a=7,A100-40@us-b=5", 8),
+                                      ("V100-16@us-a=9,V100-16@us-b=2", 16), ("A100-40@z-a=6,V100-16@z-a=5", 16)])
+def test_search_task_bounds_hold_on_two_tp_tasks(gpus, gbs):
+    """Evidence for the wiring (docs: /work/notes/s19p_doc.md): the search's task bounds, given a two-TP task as a
+    combo of (type, TP) pseudo-types (``TwoTpTask.pairs``), stay <= the task's exhaustive optimum, under the
+    throughput and the cost objective. Not a proof: the bounds were proved for one TP per type."""
+    from planner.search.netvec import LinkCache
+    from planner.search.taskbound import cheap_bounds, task_bound
+    from planner.search.tasks import Tables, cluster_options
+    from planner.search.twotp import enumerate_two_tp_tasks, task_best
+    ctx, catalog = bf_ctx()
+    cluster = parse_gpus(gpus, catalog)
+    checked = 0
+    for objective in (Objective("throughput"), Objective("cost")):
+        options = cluster_options(ctx, cluster, SPACE)
+        tables, cache = Tables(ctx, SPACE, options, cluster), LinkCache(ctx)
+        for task in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, SPACE, 2):
+            if all(len(ts) == 1 for _, ts in task.tps):
+                continue
+            cand, _ = task_best(ctx, cluster, tables, cache, task, gbs, objective, SPACE)
+            if cand is None:
+                continue
+            combo, n_mb = task.pairs(), gbs // task.mbs
+            full = task_bound(ctx, cluster, tables, combo, task.num_stages, task.mbs, n_mb, objective, cache,
+                              recompute=task.recompute)
+            cheap = cheap_bounds(ctx, cluster, tables, [combo], task.num_stages, task.mbs, n_mb, objective,
+                                 task.recompute)[0]
+            assert cheap <= full * (1 + 1e-12) and full <= cand.key, (task, cheap, full, cand.key)
+            checked += 1
+    assert checked >= 4
