@@ -11,7 +11,8 @@ holding one pipeline of S stages, a split that fits with or without recomputatio
   floor(n_z / S)``), both TPs used. Where a type's pair product exceeds ``--exact-limit`` the joint cap is not
   checked and the count is the plain product (an upper bound, marked ``<=``);
 - ``r1``: the same tasks; a two-TP type's rows: one TP water-filled (>= 1 pipeline) under the caps left by at most
-  one pipeline of the other TP per pool (>= 1 such pipeline), either TP as the minority (rows counted once).
+  one pipeline of the other TP per pool (>= 1 such pipeline), either TP as the minority (rows counted once);
+- ``r1z``: as ``r1`` with the minority TP's single pipeline in one zone of the type.
 
 Rows are summed over every task and unit (recomputation and the distributed optimizer double the tasks alike and
 are not counted). Exact integers (Python ints); the rows are the space's, not what the search builds (its bounds
@@ -81,13 +82,15 @@ def pair_hist(units, t1, t2, n, limit) -> tuple[list[int], bool]:
     return out, True
 
 
-def r1_hist(units, t1, t2, n) -> list[int]:
-    """Rows per total of the ``r1`` rule."""
+def r1_hist(units, t1, t2, n, max_zones: int | None = None) -> list[int]:
+    """Rows per total of the ``r1`` rule; ``max_zones`` = 1: the ``r1z`` rule (the minority's one pipeline in one
+    zone of the type)."""
     z = len(units)
+    top = z if max_zones is None else min(z, max_zones)
     out = [0] * (n + 1)
     overlap = [0] * (n + 1)
     for ta, tb in ((t1, t2), (t2, t1)):
-        for size in range(1, z + 1):
+        for size in range(1, top + 1):
             for m in combinations(range(z), size):
                 if any(units[i] < tb for i in m):
                     continue
@@ -96,7 +99,7 @@ def r1_hist(units, t1, t2, n) -> list[int]:
                     if d >= 1 and d + size <= n:
                         out[d + size] += c
                 if ta == t1:        # rows whose majority vector is 0/1 too: counted in both orientations
-                    for s2 in range(1, z + 1):
+                    for s2 in range(1, top + 1):
                         for m2 in combinations(range(z), s2):
                             if all(left[i] >= ta for i in m2) and s2 + size <= n:
                                 overlap[s2 + size] += 1
@@ -129,13 +132,13 @@ def count_setup(st, data: str, limit: int) -> dict:
     options = cluster_options(ctx, cluster, space)
     tables = Tables(ctx, space, options, cluster)
     max_s = min(ctx.model.num_layers, space.max_stages or ctx.model.num_layers)
-    res = {"tasks1": 0, "tasks2": 0, "rows1": 0, "rows2": 0, "rowsr1": 0, "exact": True, "gbs": gbs}
+    res = {"tasks1": 0, "tasks2": 0, "rows1": 0, "rows2": 0, "rowsr1": 0, "rowsr1z": 0, "exact": True, "gbs": gbs}
     for s_num in range(1, max_s + 1):
         for mbs in sorted({m for g in options for m, _ in options[g]}):
             if gbs % mbs:
                 continue
             n = gbs // mbs
-            h1, h2, hr = [], [], []
+            h1, h2, hr, hz = [], [], [], []
             c1, c2 = [], []
             for g in sorted(options):
                 units = tuple(c for _, c in pool_caps(cluster, g, s_num))
@@ -144,16 +147,18 @@ def count_setup(st, data: str, limit: int) -> dict:
                 if not ts:
                     continue
                 one = [hist(wf(units, t, n), n) for t in ts]
-                pairs, r1 = [], []
+                pairs, r1, r1z = [], [], []
                 for t1, t2 in combinations(ts, 2):
                     h, ok = pair_hist(units, t1, t2, n, limit)
                     res["exact"] &= ok
                     pairs.append(h)
                     r1.append(r1_hist(units, t1, t2, n))
+                    r1z.append(r1_hist(units, t1, t2, n, 1))
                 s1 = [sum(col) for col in zip(*one)]
                 h1.append(s1)
                 h2.append([a + sum(col) for a, col in zip(s1, zip(*pairs))] if pairs else s1)
                 hr.append([a + sum(col) for a, col in zip(s1, zip(*r1))] if r1 else s1)
+                hz.append([a + sum(col) for a, col in zip(s1, zip(*r1z))] if r1z else s1)
                 c1.append(len(ts))
                 c2.append(len(ts) + len(ts) * (len(ts) - 1) // 2)
             res["tasks1"] += int(np.prod([1 + c for c in c1], dtype=object)) - 1
@@ -161,6 +166,7 @@ def count_setup(st, data: str, limit: int) -> dict:
             res["rows1"] += poly_rows(h1, n)
             res["rows2"] += poly_rows(h2, n)
             res["rowsr1"] += poly_rows(hr, n)
+            res["rowsr1z"] += poly_rows(hz, n)
     return res
 
 
@@ -176,8 +182,8 @@ def main() -> int:
     p.add_argument("--exact-limit", type=int, default=20_000_000, help="largest pair product checked per pool")
     a = p.parse_args()
     print(f"{'setup':28} {'GBS':>5} {'tasks 1tp':>10} {'tasks 2tp':>10} {'x':>6} {'rows 1tp':>16} {'rows pairs':>18} "
-          f"{'x':>9} {'rows r1':>16} {'x':>7} {'s':>6}")
-    worst_pairs, worst_r1, worst_tasks, all_exact = 0.0, 0.0, 0.0, True
+          f"{'x':>9} {'rows r1':>16} {'x':>7} {'rows r1z':>16} {'x':>7} {'s':>6}")
+    worst_pairs, worst_r1, worst_r1z, worst_tasks, all_exact = 0.0, 0.0, 0.0, 0.0, True
     for st in setups():
         if (a.only and a.only not in st.name) or (a.skip and a.skip in st.name):
             continue
@@ -185,13 +191,17 @@ def main() -> int:
         r = count_setup(st, a.sailor_data, a.exact_limit)
         dt = time.process_time() - t0
         xt, x2, xr = r["tasks2"] / r["tasks1"], r["rows2"] / r["rows1"], r["rowsr1"] / r["rows1"]
+        xz = r["rowsr1z"] / r["rows1"]
         worst_pairs, worst_r1, worst_tasks = max(worst_pairs, x2), max(worst_r1, xr), max(worst_tasks, xt)
+        worst_r1z = max(worst_r1z, xz)
         all_exact &= r["exact"]
         mark = "" if r["exact"] else "<="
         print(f"{st.name:28} {r['gbs']:>5} {r['tasks1']:>10,} {r['tasks2']:>10,} {xt:>6.2f} {fmt(r['rows1']):>16} "
-              f"{mark + fmt(r['rows2']):>18} {x2:>9.3g} {fmt(r['rowsr1']):>16} {xr:>7.3g} {dt:>6.1f}")
+              f"{mark + fmt(r['rows2']):>18} {x2:>9.3g} {fmt(r['rowsr1']):>16} {xr:>7.3g} {fmt(r['rowsr1z']):>16} "
+              f"{xz:>7.3g} {dt:>6.1f}")
     print(f"two TP degrees per type: tasks x{worst_tasks:.2f} at most; rows x{worst_pairs:.3g} (pairs"
-          f"{'' if all_exact else ', some upper bounds'}) and x{worst_r1:.3g} (r1) at most over the setups")
+          f"{'' if all_exact else ', some upper bounds'}), x{worst_r1:.3g} (r1) and x{worst_r1z:.3g} (r1z) at most over the "
+          "setups")
     return 0
 
 

@@ -151,7 +151,7 @@ def wf_set(units, t, n):
 @pytest.mark.parametrize("units,t1,t2,n", [((5,), 1, 2, 6), ((6, 3), 1, 2, 9), ((8, 4, 5), 2, 4, 7),
                                            ((4, 4), 1, 4, 3), ((7, 2, 3), 1, 2, 12)])
 def test_row_counts_of_the_benchmark_match_their_definitions(units, t1, t2, n):
-    """benchmarks/two_tp_rows_s19p.py: the ``pairs`` and ``r1`` row counts per total against sets built from
+    """benchmarks/two_tp_rows_s19p.py: the ``pairs``, ``r1`` and ``r1z`` row counts per total against sets built from
     the rules' definitions (greedy water-filling, every minority indicator)."""
     from two_tp_rows_s19p import pair_hist, r1_hist
     cap = np.array(units)
@@ -163,19 +163,20 @@ def test_row_counts_of_the_benchmark_match_their_definitions(units, t1, t2, n):
     assert exact and got == want
     bound, exact = pair_hist(units, t1, t2, n, 0)
     assert not exact and all(b >= w for b, w in zip(bound, want))
-    r1 = set()
-    for ta, tb, flip in ((t1, t2, False), (t2, t1, True)):
-        for size in range(1, len(units) + 1):
-            for m in combinations(range(len(units)), size):
-                if any(units[i] < tb for i in m):
-                    continue
-                minor = tuple(1 if i in m else 0 for i in range(len(units)))
-                left = tuple(units[i] - tb * minor[i] for i in range(len(units)))
-                for major in wf_set(left, ta, n):
-                    if sum(major) + size <= n:
-                        r1.add((minor, major) if flip else (major, minor))
-    want = [sum(1 for u, v in r1 if sum(u) + sum(v) == d) for d in range(n + 1)]
-    assert r1_hist(units, t1, t2, n) == want
+    for top in (None, 1):               # r1, then r1z (the minority's pipeline in one zone)
+        r1 = set()
+        for ta, tb, flip in ((t1, t2, False), (t2, t1, True)):
+            for size in range(1, (top or len(units)) + 1):
+                for m in combinations(range(len(units)), size):
+                    if any(units[i] < tb for i in m):
+                        continue
+                    minor = tuple(1 if i in m else 0 for i in range(len(units)))
+                    left = tuple(units[i] - tb * minor[i] for i in range(len(units)))
+                    for major in wf_set(left, ta, n):
+                        if sum(major) + size <= n:
+                            r1.add((minor, major) if flip else (major, minor))
+        want = [sum(1 for u, v in r1 if sum(u) + sum(v) == d) for d in range(n + 1)]
+        assert r1_hist(units, t1, t2, n, top) == want
 
 
 @pytest.mark.parametrize("gpus,gbs", [("H100-80@us-a=3", 8), ("A100-40@us-a=7,A100-40@us-b=5", 8),
