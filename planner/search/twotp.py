@@ -56,11 +56,12 @@ def _zone_options(cap: int, tps: tuple[int, ...], minority: int | None) -> np.nd
     return np.array(out, dtype=np.int64).reshape(len(out), len(tps))
 
 
-def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minority: int | None = None
-              ) -> np.ndarray:
+def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minority: int | None = None,
+              minority_total: int | None = None) -> np.ndarray:
     """[R, len(caps) * len(tps)] every count vector of one type, columns in (zone, TP) order: per zone the joint
     cap ``sum_t t x_{z,t} <= caps[z]``, every TP of ``tps`` used by at least one pipeline, at most ``max_total``
-    pipelines (``minority``: :func:`_zone_options`)."""
+    pipelines (``minority``: :func:`_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
+    pipelines over all the type's zones)."""
     per_zone = [_zone_options(c, tps, minority) for c in caps]
     if not per_zone:
         return np.zeros((0, 0), dtype=np.int64)
@@ -69,7 +70,10 @@ def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minor
         rows = np.concatenate([np.repeat(rows, len(opt), axis=0), np.tile(opt, (len(rows), 1))], axis=1)
         rows = rows[rows.sum(axis=1) <= max_total]
     per_tp = rows.reshape(len(rows), len(caps), len(tps)).sum(axis=1)
-    return rows[(per_tp > 0).all(axis=1) & (rows.sum(axis=1) <= max_total)]
+    keep = (per_tp > 0).all(axis=1) & (rows.sum(axis=1) <= max_total)
+    if minority_total is not None and len(tps) >= 2:
+        keep &= per_tp.min(axis=1) <= minority_total
+    return rows[keep]
 
 
 @dataclass(frozen=True)
@@ -86,14 +90,14 @@ class TwoTpTask:
         return tuple((g, t) for g, ts in self.tps for t in ts)
 
 
-def task_rows(cluster: ClusterSpec, task: TwoTpTask, max_total: int, minority: int | None = None
-              ) -> tuple[np.ndarray, list[tuple[str, str, int]]]:
+def task_rows(cluster: ClusterSpec, task: TwoTpTask, max_total: int, minority: int | None = None,
+              minority_total: int | None = None) -> tuple[np.ndarray, list[tuple[str, str, int]]]:
     """(rows [R, P], columns (zone, type, TP) sorted): the product of every used type's :func:`type_rows`,
     at most ``max_total`` pipelines in all."""
     rows, cols = np.ones((1, 0), dtype=np.int64), []
     for g, ts in task.tps:
         caps = pool_caps(cluster, g, task.num_stages)
-        opt = type_rows(tuple(c for _, c in caps), ts, max_total, minority)
+        opt = type_rows(tuple(c for _, c in caps), ts, max_total, minority, minority_total)
         rows = np.concatenate([np.repeat(rows, len(opt), axis=0), np.tile(opt, (len(rows), 1))], axis=1)
         rows = rows[rows.sum(axis=1) <= max_total]
         cols += [(z, g, t) for z, _ in caps for t in ts]
@@ -157,11 +161,12 @@ def column_models(ctx: SimContext, tables: Tables, cache: LinkCache, task: TwoTp
 
 
 def task_best(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: TwoTpTask, gbs: int,
-              objective: Objective, space: SearchSpace, minority: int | None = None) -> tuple[Candidate | None, int]:
+              objective: Objective, space: SearchSpace, minority: int | None = None,
+              minority_total: int | None = None) -> tuple[Candidate | None, int]:
     """(the best candidate of one task over every fitting split and every row of :func:`task_rows` (None: no
     feasible one), the (split, row) pairs scored)."""
     n_mb = gbs // task.mbs
-    D, cols = task_rows(cluster, task, n_mb, minority)
+    D, cols = task_rows(cluster, task, n_mb, minority, minority_total)
     if space.uniform_microbatches:
         D = D[n_mb % D.sum(axis=1) == 0]
     if space.single_zone:
@@ -195,9 +200,10 @@ class TwoTpResult:
 
 def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
                   space: SearchSpace = SearchSpace(), max_tps: int = 2, minority: int | None = None,
-                  verify: bool = True) -> TwoTpResult:
+                  minority_total: int | None = None, verify: bool = True) -> TwoTpResult:
     """The best pool plan with at most ``max_tps`` TP degrees per used type (module docstring): exhaustive,
-    for small clusters only. ``minority``: only rows of :func:`task_rows` with that r. ``verify``: the best
+    for small clusters only. ``minority`` / ``minority_total``: only rows of :func:`task_rows` with those limits
+    (:func:`type_rows`). ``verify``: the best
     candidate is simulated and must match its scores (:func:`planner.search.verify.check_candidates`). The
     distributed optimizer is not searched (a space holding only ``True`` raises InputError)."""
     if False not in space.distributed_optimizer:
@@ -208,7 +214,7 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
     best, best_key, n_tasks, n_rows = None, np.inf, 0, 0
     for task in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, space, max_tps):
         n_tasks += 1
-        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, minority)
+        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, minority, minority_total)
         n_rows += rows
         if cand is not None and cand.key < best_key:
             best, best_key = cand, cand.key

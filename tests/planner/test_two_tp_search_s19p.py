@@ -81,7 +81,7 @@ def test_two_tp_search_equals_the_brute_force(gpus, gbs, objective):
         assert all(len(t) <= max_tps for t in tps_used(ours.best).values())
 
 
-def brute_type_rows(caps, tps, max_total, minority=None):
+def brute_type_rows(caps, tps, max_total, minority=None, minority_total=None):
     """Every vector by itertools over the full box, filtered by the rules (independent of type_rows)."""
     out = []
     box = [range(c // t + 1) for c in caps for t in tps]
@@ -93,16 +93,20 @@ def brute_type_rows(caps, tps, max_total, minority=None):
             continue
         if minority is not None and len(tps) == 2 and (per.min(axis=1) > minority).any():
             continue
+        if minority_total is not None and len(tps) == 2 and per.sum(axis=0).min() > minority_total:
+            continue
         out.append(tuple(x))
     return sorted(out)
 
 
-@pytest.mark.parametrize("caps,tps,max_total,minority", [
-    ((5,), (1, 2), 8, None), ((5,), (1, 2), 3, None), ((4, 3), (1, 4), 9, None), ((6, 2), (2, 4), 5, None),
-    ((7, 4), (1, 2), 20, 1), ((7,), (1, 2), 20, 0), ((3, 3, 2), (1,), 5, None), ((8, 5), (1, 2), 11, 2)])
-def test_type_rows_is_every_vector_under_the_joint_caps(caps, tps, max_total, minority):
-    got = sorted(tuple(int(v) for v in r) for r in type_rows(caps, tps, max_total, minority))
-    assert got == brute_type_rows(caps, tps, max_total, minority)
+@pytest.mark.parametrize("caps,tps,max_total,minority,minority_total", [
+    ((5,), (1, 2), 8, None, None), ((5,), (1, 2), 3, None, None), ((4, 3), (1, 4), 9, None, None),
+    ((6, 2), (2, 4), 5, None, None), ((7, 4), (1, 2), 20, 1, None), ((7,), (1, 2), 20, 0, None),
+    ((3, 3, 2), (1,), 5, None, 1), ((8, 5), (1, 2), 11, 2, None), ((6, 5), (1, 2), 12, None, 1),
+    ((6, 5, 4), (2, 4), 12, 1, 2)])
+def test_type_rows_is_every_vector_under_the_joint_caps(caps, tps, max_total, minority, minority_total):
+    got = sorted(tuple(int(v) for v in r) for r in type_rows(caps, tps, max_total, minority, minority_total))
+    assert got == brute_type_rows(caps, tps, max_total, minority, minority_total)
     assert len(set(got)) == len(got)
 
 
