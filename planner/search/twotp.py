@@ -29,7 +29,7 @@ from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
-from planner.search.rows import one_zone_rows
+from planner.search.rows import one_zone_rows, zone_splits
 from planner.search.space import Candidate, Objective, SearchSpace
 from planner.search.taskrun import _candidate
 from planner.search.tasks import Tables, Task, cluster_options
@@ -56,12 +56,27 @@ def _zone_options(cap: int, tps: tuple[int, ...], minority: int | None) -> np.nd
     return np.array(out, dtype=np.int64).reshape(len(out), len(tps))
 
 
+def _water_filled(caps: tuple[int, ...], t: int, max_total: int) -> np.ndarray:
+    """[R, len(caps)] the search's rows of one TP over the zones: :func:`planner.search.rows.zone_splits` of the
+    zones with room for a pipeline (caps // t), zeros elsewhere."""
+    room = [i for i, c in enumerate(caps) if c // t > 0]
+    out = np.zeros((0, len(caps)), dtype=np.int64)
+    if room:
+        sub = zone_splits(tuple(caps[i] // t for i in room), max_total)
+        out = np.zeros((len(sub), len(caps)), dtype=np.int64)
+        out[:, room] = sub
+    return out
+
+
 def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minority: int | None = None,
-              minority_total: int | None = None) -> np.ndarray:
+              minority_total: int | None = None, water_filled: bool = False) -> np.ndarray:
     """[R, len(caps) * len(tps)] every count vector of one type, columns in (zone, TP) order: per zone the joint
     cap ``sum_t t x_{z,t} <= caps[z]``, every TP of ``tps`` used by at least one pipeline, at most ``max_total``
     pipelines (``minority``: :func:`_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
-    pipelines over all the type's zones)."""
+    pipelines over all the type's zones). ``water_filled``: instead of every vector, each TP's vector is one of the
+    search's water-filled rows (:func:`_water_filled`) and the pairs that overfill a pool are dropped."""
+    if water_filled:
+        return _water_filled_rows(caps, tps, max_total, minority, minority_total)
     per_zone = [_zone_options(c, tps, minority) for c in caps]
     if not per_zone:
         return np.zeros((0, 0), dtype=np.int64)
@@ -74,6 +89,24 @@ def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minor
     if minority_total is not None and len(tps) >= 2:
         keep &= per_tp.min(axis=1) <= minority_total
     return rows[keep]
+
+
+def _water_filled_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minority: int | None,
+                       minority_total: int | None) -> np.ndarray:
+    """:func:`type_rows` with ``water_filled``: columns (zone, TP)."""
+    z, k = len(caps), len(tps)
+    rows = np.ones((1, 0), dtype=np.int64)
+    for t in tps:
+        opt = _water_filled(caps, t, max_total)
+        rows = np.concatenate([np.repeat(rows, len(opt), axis=0), np.tile(opt, (len(rows), 1))], axis=1)
+        rows = rows[rows.sum(axis=1) <= max_total]
+    per = rows.reshape(len(rows), k, z)                 # [R, TP, zone]
+    keep = ((per * np.array(tps)[None, :, None]).sum(axis=1) <= np.array(caps)[None, :]).all(axis=1)
+    if minority is not None and k >= 2:
+        keep &= (per.min(axis=1) <= minority).all(axis=1)
+    if minority_total is not None and k >= 2:
+        keep &= per.sum(axis=2).min(axis=1) <= minority_total
+    return per[keep].transpose(0, 2, 1).reshape(int(keep.sum()), z * k)
 
 
 @dataclass(frozen=True)
@@ -91,13 +124,14 @@ class TwoTpTask:
 
 
 def task_rows(cluster: ClusterSpec, task: TwoTpTask, max_total: int, minority: int | None = None,
-              minority_total: int | None = None) -> tuple[np.ndarray, list[tuple[str, str, int]]]:
+              minority_total: int | None = None, water_filled: bool = False
+              ) -> tuple[np.ndarray, list[tuple[str, str, int]]]:
     """(rows [R, P], columns (zone, type, TP) sorted): the product of every used type's :func:`type_rows`,
     at most ``max_total`` pipelines in all."""
     rows, cols = np.ones((1, 0), dtype=np.int64), []
     for g, ts in task.tps:
         caps = pool_caps(cluster, g, task.num_stages)
-        opt = type_rows(tuple(c for _, c in caps), ts, max_total, minority, minority_total)
+        opt = type_rows(tuple(c for _, c in caps), ts, max_total, minority, minority_total, water_filled)
         rows = np.concatenate([np.repeat(rows, len(opt), axis=0), np.tile(opt, (len(rows), 1))], axis=1)
         rows = rows[rows.sum(axis=1) <= max_total]
         cols += [(z, g, t) for z, _ in caps for t in ts]
@@ -162,11 +196,11 @@ def column_models(ctx: SimContext, tables: Tables, cache: LinkCache, task: TwoTp
 
 def task_best(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: TwoTpTask, gbs: int,
               objective: Objective, space: SearchSpace, minority: int | None = None,
-              minority_total: int | None = None) -> tuple[Candidate | None, int]:
+              minority_total: int | None = None, water_filled: bool = False) -> tuple[Candidate | None, int]:
     """(the best candidate of one task over every fitting split and every row of :func:`task_rows` (None: no
     feasible one), the (split, row) pairs scored)."""
     n_mb = gbs // task.mbs
-    D, cols = task_rows(cluster, task, n_mb, minority, minority_total)
+    D, cols = task_rows(cluster, task, n_mb, minority, minority_total, water_filled)
     if space.uniform_microbatches:
         D = D[n_mb % D.sum(axis=1) == 0]
     if space.single_zone:
@@ -200,10 +234,10 @@ class TwoTpResult:
 
 def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
                   space: SearchSpace = SearchSpace(), max_tps: int = 2, minority: int | None = None,
-                  minority_total: int | None = None, verify: bool = True) -> TwoTpResult:
+                  minority_total: int | None = None, water_filled: bool = False, verify: bool = True) -> TwoTpResult:
     """The best pool plan with at most ``max_tps`` TP degrees per used type (module docstring): exhaustive,
-    for small clusters only. ``minority`` / ``minority_total``: only rows of :func:`task_rows` with those limits
-    (:func:`type_rows`). ``verify``: the best
+    for small clusters only. ``minority`` / ``minority_total`` / ``water_filled``: only rows of :func:`task_rows`
+    with those limits (:func:`type_rows`). ``verify``: the best
     candidate is simulated and must match its scores (:func:`planner.search.verify.check_candidates`). The
     distributed optimizer is not searched (a space holding only ``True`` raises InputError)."""
     if False not in space.distributed_optimizer:
@@ -214,7 +248,8 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
     best, best_key, n_tasks, n_rows = None, np.inf, 0, 0
     for task in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, space, max_tps):
         n_tasks += 1
-        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, minority, minority_total)
+        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, minority, minority_total,
+                               water_filled)
         n_rows += rows
         if cand is not None and cand.key < best_key:
             best, best_key = cand, cand.key

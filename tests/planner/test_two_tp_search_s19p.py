@@ -213,3 +213,35 @@ def test_search_task_bounds_hold_on_two_tp_tasks(gpus, gbs):
             assert cheap <= full * (1 + 1e-12) and full <= cand.key, (task, cheap, full, cand.key)
             checked += 1
     assert checked >= 4
+
+
+@pytest.mark.parametrize("caps,tps,max_total,minority,minority_total", [
+    ((5,), (1,), 8, None, None), ((6, 3), (2,), 9, None, None), ((6, 3), (1, 2), 9, None, None),
+    ((8, 4, 5), (2, 4), 7, None, None), ((7, 2, 3), (1, 2), 12, 1, None), ((7, 4), (1, 4), 12, None, 1)])
+def test_water_filled_type_rows_are_pairs_of_water_filled_rows_under_the_joint_caps(caps, tps, max_total, minority,
+                                                                                    minority_total):
+    got = sorted(tuple(int(v) for v in r) for r in type_rows(caps, tps, max_total, minority, minority_total,
+                                                             water_filled=True))
+    per_tp = [sorted(wf_set(caps, t, max_total)) for t in tps]
+    want = []
+    for pick in product(*per_tp):
+        per = np.array(pick).T                           # [zone, TP]
+        if (per @ np.array(tps) > np.array(caps)).any() or per.sum() > max_total:
+            continue
+        if minority is not None and len(tps) == 2 and (per.min(axis=1) > minority).any():
+            continue
+        if minority_total is not None and len(tps) == 2 and per.sum(axis=0).min() > minority_total:
+            continue
+        want.append(tuple(int(v) for v in per.reshape(-1)))
+    assert got == sorted(want) and len(got) > 0
+
+
+@pytest.mark.parametrize("gpus,gbs", [("A100-40@us-a=7,A100-40@us-b=5", 8), ("H100-80@us-a=6,A100-40@us-b=4", 8)])
+def test_water_filled_one_tp_rows_give_the_search_optimum(gpus, gbs):
+    """With one TP per type and water-filled rows, twotp's space is the search's pool space: equal optima."""
+    ctx, catalog = bf_ctx()
+    cluster = parse_gpus(gpus, catalog)
+    objective = Objective("throughput")
+    one = two_tp_search(ctx, cluster, gbs, objective, SPACE, max_tps=1, water_filled=True)
+    ours = plan_search(ctx, cluster, gbs, objective, SPACE).best
+    assert one.best.key == pytest.approx(ours.key, rel=1e-9)
