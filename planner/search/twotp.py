@@ -31,6 +31,7 @@ from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
 from planner.search.rows import one_zone_rows, zone_splits
 from planner.search.space import Candidate, Objective, SearchSpace
+from planner.search.taskbound import task_bound
 from planner.search.taskrun import _candidate
 from planner.search.tasks import Tables, Task, cluster_options
 from planner.search.verify import check_candidates
@@ -230,6 +231,7 @@ class TwoTpResult:
     best: Candidate | None
     tasks: int          # tasks enumerated
     rows: int           # (split, row) pairs scored exactly
+    pruned: int = 0     # tasks skipped by their bound (:func:`two_tp_improve`)
 
 
 def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -257,3 +259,34 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
         check_candidates(ctx, [best], gbs)
     log.debug("two_tp_search: %d tasks, %d rows scored", n_tasks, n_rows)
     return TwoTpResult(best, n_tasks, n_rows)
+
+
+def two_tp_improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, incumbent_key: float,
+                   objective: Objective = Objective(), space: SearchSpace = SearchSpace(), max_tps: int = 2,
+                   water_filled: bool = False, verify: bool = True) -> TwoTpResult:
+    """The best pool plan that gives some type two TP degrees and beats ``incumbent_key`` (e.g. the search's
+    optimum; None in ``best``: none does). Tasks whose :func:`planner.search.taskbound.task_bound` (the search's
+    bound, given the task's (type, TP) pseudo-types) is at least the best key so far are skipped; the others are
+    searched as :func:`two_tp_search` does. Exact only as far as that bound holds for two-TP tasks: argued in
+    /work/notes/s19p_doc.md (10.6.3) and tested against :func:`task_best`, not proved in docs/PLANNER.md 2.1."""
+    if False not in space.distributed_optimizer:
+        raise InputError("two_tp_improve: the distributed optimizer is not supported")
+    options = cluster_options(ctx, cluster, space)
+    tables = Tables(ctx, space, options, cluster)
+    cache = LinkCache(ctx)
+    tasks = [t for t in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, space, max_tps)
+             if any(len(ts) > 1 for _, ts in t.tps)]
+    bounds = [task_bound(ctx, cluster, tables, t.pairs(), t.num_stages, t.mbs, gbs // t.mbs, objective, cache,
+                         recompute=t.recompute) for t in tasks]
+    best, best_key, n_rows, pruned = None, incumbent_key, 0, 0
+    for b, task in sorted(zip(bounds, tasks), key=lambda x: x[0]):
+        if b >= best_key:
+            pruned += 1
+            continue
+        cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, water_filled=water_filled)
+        n_rows += rows
+        if cand is not None and cand.key < best_key:
+            best, best_key = cand, cand.key
+    if verify and best is not None:
+        check_candidates(ctx, [best], gbs)
+    return TwoTpResult(best, len(tasks), n_rows, pruned)

@@ -245,3 +245,22 @@ def test_water_filled_one_tp_rows_give_the_search_optimum(gpus, gbs):
     one = two_tp_search(ctx, cluster, gbs, objective, SPACE, max_tps=1, water_filled=True)
     ours = plan_search(ctx, cluster, gbs, objective, SPACE).best
     assert one.best.key == pytest.approx(ours.key, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpus,gbs,objective", [(PIN_GPUS, PIN_GBS, Objective("throughput")),
+                                                ("V100-16@us-a=9,V100-16@us-b=2", 16, Objective("throughput")),
+                                                ("A100-40@z-a=6,V100-16@z-a=5", 16, Objective("throughput")),
+                                                ("H100-80@us-a=6,A100-40@us-b=4", 8, Objective("cost"))])
+def test_two_tp_improve_equals_the_exhaustive_search(gpus, gbs, objective):
+    """The bound-pruned pass from the one-TP optimum finds the exhaustive two-TP optimum where it beats one TP,
+    and nothing where it does not."""
+    from planner.search.twotp import two_tp_improve
+    ctx, catalog = bf_ctx()
+    cluster = parse_gpus(gpus, catalog)
+    one = two_tp_search(ctx, cluster, gbs, objective, SPACE, max_tps=1).best.key
+    full = two_tp_search(ctx, cluster, gbs, objective, SPACE).best.key
+    got = two_tp_improve(ctx, cluster, gbs, one, objective, SPACE)
+    if full < one * (1 - 1e-9):
+        assert got.best is not None and got.best.key == pytest.approx(full, rel=1e-12)
+    else:
+        assert got.best is None
