@@ -6,16 +6,20 @@ that pool's GPUs: ``sum_t S t x_{z,g,t} <= n_{g,z}``, i.e. ``sum_t t x_{z,g,t} <
 
 - :func:`type_rows` / :func:`task_rows`: every such count vector of one type / of a task (free per-zone counts:
   every vector under the joint caps, a superset of the search's water-filled rows); ``minority`` = r keeps only
-  rows where each pool holds at most r pipelines of one of its two TP degrees (the "r = 1" variant).
+  rows where each pool holds at most r pipelines of one of its two TP degrees (the "r = 1" variant),
+  ``minority_total`` = r those where one TP degree has at most r pipelines in all, ``water_filled`` the pairs of
+  the search's water-filled rows (one per TP degree) that fit every pool jointly.
 - :func:`two_tp_search`: an exhaustive search (no pruning, small clusters only) over S, micro-batch size,
   recomputation, every type subset, every set of at most ``max_tps`` TP degrees per used type, every fitting
   split of the search's split list (:meth:`Tables.splits`) and every row, scored by the search's own exact row
   scorer (:func:`planner.search.pools.score_batch`, one :class:`PoolModel` per (zone, type, TP) column). Its
   best candidate is checked against ``simulate`` by :func:`planner.search.verify.check_candidates` (rel. 1e-9).
+- :func:`two_tp_improve`: the two-TP tasks only, skipped when the search's task bound reaches an incumbent.
 
-Exact: the scores (the verify check), and the optimum over that set. Not covered: the distributed optimizer
-(its shards depend on the TP degrees of a stage: off only), the task bounds and the search's pruning (none is
-used: the search's bounds for two-TP tasks are unproven, /work/notes/s19p_doc.md).
+Exact: the scores (the verify check), and :func:`two_tp_search`'s optimum over its set. :func:`two_tp_improve` is
+exact as far as the search's task bound holds for two-TP tasks (argued and tested, not proved in
+docs/PLANNER.md 2.1; /work/notes/s19p_doc.md). Not covered: the distributed optimizer (its shards depend on the
+TP degrees of a stage: off only).
 """
 from __future__ import annotations
 
