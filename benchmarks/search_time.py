@@ -85,6 +85,10 @@ def _run(args: argparse.Namespace, cache_root: Path | None) -> int:
     trees = [("now", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
     chosen = [st for st in setups() if (not args.only or args.only in st.name)
               and not (args.skip and args.skip in st.name)]
+    if not chosen:
+        sys.stderr.write(f"search_time.py: --only {args.only!r} / --skip {args.skip!r} leave no setup "
+                         "(the 4,096-GPU setup is skipped by default: add --skip '' to run it)\n")
+        return 2
     caches = {tag: None if cache_root is None else cache_root / tag for tag, _ in trees}
     if cache_root is not None and chosen:               # one uncounted process per tree fills its cache
         for tag, tree in trees:
