@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.util
 import io
 import runpy
 import sys
@@ -31,13 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod         # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+from abload import load_module  # noqa: E402
 
 
 def same(a, b) -> bool:
@@ -79,7 +72,7 @@ def main() -> None:
     for target in args.target:
         mod_name, fn_name = target.split(":")
         mod = importlib.import_module(mod_name)
-        old = _load(Path(args.before) / (mod_name.replace(".", "/") + ".py"), "before_" + mod_name.replace(".", "_"))
+        old = load_module(Path(args.before) / (mod_name.replace(".", "/") + ".py"), "before_" + mod_name.replace(".", "_"))
         now_fn, old_fn = getattr(mod, fn_name), getattr(old, fn_name)
         tot = totals[target] = [0.0, 0.0, 0]
 

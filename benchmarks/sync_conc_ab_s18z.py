@@ -16,23 +16,16 @@ One table line and one last summary line go to stdout.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import runpy
 import sys
 import time
 from pathlib import Path
 
+from abload import load_module
+
 ROOT = Path(__file__).resolve().parents[1]
 FIG10_5X80 = ",".join(f"A100-40@{z}=80" for z in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f",
                                                    "us-west1-b"))
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod         # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main() -> None:
@@ -47,7 +40,7 @@ def main() -> None:
     import planner.search.netvec as nv
     if not nv.__file__.startswith(str(ROOT)):
         sys.exit(f"planner loaded from {nv.__file__}, not from {ROOT}")
-    old = _load(Path(args.before) / "planner" / "search" / "netvec.py", "before_netvec")
+    old = load_module(Path(args.before) / "planner" / "search" / "netvec.py", "before_netvec")
     now_fn, tot, calls = nv._sync_conc, {"now": 0.0, "before": 0.0}, [0]
 
     def both(ctx, ch, pats, inv, D, d, grad, full, param=None):

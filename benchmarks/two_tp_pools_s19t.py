@@ -100,6 +100,16 @@ def sweep(contexts: dict) -> float:
     return late
 
 
+def model_contexts() -> list[tuple]:
+    """(name, context, GPU types, zones) of the benchmark's model contexts: the analytic test model, and OPT-350 on
+    Sailor's data where ../shared/data/sailor exists."""
+    contexts = [("bf", bf_ctx()[0], BF_TYPES, ("us-a", "us-b"))]
+    opt = opt350_ctx()
+    if opt is not None:
+        contexts.append(("opt350", opt, OPT_TYPES, OPT_ZONES))
+    return contexts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clusters", type=int, default=40, help="random clusters per model context")
@@ -109,10 +119,7 @@ def main() -> None:
     ap.add_argument("--no-sweep", action="store_true", help="leave out the GBS sweep of three winning clusters")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    contexts = [("bf", bf_ctx()[0], BF_TYPES, ("us-a", "us-b"))]
-    opt = opt350_ctx()
-    if opt is not None:
-        contexts.append(("opt350", opt, OPT_TYPES, OPT_ZONES))
+    contexts = model_contexts()
     kinds = [k for k in args.objectives.split(",") if k]
     t0 = time.process_time()
     print(f"{'model':<7} {'cluster':<62} {'GBS':>4} {'objective':<10} {'ours':>12} {'1-TP':>12} "

@@ -21,12 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from two_tp_pools_s19t import BF_TYPES, MAX_STAGES, MBS, OPT_TYPES, OPT_ZONES, TPS, opt350_ctx, random_cluster, \
-    search_key  # noqa: E402
+from two_tp_pools_s19t import MAX_STAGES, MBS, TPS, model_contexts, random_cluster, search_key  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
 from planner.search import Objective, SearchSpace  # noqa: E402
 from planner.search.twotp import two_tp_search  # noqa: E402
-from tests.planner.test_planner_bruteforce import bf_ctx  # noqa: E402
 
 
 def main() -> int:
@@ -35,10 +33,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    contexts = [("bf", bf_ctx()[0], BF_TYPES, ("us-a", "us-b"))]
-    opt = opt350_ctx()
-    if opt is not None:
-        contexts.append(("opt350", opt, OPT_TYPES, OPT_ZONES))
+    contexts = model_contexts()
     objective = Objective("throughput")
     print(f"{'model':<7} {'cluster':<62} {'GBS':>4} {'1-TP':>9} {'full':>9} {'r1':>9} {'r1t':>9} {'wf':>9} "
           f"{'wf1':>9} {'rows full':>9} {'rows r1':>8} {'rows r1t':>8} {'rows wf':>8} {'rows wf1':>8} {'CPU s':>6}")

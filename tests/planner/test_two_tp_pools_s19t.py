@@ -23,7 +23,7 @@ from planner.cluster import parse_gpus
 from planner.plan import Replica
 from planner.search import Objective, SearchSpace, build_plan, plan_search
 from planner.simulator import simulate
-from tests.planner.test_planner_bruteforce import bf_ctx
+from tests.planner.test_planner_bruteforce import bf_ctx, nonincreasing
 from tests.planner.two_tp_pools_s19t import (best_pool_plan, compositions, least_makespan_counts, make_plan,
                                              tps_per_type)
 
@@ -124,21 +124,6 @@ def test_two_tp_degrees_for_one_type_beat_the_search():
     assert tps_per_type(two.plan) == {"H100-80": (1, 2)}
 
 
-def partitions(total: int, parts: int, top: int | None = None):
-    """Non-increasing tuples of ``parts`` positive integers summing to ``total`` (identical pipelines: the
-    order of their counts does not matter)."""
-    top = total if top is None else top
-    if parts == 0:
-        if total == 0:
-            yield ()
-        return
-    for first in range(min(top, total - parts + 1), 0, -1):
-        if first * parts < total:
-            break
-        for rest in partitions(total - first, parts - 1, first):
-            yield (first,) + rest
-
-
 def test_pinned_plan_beats_every_one_tp_plan_of_its_shape():
     """An independent check of the pin: every one-TP plan with S = 1 on those 3 GPUs (TP 1, 2 or 4, every
     pipeline count, every micro-batch size, every count vector) is slower than the pinned plan by > 5 %."""
@@ -148,7 +133,7 @@ def test_pinned_plan_beats_every_one_tp_plan_of_its_shape():
     for mbs, tp in product(MBS, TPS):
         n = PIN_GBS // mbs
         for d in range(1, min(PIN_N // tp, n) + 1):
-            for counts in partitions(n, d):
+            for counts in nonincreasing(n, d):
                 est = simulate(make_plan((4,), [Replica("H100-80", tp, "us-a")] * d, mbs, PIN_GBS, list(counts)),
                                ctx)
                 if est.fits_in_memory:
