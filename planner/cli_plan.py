@@ -78,7 +78,7 @@ def search_outcome(rep: dict) -> dict:
     mixed = {"mixed_plan": True} if rep["candidate"].mix else {}
     # "two_tp": how the opt-in two-TP pass ended (only when asked, docs/PLANNER.md 10.6); "two_tp_plan": the plan
     # is that pass's (two TP degrees for one type, outside the declared space)
-    two = getattr(st, "two_tp", "")
+    two = getattr(st, "two_tp_pass", "")
     if two:
         mixed = {**mixed, "two_tp": two, **({"two_tp_plan": True} if rep["candidate"].two_tp() else {})}
     if getattr(st, "complete", True):

@@ -54,7 +54,7 @@ def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = 
     if mixed_plans and name == "ours":
         space = replace(space, mixed_plans=True)
     if two_tp and name == "ours":
-        space = replace(space, two_tp=True)
+        space = replace(space, two_tp_pass=True)
     if chain_splits != space.chain_splits and name == "ours":    # Sailor's space keeps Sailor's even split
         space = replace(space, chain_splits=chain_splits)
     return space if recompute else replace(space, recompute=(False,))

@@ -83,7 +83,7 @@ class SearchSpace:
     - ``mixed_plans``: after the exact search, a bounded local search for *mixed* plans (stages shared by
       pipelines of different chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8); heuristic, it only
       adds candidates;
-    - ``two_tp``: after the search, an opt-in pass over pool plans that give some GPU type two TP degrees
+    - ``two_tp_pass``: after the search, an opt-in pass over pool plans that give some GPU type two TP degrees
       (:func:`planner.search.twotp.two_tp_improve`, docs/PLANNER.md 10), outside the declared space; distributed
       optimizer off in its plans, throughput and cost objectives only; it only adds a candidate that beats the
       search's best.
@@ -105,10 +105,10 @@ class SearchSpace:
     chain_splits: str = "even"
     tie_embeddings: bool = False
     mixed_plans: bool = False
-    two_tp: bool = False
+    two_tp_pass: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("mixed_plans", "two_tp"):
+        for name in ("mixed_plans", "two_tp_pass"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
@@ -171,7 +171,7 @@ class Candidate:
 
     def two_tp(self) -> bool:
         """Whether the pools give some GPU type two TP degrees (a plan of the opt-in two-TP pass,
-        ``SearchSpace.two_tp``; the declared space never holds one)."""
+        ``SearchSpace.two_tp_pass``; the declared space never holds one)."""
         return len({(p.gpu_type, p.tp) for p in self.pools}) > len({p.gpu_type for p in self.pools})
 
     def gpus_by_pool(self) -> dict[tuple[str, str], int]:
@@ -200,9 +200,9 @@ class SearchStats:
     lower_bound_key: float | None = None   # stopped: no plan of the space has a smaller objective key
     time_limit_s: float | None = None
     notes: list[str] = field(default_factory=list)
-    # the opt-in two-TP pass (SearchSpace.two_tp): "" not asked, "complete", "stopped" (at the time limit, with
+    # the opt-in two-TP pass (SearchSpace.two_tp_pass): "" not asked, "complete", "stopped" (at the time limit, with
     # the best plan so far) or "not run" (the search itself used the time up)
-    two_tp: str = ""
+    two_tp_pass: str = ""
 
 
 @dataclass

@@ -46,7 +46,7 @@ from planner.simulator.settings import SimContext
 log = logging.getLogger(__name__)
 
 # the objectives :func:`two_tp_improve` is tested under (against :func:`two_tp_search`); the opt-in pass
-# (``SearchSpace.two_tp``, ``sailor-plan --two-tp``) refuses the others
+# (``SearchSpace.two_tp_pass``, ``sailor-plan --two-tp``) refuses the others
 TWO_TP_OBJECTIVES = ("throughput", "cost")
 
 

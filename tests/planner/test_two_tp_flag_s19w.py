@@ -1,5 +1,5 @@
-"""``sailor-plan --two-tp`` (``PlanRequest.two_tp``, ``SearchSpace.two_tp``): the opt-in pass over pool plans that
-give one GPU type two TP degrees (docs/PLANNER.md 10.6, helper s19w), run after the search from its best plan.
+"""``sailor-plan --two-tp`` (``PlanRequest.two_tp``, ``SearchSpace.two_tp_pass``): the opt-in pass over pool plans
+that give one GPU type two TP degrees (docs/PLANNER.md 10.6, helper s19w), run after the search from its best plan.
 
 The pinned case of ``test_two_tp_pools_s19t.py`` (``H100-80@us-a=3``, GBS 8, the brute-force test model, written
 as a model JSON so that the CLI plans it with the same context as ``bf_ctx``): the flag returns a plan >= 5 %
@@ -144,8 +144,8 @@ def test_invalid_combinations_are_one_error_line(capsys, data):
         assert capsys.readouterr().err.strip().splitlines() == [msg]
     ctx, catalog = bf_ctx()
     with pytest.raises(InputError):
-        SearchSpace(two_tp="yes")
+        SearchSpace(two_tp_pass="yes")
     with pytest.raises(InputError):
         api.PlanRequest(cluster=parse_gpus(PIN_GPUS, catalog), global_batch_size=8, two_tp=1)
     with pytest.raises(InputError, match="objectives only"):     # the search itself refuses it too
-        plan_search(ctx, parse_gpus(PIN_GPUS, catalog), 8, Objective("value"), SearchSpace(two_tp=True))
+        plan_search(ctx, parse_gpus(PIN_GPUS, catalog), 8, Objective("value"), SearchSpace(two_tp_pass=True))
