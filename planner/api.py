@@ -55,6 +55,8 @@ class PlanRequest:
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
     mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)
+    two_tp: bool = False                    # opt-in pass: pool plans with two TP degrees for one type (ours
+                                            # only; throughput and cost; docs/PLANNER.md 10.6)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -65,11 +67,16 @@ class PlanRequest:
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.chain_splits not in CHAIN_SPLITS:
             raise InputError(f"--chain-splits must be {' or '.join(CHAIN_SPLITS)}, got {self.chain_splits!r}")
-        for name in ("recompute", "distributed_optimizer", "mixed_plans"):
+        for name in ("recompute", "distributed_optimizer", "mixed_plans", "two_tp"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.mixed_plans and self.planner != "ours":
             raise InputError(f"--mixed-plans applies to --planner ours only, got --planner {self.planner}")
+        if self.two_tp and self.planner != "ours":
+            raise InputError(f"--two-tp applies to --planner ours only, got --planner {self.planner}")
+        if self.two_tp:
+            from planner.search.twotp import require_two_tp_objective
+            require_two_tp_objective(self.objective.kind)
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
         t = self.time_limit_s
@@ -98,7 +105,7 @@ def search_space(request: PlanRequest) -> SearchSpace:
     return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
                           chain_segments=request.chain_segments,
                           distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans,
-                          chain_splits=request.chain_splits)
+                          chain_splits=request.chain_splits, two_tp=request.two_tp)
 
 
 def context_for(context: SimContext, cluster: ClusterSpec) -> SimContext:

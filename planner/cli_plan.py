@@ -76,6 +76,11 @@ def search_outcome(rep: dict) -> dict:
     st = rep["stats"]
     # "mixed_plan": the plan came from the local search after the exact one (docs/PLANNER.md 8)
     mixed = {"mixed_plan": True} if rep["candidate"].mix else {}
+    # "two_tp": how the opt-in two-TP pass ended (only when asked, docs/PLANNER.md 10.6); "two_tp_plan": the plan
+    # is that pass's (two TP degrees for one type, outside the declared space)
+    two = getattr(st, "two_tp_pass", "")
+    if two:
+        mixed = {**mixed, "two_tp": two, **({"two_tp_plan": True} if rep["candidate"].two_tp() else {})}
     if getattr(st, "complete", True):
         return {"complete": True, **mixed}
     key, lb = rep["candidate"].key, st.lower_bound_key
@@ -83,10 +88,28 @@ def search_outcome(rep: dict) -> dict:
             "gap": key / lb if lb and lb > 0 else None}
 
 
+def two_tp_line(out: dict) -> str | None:
+    """How the opt-in two-TP pass (``--two-tp``) ended; None when it was not asked for."""
+    two = out.get("two_tp")
+    if not two:
+        return None
+    if two == "not run":
+        return "--two-tp pass NOT run: the search used the time limit"
+    found = "this plan is its plan" if out.get("two_tp_plan") else "no two-TP plan beat the search's plan"
+    if two == "stopped":
+        return (f"--two-tp pass STOPPED at the time limit: {found} among the tasks it searched "
+                "(not every two-TP plan was searched)")
+    return f"--two-tp pass finished: {found}"
+
+
 def outcome_line(out: dict, objective: Objective) -> str:
     if out["complete"] and out.get("mixed_plan"):
         return ("search finished (exact search), then the local search for mixed plans found this one, better "
                 "than the exact search's best by more than 0.1 % (heuristic: docs/PLANNER.md 8)")
+    if out["complete"] and out.get("two_tp_plan"):
+        return ("search finished (exact search), then the opt-in --two-tp pass found this plan, faster or cheaper "
+                "than the exact search's best (two TP degrees for one GPU type: outside the declared space, "
+                "docs/PLANNER.md 10.6)")
     if out["complete"]:
         return "search finished: this is the best plan of the declared space (exact search)"
     what = {"throughput": "s/iteration", "cost": "$/iteration", "value": "s x $ per iteration^2"}[objective.kind]
@@ -158,7 +181,8 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         parts.append(f"{n} x {label}: {span(cand.microbatches[j:j + n])}")
         j += n
     for pu in cand.pools:
-        parts.append(f"{pu.gpu_type}@{pu.zone}: {span(cand.microbatches[j:j + pu.pipelines])}")
+        tp = f" TP {pu.tp}" if cand.two_tp() else ""      # two TP degrees for one type (--two-tp)
+        parts.append(f"{pu.gpu_type}@{pu.zone}{tp}: {span(cand.microbatches[j:j + pu.pipelines])}")
         j += pu.pipelines
     console.print("micro-batches per pipeline: " + ", ".join(parts), markup=False)
     console.print(f"activation recomputation {'on' if cand.recompute else 'off'}; distributed optimizer "
@@ -186,7 +210,10 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
         console.print("comparator (grid): no homogeneous grid plan meets the objective and its constraints "
                       "(a frontier picture still shows the best grid plan without the constraints)", markup=False)
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
-    console.print(outcome_line(search_outcome(rep), objective), markup=False)
+    outcome = search_outcome(rep)
+    console.print(outcome_line(outcome, objective), markup=False)
+    if two_tp_line(outcome) is not None:
+        console.print(two_tp_line(outcome), markup=False)
 
 
 def _trace(args, ctx, clusters, gbs) -> int:

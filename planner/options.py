@@ -57,6 +57,11 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="after the exact search, also run a bounded local search for mixed plans (stages shared by "
                         "pipelines of different chains, as Sailor's planner may return; heuristic, docs/PLANNER.md "
                         "8; --planner ours only)")
+    p.add_argument("--two-tp", action="store_true",
+                   help="after the search, also search pool plans that give one GPU type two TP degrees (outside "
+                        "the declared space; can win on small clusters with few micro-batches per pipeline; within "
+                        "the time limit; distributed optimizer off in its plans; throughput and cost objectives; "
+                        "docs/PLANNER.md 10.6; --planner ours only)")
     p.add_argument("--top", type=int, default=1, metavar="K",
                    help="also report the K best plans the search kept (its dominance rules keep the optimum, "
                         "not every runner-up: docs/PLANNER.md 2.1)")
@@ -108,7 +113,7 @@ def plan_request(args: argparse.Namespace, cluster, gbs: int, comparator: bool):
                        comparator=comparator, recompute=not args.no_recompute, chain_segments=args.chain_segments,
                        **({} if args.chain_splits is None else {"chain_splits": args.chain_splits}),
                        distributed_optimizer=not args.no_distributed_optimizer, mixed_plans=args.mixed_plans,
-                       time_limit_s=time_limit_s(args))
+                       two_tp=args.two_tp, time_limit_s=time_limit_s(args))
 
 
 def request_parser(prog: str) -> argparse.ArgumentParser:

@@ -36,12 +36,13 @@ PLANNERS = {"ours": SearchSpace(), "grid": GRID_SPACE, "sailor": SAILOR_SHAPE_SP
 def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = None,
                    recompute: bool = True, chain_segments: int | None = None,
                    distributed_optimizer: bool = True, mixed_plans: bool = False,
-                   chain_splits: str = "even") -> SearchSpace:
+                   chain_splits: str = "even", two_tp: bool = False) -> SearchSpace:
     """The named space; ``recompute=False`` keeps activation recomputation out of it,
     ``distributed_optimizer=False`` the distributed optimizer; ``chain_segments`` replaces the chain-plan
     limit of the spaces that hold chain plans (ours, sailor-space); ``mixed_plans`` adds the local search for
     mixed plans (docs/PLANNER.md 8) to ``ours`` (the other spaces never hold them); ``chain_splits`` sets the
-    chain plans' layer splits of ``ours`` (sailor-space keeps Sailor's even split)."""
+    chain plans' layer splits of ``ours`` (sailor-space keeps Sailor's even split); ``two_tp`` adds the opt-in pass
+    over pool plans with two TP degrees for one type (docs/PLANNER.md 10) to ``ours``."""
     from dataclasses import replace
     if name not in PLANNERS:
         raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
@@ -52,6 +53,8 @@ def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = 
         space = replace(space, distributed_optimizer=(False,))
     if mixed_plans and name == "ours":
         space = replace(space, mixed_plans=True)
+    if two_tp and name == "ours":
+        space = replace(space, two_tp_pass=True)
     if chain_splits != space.chain_splits and name == "ours":    # Sailor's space keeps Sailor's even split
         space = replace(space, chain_splits=chain_splits)
     return space if recompute else replace(space, recompute=(False,))

@@ -82,7 +82,11 @@ class SearchSpace:
       with the first stage's (:mod:`planner.search.tied`);
     - ``mixed_plans``: after the exact search, a bounded local search for *mixed* plans (stages shared by
       pipelines of different chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8); heuristic, it only
-      adds candidates.
+      adds candidates;
+    - ``two_tp_pass``: after the search, an opt-in pass over pool plans that give some GPU type two TP degrees
+      (:func:`planner.search.twotp.two_tp_improve`, docs/PLANNER.md 10), outside the declared space; distributed
+      optimizer off in its plans, throughput and cost objectives only; it only adds a candidate that beats the
+      search's best.
     """
 
     max_stages: int | None = None
@@ -101,10 +105,12 @@ class SearchSpace:
     chain_splits: str = "even"
     tie_embeddings: bool = False
     mixed_plans: bool = False
+    two_tp_pass: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mixed_plans, bool):
-            raise InputError(f"mixed_plans must be true or false, got {self.mixed_plans!r}")
+        for name in ("mixed_plans", "two_tp_pass"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
             raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.chain_splits not in CHAIN_SPLITS:
@@ -163,6 +169,11 @@ class Candidate:
             return [tuple(self.chain)] * self.num_pipelines
         return [((p.gpu_type, p.zone, p.tp),) * self.num_stages for p in self.pools for _ in range(p.pipelines)]
 
+    def two_tp(self) -> bool:
+        """Whether the pools give some GPU type two TP degrees (a plan of the opt-in two-TP pass,
+        ``SearchSpace.two_tp_pass``; the declared space never holds one)."""
+        return len({(p.gpu_type, p.tp) for p in self.pools}) > len({p.gpu_type for p in self.pools})
+
     def gpus_by_pool(self) -> dict[tuple[str, str], int]:
         """GPUs the candidate uses per (gpu type, zone)."""
         out: dict[tuple[str, str], int] = {}
@@ -189,6 +200,9 @@ class SearchStats:
     lower_bound_key: float | None = None   # stopped: no plan of the space has a smaller objective key
     time_limit_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    # the opt-in two-TP pass (SearchSpace.two_tp_pass): "" not asked, "complete", "stopped" (at the time limit, with
+    # the best plan so far) or "not run" (the search itself used the time up)
+    two_tp_pass: str = ""
 
 
 @dataclass

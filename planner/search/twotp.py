@@ -24,6 +24,7 @@ TP degrees of a stage: off only).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations, product
 
@@ -43,6 +44,17 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
+
+# the objectives :func:`two_tp_improve` is tested under (against :func:`two_tp_search`); the opt-in pass
+# (``SearchSpace.two_tp_pass``, ``sailor-plan --two-tp``) refuses the others
+TWO_TP_OBJECTIVES = ("throughput", "cost")
+
+
+def require_two_tp_objective(kind: str) -> None:
+    """InputError unless the opt-in two-TP pass applies to objective ``kind`` (:data:`TWO_TP_OBJECTIVES`)."""
+    if kind not in TWO_TP_OBJECTIVES:
+        raise InputError(f"--two-tp applies to the {' and '.join(TWO_TP_OBJECTIVES)} objectives only, got "
+                         f"--objective {kind}")
 
 
 def pool_caps(cluster: ClusterSpec, g: str, s_num: int) -> tuple[tuple[str, int], ...]:
@@ -236,6 +248,7 @@ class TwoTpResult:
     tasks: int          # tasks enumerated
     rows: int           # (split, row) pairs scored exactly
     pruned: int = 0     # tasks skipped by their bound (:func:`two_tp_improve`)
+    stopped: bool = False   # :func:`two_tp_improve` stopped by ``stop`` before every task was searched or pruned
 
 
 def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -267,12 +280,15 @@ def two_tp_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Ob
 
 def two_tp_improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, incumbent_key: float,
                    objective: Objective = Objective(), space: SearchSpace = SearchSpace(), max_tps: int = 2,
-                   water_filled: bool = False, verify: bool = True) -> TwoTpResult:
+                   water_filled: bool = False, verify: bool = True,
+                   stop: Callable[[], bool] | None = None) -> TwoTpResult:
     """The best pool plan that gives some type two TP degrees and beats ``incumbent_key`` (e.g. the search's
     optimum; None in ``best``: none does). Tasks whose :func:`planner.search.taskbound.task_bound` (the search's
     bound, given the task's (type, TP) pseudo-types) is at least the best key so far are skipped; the others are
     searched as :func:`two_tp_search` does. Exact only as far as that bound holds for two-TP tasks: argued in
-    /work/notes/s19p_doc.md (10.6.3) and tested against :func:`task_best`, not proved in docs/PLANNER.md 2.1."""
+    /work/notes/s19p_doc.md (10.6.3) and tested against :func:`task_best`, not proved in docs/PLANNER.md 2.1.
+    ``stop`` (e.g. a time limit): asked before every task's bound and every task's search; once it returns True
+    the pass ends with the best plan found so far (``stopped`` in the result)."""
     if False not in space.distributed_optimizer:
         raise InputError("two_tp_improve: the distributed optimizer is not supported")
     options = cluster_options(ctx, cluster, space)
@@ -280,17 +296,25 @@ def two_tp_improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, incumbent_ke
     cache = LinkCache(ctx)
     tasks = [t for t in enumerate_two_tp_tasks(ctx, cluster, tables, options, gbs, space, max_tps)
              if any(len(ts) > 1 for _, ts in t.tps)]
-    bounds = [task_bound(ctx, cluster, tables, t.pairs(), t.num_stages, t.mbs, gbs // t.mbs, objective, cache,
-                         recompute=t.recompute) for t in tasks]
-    best, best_key, n_rows, pruned = None, incumbent_key, 0, 0
+    halt = stop if stop is not None else (lambda: False)
+    bounds: list[float] = []
+    for t in tasks:
+        if halt():
+            return TwoTpResult(None, len(tasks), 0, 0, stopped=True)
+        bounds.append(task_bound(ctx, cluster, tables, t.pairs(), t.num_stages, t.mbs, gbs // t.mbs, objective,
+                                 cache, recompute=t.recompute))
+    best, best_key, n_rows, pruned, stopped = None, incumbent_key, 0, 0, False
     for b, task in sorted(zip(bounds, tasks), key=lambda x: x[0]):
         if b >= best_key:
             pruned += 1
             continue
+        if halt():
+            stopped = True
+            break
         cand, rows = task_best(ctx, cluster, tables, cache, task, gbs, objective, space, water_filled=water_filled)
         n_rows += rows
         if cand is not None and cand.key < best_key:
             best, best_key = cand, cand.key
     if verify and best is not None:
         check_candidates(ctx, [best], gbs)
-    return TwoTpResult(best, len(tasks), n_rows, pruned)
+    return TwoTpResult(best, len(tasks), n_rows, pruned, stopped)
