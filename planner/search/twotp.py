@@ -18,7 +18,7 @@ that pool's GPUs: ``sum_t S t x_{z,g,t} <= n_{g,z}``, i.e. ``sum_t t x_{z,g,t} <
 
 Exact: the scores (the verify check), and :func:`two_tp_search`'s optimum over its set. :func:`two_tp_improve` is
 exact as far as the search's task bound holds for two-TP tasks (argued and tested, not proved in
-docs/PLANNER.md 2.1; /work/notes/s19p_doc.md). Not covered: the distributed optimizer (its shards depend on the
+docs/PLANNER.md 2.1 and 10.6.3). Not covered: the distributed optimizer (its shards depend on the
 TP degrees of a stage: off only).
 """
 from __future__ import annotations
@@ -286,7 +286,7 @@ def two_tp_improve(ctx: SimContext, cluster: ClusterSpec, gbs: int, incumbent_ke
     optimum; None in ``best``: none does). Tasks whose :func:`planner.search.taskbound.task_bound` (the search's
     bound, given the task's (type, TP) pseudo-types) is at least the best key so far are skipped; the others are
     searched as :func:`two_tp_search` does. Exact only as far as that bound holds for two-TP tasks: argued in
-    /work/notes/s19p_doc.md (10.6.3) and tested against :func:`task_best`, not proved in docs/PLANNER.md 2.1.
+    docs/PLANNER.md 10.6.3 and tested against :func:`task_best`, not proved in docs/PLANNER.md 2.1.
     ``stop`` (e.g. a time limit): asked before every task's bound and every task's search; once it returns True
     the pass ends with the best plan found so far (``stopped`` in the result)."""
     if False not in space.distributed_optimizer:

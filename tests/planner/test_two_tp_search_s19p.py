@@ -186,7 +186,7 @@ def test_row_counts_of_the_benchmark_match_their_definitions(units, t1, t2, n):
 @pytest.mark.parametrize("gpus,gbs", [("H100-80@us-a=3", 8), ("A100-40@us-a=7,A100-40@us-b=5", 8),
                                       ("V100-16@us-a=9,V100-16@us-b=2", 16), ("A100-40@z-a=6,V100-16@z-a=5", 16)])
 def test_search_task_bounds_hold_on_two_tp_tasks(gpus, gbs):
-    """Evidence for the wiring (docs: /work/notes/s19p_doc.md): the search's task bounds, given a two-TP task as a
+    """Evidence for the wiring (docs/PLANNER.md 10.6.3): the search's task bounds, given a two-TP task as a
     combo of (type, TP) pseudo-types (``TwoTpTask.pairs``), stay <= the task's exhaustive optimum, under the
     throughput and the cost objective. Not a proof: the bounds were proved for one TP per type."""
     from planner.search.netvec import LinkCache
