@@ -31,6 +31,7 @@ from itertools import combinations, product
 import numpy as np
 
 from planner.cluster import ClusterSpec
+from planner.search.caps import caps_for
 from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
@@ -59,9 +60,8 @@ def require_two_tp_objective(kind: str) -> None:
 
 def pool_caps(cluster: ClusterSpec, g: str, s_num: int) -> tuple[tuple[str, int], ...]:
     """(zone, floor(GPUs / S)) of every pool of type ``g`` (zones sorted): the TP units one pool offers to
-    pipelines of S stages (a pipeline at TP t takes t of them)."""
-    return tuple((p.zone, p.count // s_num) for p in sorted(cluster.pools, key=lambda p: p.zone)
-                 if p.gpu_type == g and p.count // s_num > 0)
+    pipelines of S stages (a pipeline at TP t takes t of them); :func:`planner.search.caps.caps_for` at TP 1."""
+    return caps_for(cluster, g, 1, s_num)
 
 
 def _zone_options(cap: int, tps: tuple[int, ...], minority: int | None) -> np.ndarray:
@@ -162,17 +162,12 @@ def task_choices(cluster: ClusterSpec, tables: Tables, options: dict[str, list[t
     recomputation): TP degrees of the options with a fitting split and a pool of at least S t GPUs."""
     out = {}
     for g in sorted(options):
-        ts = [t for m, t in options[g] if m == mbs and pool_caps_fit(cluster, g, t, s_num)
+        ts = [t for m, t in options[g] if m == mbs and caps_for(cluster, g, t, s_num)
               and tables.arrays(g, t, mbs, s_num, recompute) is not None]
         if tp_rule == "min_fit":
             ts = ts[:1]
         out[g] = [c for k in range(1, max_tps + 1) for c in combinations(ts, k)]
     return out
-
-
-def pool_caps_fit(cluster: ClusterSpec, g: str, t: int, s_num: int) -> bool:
-    """Whether some pool of type ``g`` holds one pipeline of S stages at TP ``t``."""
-    return any(c >= t for _, c in pool_caps(cluster, g, s_num))
 
 
 def enumerate_two_tp_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables,
