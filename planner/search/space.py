@@ -87,6 +87,10 @@ class SearchSpace:
       (:func:`planner.search.twotp.two_tp_improve`, docs/PLANNER.md 10), outside the declared space; distributed
       optimizer off in its plans, throughput and cost objectives only; it only adds a candidate that beats the
       search's best.
+    - ``two_tp``: the most TP degrees one used GPU type may run at in a pool plan (1: the declared space's rule,
+      one TP per type; 2: up to two, each used by at least one pipeline, so the tasks partition the plans; the
+      pipelines of one (type, zone) at its TP degrees share that pool's GPUs, docs/PLANNER.md 10.7). Tasks with
+      the distributed optimizer keep one TP per type.
     """
 
     max_stages: int | None = None
@@ -106,8 +110,11 @@ class SearchSpace:
     tie_embeddings: bool = False
     mixed_plans: bool = False
     two_tp_pass: bool = False
+    two_tp: int = 1
 
     def __post_init__(self) -> None:
+        if self.two_tp not in (1, 2) or isinstance(self.two_tp, bool):
+            raise InputError(f"two_tp must be 1 or 2, got {self.two_tp!r}")
         for name in ("mixed_plans", "two_tp_pass"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")

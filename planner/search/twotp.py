@@ -35,7 +35,7 @@ from planner.search.caps import caps_for
 from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
-from planner.search.rows import one_zone_rows, zone_splits
+from planner.search.rows import joint_zone_options, one_zone_rows, zone_splits
 from planner.search.space import Candidate, Objective, SearchSpace
 from planner.search.taskbound import task_bound
 from planner.search.taskrun import _candidate
@@ -64,15 +64,6 @@ def pool_caps(cluster: ClusterSpec, g: str, s_num: int) -> tuple[tuple[str, int]
     return caps_for(cluster, g, 1, s_num)
 
 
-def _zone_options(cap: int, tps: tuple[int, ...], minority: int | None) -> np.ndarray:
-    """[K, len(tps)] every (x_t) >= 0 with sum_t t x_t <= cap (and, given ``minority`` r and two TP degrees,
-    min_t x_t <= r)."""
-    ranges = [range(cap // t + 1) for t in tps]
-    out = [x for x in product(*ranges) if sum(t * n for t, n in zip(tps, x)) <= cap
-           and (minority is None or len(tps) < 2 or min(x) <= minority)]
-    return np.array(out, dtype=np.int64).reshape(len(out), len(tps))
-
-
 def _water_filled(caps: tuple[int, ...], t: int, max_total: int) -> np.ndarray:
     """[R, len(caps)] the search's rows of one TP over the zones: :func:`planner.search.rows.zone_splits` of the
     zones with room for a pipeline (caps // t), zeros elsewhere."""
@@ -89,12 +80,12 @@ def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minor
               minority_total: int | None = None, water_filled: bool = False) -> np.ndarray:
     """[R, len(caps) * len(tps)] every count vector of one type, columns in (zone, TP) order: per zone the joint
     cap ``sum_t t x_{z,t} <= caps[z]``, every TP of ``tps`` used by at least one pipeline, at most ``max_total``
-    pipelines (``minority``: :func:`_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
+    pipelines (``minority``: :func:`planner.search.rows.joint_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
     pipelines over all the type's zones). ``water_filled``: instead of every vector, each TP's vector is one of the
     search's water-filled rows (:func:`_water_filled`) and the pairs that overfill a pool are dropped."""
     if water_filled:
         return _water_filled_rows(caps, tps, max_total, minority, minority_total)
-    per_zone = [_zone_options(c, tps, minority) for c in caps]
+    per_zone = [joint_zone_options(c, tps, minority) for c in caps]
     if not per_zone:
         return np.zeros((0, 0), dtype=np.int64)
     rows = per_zone[0]
@@ -216,7 +207,7 @@ def task_best(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     if space.uniform_microbatches:
         D = D[n_mb % D.sum(axis=1) == 0]
     if space.single_zone:
-        D = D[one_zone_rows(D, [(z, g) for z, g, _ in cols])]
+        D = D[one_zone_rows(D, cols)]
     best, best_key, n_rows = None, np.inf, 0
     if len(D) == 0:
         return best, n_rows
