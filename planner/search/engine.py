@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -134,29 +133,10 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         mix = improve(ctx, cluster, gbs, objective, options, best.best(), stop=budget.expired)
         if mix is not None:
             best.push(mix)
-    if space.two_tp_pass and best.has_plan():      # opt-in, outside the declared space (docs/PLANNER.md 10.6)
-        _two_tp_pass(ctx, cluster, gbs, objective, space, best, stats, budget)
     found = _finish(best, stats, remaining, time_limit_s, tables)
     if verify:
         check_candidates(ctx, found, gbs)
     return SearchResult(found, stats, time.perf_counter() - t0)
-
-
-def _two_tp_pass(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
-                 best: TopK, stats: SearchStats, budget: Budget) -> None:
-    """``space.two_tp``: :func:`planner.search.twotp.two_tp_improve` from the best plan found, within what is
-    left of the time limit; its plan (if it beats the best) is pushed into ``best``; ``stats.two_tp_pass`` says how
-    the pass ended. Throughput and cost objectives only (``planner.api.PlanRequest`` rejects the others)."""
-    from planner.search.twotp import require_two_tp_objective, two_tp_improve
-    require_two_tp_objective(objective.kind)
-    if budget.expired():
-        stats.two_tp_pass = "not run"
-        return
-    res = two_tp_improve(ctx, cluster, gbs, best.best().key, objective,
-                         replace(space, distributed_optimizer=(False,)), verify=False, stop=budget.expired)
-    stats.two_tp_pass = "stopped" if res.stopped else "complete"
-    if res.best is not None:
-        best.push(res.best)
 
 
 def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue,

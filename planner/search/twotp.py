@@ -16,6 +16,10 @@ that pool's GPUs: ``sum_t S t x_{z,g,t} <= n_{g,z}``, i.e. ``sum_t t x_{z,g,t} <
   best candidate is checked against ``simulate`` by :func:`planner.search.verify.check_candidates` (rel. 1e-9).
 - :func:`two_tp_improve`: the two-TP tasks only, skipped when the search's task bound reaches an incumbent.
 
+The search itself holds these plans with ``SearchSpace.two_tp = 2`` (:func:`planner.search.tasks.unit_tasks`,
+:func:`planner.search.rows.task_options`: the same joint caps, free counts per zone; docs/PLANNER.md 10.7); this
+module is the exhaustive reference its tests compare against.
+
 Exact: the scores (the verify check), and :func:`two_tp_search`'s optimum over its set. :func:`two_tp_improve` is
 exact as far as the search's task bound holds for two-TP tasks (argued and tested, not proved in
 docs/PLANNER.md 2.1 and 10.6.3). Not covered: the distributed optimizer (its shards depend on the
@@ -45,18 +49,6 @@ from planner.simulator import formulas as F
 from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
-
-# the objectives :func:`two_tp_improve` is tested under (against :func:`two_tp_search`); the opt-in pass
-# (``SearchSpace.two_tp_pass``, ``sailor-plan --two-tp``) refuses the others
-TWO_TP_OBJECTIVES = ("throughput", "cost")
-
-
-def require_two_tp_objective(kind: str) -> None:
-    """InputError unless the opt-in two-TP pass applies to objective ``kind`` (:data:`TWO_TP_OBJECTIVES`)."""
-    if kind not in TWO_TP_OBJECTIVES:
-        raise InputError(f"--two-tp applies to the {' and '.join(TWO_TP_OBJECTIVES)} objectives only, got "
-                         f"--objective {kind}")
-
 
 def pool_caps(cluster: ClusterSpec, g: str, s_num: int) -> tuple[tuple[str, int], ...]:
     """(zone, floor(GPUs / S)) of every pool of type ``g`` (zones sorted): the TP units one pool offers to

@@ -194,12 +194,13 @@ def test_two_tp_must_be_one_or_two():
 @pytest.mark.slow
 def test_eight_pool_cluster_incumbent_path_equals_the_exhaustive_search():
     """A cluster of 8 (type, zone) pools takes the engine's incumbent path (coarse rows first, then the exact search,
-    ``engine.INCUMBENT_MIN_POOLS``): with two_tp=2 its optimum equals ``twotp.two_tp_search``'s exhaustive one."""
+    ``engine.INCUMBENT_MIN_POOLS``; under value the one-zone level): with two_tp=2 its optimum equals
+    ``twotp.two_tp_search``'s exhaustive one, under all three objectives."""
     ctx, catalog = bf_ctx()
     cluster = parse_gpus("A100-40@us-a=3,A100-40@us-b=3,H100-80@us-a=3,H100-80@us-b=2,A100-80@us-a=2,"
                          "A100-80@us-b=3,GH-96@us-a=2,GH-96@us-b=3", catalog)
     space = replace(SPACE, max_stages=2)
-    for kind in ("throughput", "cost"):
+    for kind in KINDS:
         objective = Objective(kind)
         ours = plan_search(ctx, cluster, 8, objective, replace(space, two_tp=2)).best
         ex = two_tp_search(ctx, cluster, 8, objective, space, max_tps=2)
