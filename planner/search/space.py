@@ -144,7 +144,7 @@ class Candidate:
     num_stages: int
     mbs: int
     layers_per_stage: tuple[int, ...]
-    pools: tuple[PoolUse, ...]              # in pipeline order: sorted by (zone, gpu type)
+    pools: tuple[PoolUse, ...]              # in pipeline order: sorted by (zone, gpu type, tp)
     microbatches: tuple[int, ...]           # per pipeline
     iteration_s: float
     cost_usd: float
