@@ -76,7 +76,7 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
     best = TopK(top_k)
     remaining = np.inf          # lower bound on every plan left unsearched
     if space.two_tp > 1:
-        _one_tp_incumbents(ctx, cluster, gbs, objective, space, best, progress, time_limit_s)
+        _one_tp_incumbents(ctx, cluster, gbs, objective, space, best, stats, progress, time_limit_s)
 
     def chain_stop() -> bool:
         budget.tick(f"chain plans, best {best.best_key():.4g}", stats.chains_bounded, 0)
@@ -145,16 +145,21 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
 
 
 def _one_tp_incumbents(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
-                       best: TopK, progress: Progress | None, time_limit_s: float | None) -> None:
+                       best: TopK, stats: SearchStats, progress: Progress | None, time_limit_s: float | None
+                       ) -> None:
     """``space.two_tp`` = 2: the same search with one TP degree per type first (by :data:`TWO_TP_FIRST_SHARE` of
     the time limit), its plans the incumbents of ``best`` (plans of the larger space: the exact search then
     searches only what can beat or tie them, and a search stopped at the limit returns a plan at least as good
     as the one-TP search's, docs/PLANNER.md 10.7). Its pool rows of a type at two TP degrees are free per-zone
     counts, far more than a one-TP task's, so without them first a time-limited search on a many-zone cluster
-    could stop inside one two-TP task with a worse plan than the one-TP search's."""
+    could stop inside one two-TP task with a worse plan than the one-TP search's. Its rows and chains scored
+    count in ``stats``."""
     limit = None if time_limit_s is None else time_limit_s * TWO_TP_FIRST_SHARE
     first = plan_search(ctx, cluster, gbs, objective, replace(space, two_tp=1, mixed_plans=False), best.k,
                         progress, verify=False, time_limit_s=limit)
+    for name in ("splits_scored", "rows_bounded", "rows_sync_bounded", "rows_exact", "chains_bounded",
+                 "chains_exact"):
+        setattr(stats, name, getattr(stats, name) + getattr(first.stats, name))
     if first.candidates:
         best.set_incumbents(first.candidates)
 
