@@ -37,6 +37,7 @@ from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, build_plan
 from planner.search.caps import caps_for, task_dmax
 from planner.search.costfloor import objective_task_floor
+from planner.search.midlevels import task_keep
 from planner.search.netvec import LinkCache
 from planner.search.pools import score_batch
 from planner.search.rowclass import class_floor_table
@@ -128,7 +129,9 @@ def clusters(seed: int, n: int):
 
 
 OBJECTIVES = {kind: Objective(kind) for kind in KINDS}
-CLUSTERS = clusters(20, 12)
+THREE_ZONES = [("A100-40@us-a=4,A100-40@us-b=3,A100-40@us-c=5", 8), ("V100-16@us-a=6,V100-16@us-b=4,H100-80@us-c=3", 8),
+               ("H100-80@us-a=3,H100-80@us-b=5,A100-80@us-c=4", 16), ("GH-96@us-a=4,GH-96@us-b=2,GH-96@us-c=3", 16)]
+CLUSTERS = clusters(20, 16) + THREE_ZONES
 
 
 @pytest.fixture(scope="module")
@@ -344,6 +347,39 @@ def test_row_class_floors_hold_on_every_row_of_two_tp_tasks(solved):
                 assert (floor <= ts.keys[kind].min(axis=0) * (1 + REL) + 1e-15).all(), (cluster, kind, ts.task)
                 checked += 1
     assert checked >= 300
+
+
+LEVEL_MODEL = ModelSpec("s20u-levels", num_layers=8, hidden_size=512, num_heads=8, ffn_hidden_size=2048,
+                        seq_length=4096, vocab_size=1024, max_position_embeddings=4096)
+
+
+def test_split_keep_rule_keeps_the_optimum_of_two_tp_tasks():
+    """midlevels.task_keep (the higher middle levels a task searches, from its pipelines' slack) given the
+    pseudo-type combo: on 8-layer tasks with S = 4, 5 (where add_levels lists higher levels) the kept splits hold
+    every task's optimum over every fitting split of Tables.splits, and the rule drops splits on some tasks."""
+    catalog = GPUCatalog()
+    ctx = SimContext(LEVEL_MODEL, ProfileStore(LEVEL_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    sp = SearchSpace(max_stages=5, mbs_options=(1,), tp_options=TPS, recompute=(False,),
+                     distributed_optimizer=(False,), chain_segments=1)
+    rng = random.Random(5)
+    cases = [("A100-40@us-a=12", 8), ("V100-16@us-a=10,A100-40@us-a=6", 8), ("H100-80@us-a=9,H100-80@us-b=6", 8)]
+    cases += [random_cluster(rng, BF_TYPES, ("us-a", "us-b")) for _ in range(4)]
+    with_levels = dropping = checked = 0
+    for gpus, gbs in cases:
+        cluster = parse_gpus(gpus, catalog)
+        tables, _, scores = exhaustive(ctx, cluster, gbs, sp, OBJECTIVES)
+        for ts in scores:
+            keep = task_keep(tables, ts.task.pairs(), ts.task.mbs, ts.task.num_stages)
+            if ts.task.num_stages < 4 or keep is True:
+                continue
+            k = np.asarray(keep)[ts.splits]
+            with_levels += 1
+            dropping += bool((~k).any())
+            for kind in KINDS:
+                per = ts.split_best(kind)
+                assert k.any() and per[k].min() == per.min(), (gpus, kind, ts.task)
+                checked += 1
+    assert with_levels >= 15 and dropping >= 8 and checked >= 45
 
 
 # ---- the old unit bound's per-pool max_o form fails on a two-TP plan ------------------------------------------
