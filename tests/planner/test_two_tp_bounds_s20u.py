@@ -47,7 +47,8 @@ from planner.search.rowzone import zone_row_terms, zone_terms
 from planner.search.taskbound import task_bound
 from planner.search.taskrun import _split_criteria, cheap_keys, row_terms
 from planner.search.tasks import Tables, Task, cluster_options
-from planner.search.twotp import TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows
+from planner.search.twotp import (TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows, two_tp_search,
+                                   type_rows)
 from planner.search.unitbound import pair_hull, task_floors, unit_bounds
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SimContext
@@ -420,3 +421,58 @@ def test_old_unit_bound_exceeds_a_two_tp_plan():
     one = min((task_best(ctx, cluster, tables, cache, TwoTpTask(2, 1, False, (("A100-80", (t,)),)), PIN_GBS, obj,
                          sp1)[0].key for t in (1, 2, 4)))
     assert old <= one and est.iteration_time_s < one / 1.02
+
+
+# ---- water-filled pairs against free counts (docs/PLANNER.md 9, Theorem 2, with two TP degrees) -------------
+
+WF_GPUS, WF_GBS = "H100-80@us-a=6,H100-80@us-b=4", 32
+
+
+def _classes(rows: np.ndarray, n_zones: int) -> dict:
+    """(zones used, total per TP) -> the least fullest-zone count M over ``rows`` (columns (zone, TP), two TPs)."""
+    out: dict = {}
+    for p in rows.reshape(len(rows), n_zones, 2):
+        k = (tuple(bool(v) for v in p.sum(axis=1) > 0), int(p[:, 0].sum()), int(p[:, 1].sum()))
+        out[k] = min(out.get(k, 1 << 30), int(p.sum(axis=1).max()))
+    return out
+
+
+def test_water_filled_pairs_are_every_vector_in_one_zone():
+    """A type in one zone: the water-filled pairs under the joint cap are every count vector (nothing to spread)."""
+    for units in range(1, 13):
+        for tps in ((1, 2), (1, 4), (2, 4)):
+            free = {tuple(r) for r in type_rows((units,), tps, 12).tolist()}
+            wf = {tuple(r) for r in type_rows((units,), tps, 12, water_filled=True).tolist()}
+            assert wf == free
+
+
+def test_water_filled_pairs_miss_the_least_fullest_zone_of_a_two_zone_type():
+    """Caps (6, 4) TP units over zones a, b, TP degrees 2 and 4, three TP-2 pipelines and one TP-4 over both zones:
+    free counts reach a fullest zone of M = 2 (TP 2 (1, 2) + TP 4 (1, 0)); water-filling puts TP 2's extra
+    pipeline in zone a ((2, 1)), where TP 4 then overfills the pool, so the best water-filled pair of that class
+    is TP 2 (3, 0) + TP 4 (0, 1), M = 3. With the zones swapped water-filling reaches M = 2. Over the classes
+    both reach, water-filling is never below the free least M (a subset)."""
+    k = ((True, True), 3, 1)
+    free = _classes(type_rows((6, 4), (2, 4), 8), 2)
+    wf = _classes(type_rows((6, 4), (2, 4), 8, water_filled=True), 2)
+    assert free[k] == 2 and wf[k] == 3
+    assert set(wf) <= set(free) and all(wf[c] >= free[c] for c in wf)
+    assert _classes(type_rows((4, 6), (2, 4), 8, water_filled=True), 2)[((True, True), 3, 1)] == 2
+
+
+def test_water_filled_pairs_lose_the_optimum_under_class_links():
+    """The counterexample to Theorem 2 with two TP degrees: H100-80 6 + 4 GPUs in two zones (class links, the
+    brute-force model), GBS 32, throughput. The free-count optimum (every plan checked against simulate by
+    two_tp_search) runs TP 2 + TP 4 in zone a and two TP 2 in zone b (the class of the test above at S = 1); the
+    best water-filled pair is 1.2 % slower. With the zones' sizes swapped water-filling reaches the same optimum."""
+    ctx, catalog = bf_ctx()
+    obj = Objective("throughput")
+    cluster = parse_gpus(WF_GPUS, catalog)
+    free = two_tp_search(ctx, cluster, WF_GBS, obj, space(False, 1)).best
+    wf = two_tp_search(ctx, cluster, WF_GBS, obj, space(False, 1), water_filled=True).best
+    assert sorted((p.zone, p.tp, p.pipelines) for p in free.pools) == [("us-a", 2, 1), ("us-a", 4, 1), ("us-b", 2, 2)]
+    assert wf.key > free.key * 1.01
+    mirror = parse_gpus("H100-80@us-a=4,H100-80@us-b=6", catalog)
+    free_m = two_tp_search(ctx, mirror, WF_GBS, obj, space(False, 1)).best
+    wf_m = two_tp_search(ctx, mirror, WF_GBS, obj, space(False, 1), water_filled=True).best
+    assert free_m.key == pytest.approx(free.key, rel=1e-12) and wf_m.key == pytest.approx(free.key, rel=1e-12)
