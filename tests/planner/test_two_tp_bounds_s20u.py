@@ -476,3 +476,25 @@ def test_water_filled_pairs_lose_the_optimum_under_class_links():
     free_m = two_tp_search(ctx, mirror, WF_GBS, obj, space(False, 1)).best
     wf_m = two_tp_search(ctx, mirror, WF_GBS, obj, space(False, 1), water_filled=True).best
     assert free_m.key == pytest.approx(free.key, rel=1e-12) and wf_m.key == pytest.approx(free.key, rel=1e-12)
+
+
+def test_water_filled_pairs_lose_the_optimum_under_the_flat_rule():
+    """Under ``grad_sync = "flat"`` (Theorem 1's rule: only U, the totals and whether a zone holds two replicas
+    matter) water-filled pairs still lose: caps (7, 5) TP units, TP degrees 1 and 4, four TP-1 and two TP-4
+    pipelines over both zones fit only as TP 1 (3, 1) + TP 4 (1, 1); water-filling gives TP 1 (2, 2) (zone b
+    overfilled) and no pair of that class exists, in either zone order. V100-16 7 + 5 GPUs (class links), GBS 32,
+    throughput: that class is the optimum, 0.6 % faster than the best water-filled pair."""
+    import dataclasses
+    k = ((True, True), 4, 2)
+    for caps in ((7, 5), (5, 7)):
+        assert k in _classes(type_rows(caps, (1, 4), 8), 2)
+        assert k not in _classes(type_rows(caps, (1, 4), 8, water_filled=True), 2)
+    ctx, catalog = bf_ctx()
+    ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, grad_sync="flat"))
+    obj = Objective("throughput")
+    cluster = parse_gpus("V100-16@us-a=7,V100-16@us-b=5", catalog)
+    free = two_tp_search(ctx, cluster, WF_GBS, obj, space(False, 1)).best
+    wf = two_tp_search(ctx, cluster, WF_GBS, obj, space(False, 1), water_filled=True).best
+    assert sorted((p.zone, p.tp, p.pipelines) for p in free.pools) == [("us-a", 1, 3), ("us-a", 4, 1), ("us-b", 1, 1),
+                                                                         ("us-b", 4, 1)]
+    assert wf.key > free.key * 1.005
