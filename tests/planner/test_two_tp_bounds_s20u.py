@@ -49,7 +49,7 @@ from planner.search.taskrun import _split_criteria, cheap_keys, row_terms
 from planner.search.tasks import Tables, Task, cluster_options
 from planner.search.twotp import (TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows, two_tp_search,
                                    type_rows)
-from planner.search.unitbound import pair_hull, task_floors, unit_bounds
+from planner.search.unitbound import makespan_floor, mixed_makespan_floor, pair_hull, task_floors, unit_bounds
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SimContext
 from tests.planner.test_planner_bruteforce import bf_ctx
@@ -175,6 +175,23 @@ def test_pair_hull_gives_the_integer_knapsack():
             want = max(n_a * a + n_b * b for a, b in pts)
             got = max(n_a * a + n_b * b for a, b in hull)
             assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_mixed_floor_with_one_vector_per_option_is_todays_floor():
+    """unitbound.mixed_makespan_floor with each option's capacity as its own candidate vector (no mixing) gives
+    makespan_floor's values bit for bit (random capacities, compute terms and micro-batch counts)."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        s_n, p_n, o_n = rng.integers(1, 6), rng.integers(1, 4), rng.integers(1, 5)
+        cap = rng.integers(0, 5, size=(s_n, p_n, o_n))
+        c = rng.uniform(0.5, 3.0, size=(s_n, o_n))
+        m = c / rng.uniform(1.0, 4.0, size=(s_n, o_n))
+        mix = np.zeros((s_n, p_n, o_n, o_n))
+        for o in range(o_n):
+            mix[:, :, o, o] = cap[:, :, o]
+        n_mb = int(rng.integers(1, 30))
+        old, new = makespan_floor(cap, c, m, n_mb), mixed_makespan_floor(mix, c, m, n_mb)
+        assert np.array_equal(old, new)
 
 
 def _units(ctx, cluster, gbs, tables, sp, kind):
