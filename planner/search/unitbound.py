@@ -176,13 +176,14 @@ def pair_hull(units: int, t_a: int, t_b: int) -> tuple[tuple[int, int], ...]:
     return tuple(hull)
 
 
-def mix_vertices(cap: np.ndarray, opts: list[tuple[str, int]], pools: list, s: np.ndarray, tp: np.ndarray
-                 ) -> np.ndarray:
+def mix_vertices(cap: np.ndarray, opts: list[tuple[str, int]], pools: list, s: np.ndarray, tp: np.ndarray,
+                 max_tps: int = 2) -> np.ndarray:
     """[S, P, K, O] per pool (GPU type g, ``U = count // S`` TP units) the candidate pipeline-count vectors of a
     pool that may hold pipelines of up to two TP degrees of g: for every two options (g, t_a), (g, t_b) the
     vertices of :func:`pair_hull` (U, t_a, t_b), for a type with one option its capacity ``cap`` (zeros pad K).
     The pool's micro-batches ``max { sum_o x_o n_o : sum_o t_o x_o <= U, at most two o of g }`` are the largest
-    over these vectors (docs/PLANNER.md 10.8)."""
+    over these vectors (docs/PLANNER.md 10.8). ``max_tps`` > 2 (more TP degrees per type): the LP relaxation's
+    vectors ``U / t_o`` of each option alone instead (``sum_o x_o n_o <= U max_o n_o / t_o``), a weaker bound."""
     per: list[list[list[dict[int, int]]]] = []
     for i, si in enumerate(s):
         row = []
@@ -191,6 +192,8 @@ def mix_vertices(cap: np.ndarray, opts: list[tuple[str, int]], pools: list, s: n
             mine = sorted((o for o, (g, _) in enumerate(opts) if g == p.gpu_type), key=lambda o: tp[o])
             if len(mine) == 1:
                 vecs = [{mine[0]: int(cap[i, p_i, mine[0]])}]
+            elif max_tps > 2:
+                vecs = [{o: units / int(tp[o])} for o in mine]
             else:
                 vecs = [{a: xa, b: xb} for j, a in enumerate(mine) for b in mine[j + 1:]
                         for xa, xb in pair_hull(units, int(tp[a]), int(tp[b]))]
@@ -273,7 +276,7 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
             terms = [option_terms(ctx, tables.table(g, t, mbs), rc, space.tie_embeddings) for g, t in opts]
             c, m, upd = stage_terms(terms, s, num_layers, ctx.settings.per_microbatch_overhead_s)
             span = makespan_floor(cap, c, m, n_mb) if two_tp < 2 else \
-                mixed_makespan_floor(mix_vertices(cap, opts, pools, s, tp), c, m, n_mb)
+                mixed_makespan_floor(mix_vertices(cap, opts, pools, s, tp, two_tp), c, m, n_mb)
             u_min = np.where(live, upd, np.inf).min(axis=1)
             work = n_mb * np.where(live, rate * m, np.inf).min(axis=1)       # every micro-batch holds a pipeline
             r_min = np.where(live, rate, np.inf).min(axis=1)

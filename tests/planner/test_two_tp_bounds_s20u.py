@@ -49,7 +49,8 @@ from planner.search.taskrun import _split_criteria, cheap_keys, row_terms
 from planner.search.tasks import Tables, Task, cluster_options
 from planner.search.twotp import (TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows, two_tp_search,
                                    type_rows)
-from planner.search.unitbound import makespan_floor, mixed_makespan_floor, pair_hull, task_floors, unit_bounds
+from planner.search.unitbound import (makespan_floor, mix_vertices, mixed_makespan_floor, pair_hull, task_floors,
+                                      unit_bounds)
 from planner.simulator import simulate
 from planner.simulator.settings import OURS, SimContext
 from tests.planner.test_planner_bruteforce import bf_ctx
@@ -175,6 +176,37 @@ def test_pair_hull_gives_the_integer_knapsack():
             want = max(n_a * a + n_b * b for a, b in pts)
             got = max(n_a * a + n_b * b for a, b in hull)
             assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_mix_vertices_give_each_pool_knapsack():
+    """unitbound.mix_vertices per pool (two types, TP 1/2/4 and 1/2, S = 1..3): the largest weighted sum over its
+    vectors equals the best mix of at most two TP degrees under the pool's TP units (every count vector, by
+    itertools), and with ``max_tps = 3`` (the LP vectors) is >= the best mix of any number of them."""
+    from itertools import product
+    _, catalog = bf_ctx()
+    cluster = parse_gpus("A100-40@us-a=13,V100-16@us-a=7", catalog)
+    pools = list(cluster.pools)
+    opts = [("A100-40", 1), ("A100-40", 2), ("A100-40", 4), ("V100-16", 1), ("V100-16", 2)]
+    tp, s = np.array([t for _, t in opts]), np.arange(1, 4)
+    cap = np.array([[[p.count // (si * t) if p.gpu_type == g else 0 for g, t in opts] for p in pools] for si in s])
+    rng = np.random.default_rng(4)
+    for max_tps in (2, 3):
+        mix = mix_vertices(cap, opts, pools, s, tp, max_tps)
+        for _ in range(30):
+            n = rng.uniform(0.0, 5.0, size=len(opts))
+            got = (mix * n).sum(axis=3).max(axis=2)                              # [S, P]
+            for i, si in enumerate(s):
+                for j, p in enumerate(pools):
+                    mine = [o for o, (g, _) in enumerate(opts) if g == p.gpu_type]
+                    units = p.count // int(si)
+                    best = max(sum(x * n[o] for x, o in zip(xs, mine)) for xs in
+                               product(*(range(units // int(tp[o]) + 1) for o in mine))
+                               if sum(x * int(tp[o]) for x, o in zip(xs, mine)) <= units
+                               and sum(1 for x in xs if x) <= max_tps)
+                    if max_tps == 2:
+                        assert got[i, j] == pytest.approx(best, rel=1e-12, abs=1e-12)
+                    else:
+                        assert got[i, j] >= best * (1 - 1e-12)
 
 
 def test_mixed_floor_with_one_vector_per_option_is_todays_floor():
