@@ -16,10 +16,17 @@ first stage, the one-layer last stage)`` (per-layer times are >= 0). A pipeline 
 ``T(m) = (m - 1) period(m) + fill >= (m - 1) M_o + C_o`` (period >= busiest stage, fill >= summed compute), so
 with an iteration of ``it`` it runs at most ``(it - C_o) / M_o + 1`` micro-batches, and the N micro-batches need
 ``Phi(it) = sum_p max_o cap_p(o) n_o(it) >= N`` with ``n_o(it) = (it - C_o) / M_o + 1`` where ``it >= C_o``, else 0.
+
+With ``SearchSpace.two_tp == 2`` a pool may hold pipelines of two TP degrees of its type at once, and
+``max_o cap_p(o) n_o`` is no longer a bound (x pipelines at TP 2 and the rest at TP 1 run more when
+``n_2 > 2 n_1``); the pool's term is then the integer knapsack ``max { sum_o x_o n_o(it) : sum_o t_o x_o <=
+count // S, at most two options }``, the largest over the vertices of :func:`pair_hull` (:func:`mix_vertices`,
+:func:`mixed_makespan_floor`; docs/PLANNER.md 10.8). With ``two_tp == 1`` nothing changes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 
 import numpy as np
@@ -105,9 +112,6 @@ def makespan_floor(cap: np.ndarray, c: np.ndarray, m: np.ndarray, n_mb: int) -> 
     of option o in pool p, ``c`` and ``m`` [S, O]; rows with no capacity give inf."""
     has = (cap > 0).any(axis=(1, 2))
     cm = np.where(cap > 0, c[:, None, :], np.inf).min(axis=(1, 2))
-    c_big = np.where(np.isfinite(cm), c.max(axis=1), 1.0)
-    lo = np.zeros(len(cap))
-    hi = 2.0 * c_big * (n_mb + 1)       # one pipeline of the slowest option alone runs >= n_mb by then
     cc, mm = c[:, None, :], m[:, None, :]
 
     def phi(it: np.ndarray) -> np.ndarray:
@@ -115,6 +119,32 @@ def makespan_floor(cap: np.ndarray, c: np.ndarray, m: np.ndarray, n_mb: int) -> 
         per = cap * np.where(x >= cc, (x - cc) / mm + 1.0, 0.0)     # no micro-batch below the fill
         return per.max(axis=2).sum(axis=1)
 
+    return _phi_root(phi, has, cm, c, n_mb)
+
+
+def mixed_makespan_floor(mix: np.ndarray, c: np.ndarray, m: np.ndarray, n_mb: int) -> np.ndarray:
+    """:func:`makespan_floor` where a pool may mix options: ``mix`` [S, P, K, O] holds, per pool, K candidate
+    pipeline-count vectors over the options (:func:`mix_vertices`), and a pool runs at most
+    ``max_k sum_o mix[s, p, k, o] n_o(it)`` micro-batches (docs/PLANNER.md 10.8)."""
+    used = (mix > 0).any(axis=2)                                                              # [S, P, O]
+    has = used.any(axis=(1, 2))
+    cm = np.where(used, c[:, None, :], np.inf).min(axis=(1, 2))
+    cc, mm = c[:, None, None, :], m[:, None, None, :]
+
+    def phi(it: np.ndarray) -> np.ndarray:
+        x = it[:, None, None, None]
+        per = (mix * np.where(x >= cc, (x - cc) / mm + 1.0, 0.0)).sum(axis=3)   # [S, P, K]
+        return per.max(axis=2).sum(axis=1)
+
+    return _phi_root(phi, has, cm, c, n_mb)
+
+
+def _phi_root(phi, has: np.ndarray, cm: np.ndarray, c: np.ndarray, n_mb: int) -> np.ndarray:
+    """The bisection of :func:`makespan_floor` on a capacity function ``phi`` ([S] iterations -> [S] micro-batches,
+    >= one pipeline of each option with room); ``has``: rows with room, ``cm`` their least summed compute."""
+    c_big = np.where(np.isfinite(cm), c.max(axis=1), 1.0)
+    lo = np.zeros(len(has))
+    hi = 2.0 * c_big * (n_mb + 1)       # one pipeline of the slowest option alone runs >= n_mb by then
     with np.errstate(divide="ignore", invalid="ignore"):
         for _ in range(8):      # (M_o <= C_o, so one pipeline reaches n_mb by ``hi``: a guard, never looped)
             short = has & (phi(hi) < n_mb)
@@ -123,6 +153,60 @@ def makespan_floor(cap: np.ndarray, c: np.ndarray, m: np.ndarray, n_mb: int) -> 
             hi = np.where(short, 4.0 * hi, hi)
         lo, hi = _bisect(phi, lo, hi, n_mb)
     return np.where(has, np.maximum(lo, cm), np.inf)
+
+
+@lru_cache(maxsize=1 << 14)
+def pair_hull(units: int, t_a: int, t_b: int) -> tuple[tuple[int, int], ...]:
+    """The vertices (x_a, x_b) of the upper-right hull of the integer points ``x >= 0`` with
+    ``t_a x_a + t_b x_b <= units``: every such point is <= (componentwise) a convex combination of two of them,
+    so for weights ``n_a, n_b >= 0`` the largest ``n_a x_a + n_b x_b`` over the points is the largest over the
+    vertices (docs/PLANNER.md 10.8). ``t_a`` dividing ``t_b``: the two ends (the staircase is a line)."""
+    top_b = units // t_b
+    pts = [((units - t_b * y) // t_a, y) for y in range(top_b + 1)]
+    if t_b % t_a == 0 or len(pts) <= 2:
+        return tuple(dict.fromkeys((pts[0], pts[-1])))
+    hull: list[tuple[int, int]] = []
+    for p in pts:                           # upper hull of x_a as a function of x_b (monotone chain)
+        while len(hull) >= 2:
+            (a0, y0), (a1, y1) = hull[-2], hull[-1]
+            if (a1 - a0) * (p[1] - y0) - (p[0] - a0) * (y1 - y0) > 0:
+                break                       # a strict right turn keeps hull[-1]
+            hull.pop()
+        hull.append(p)
+    return tuple(hull)
+
+
+def mix_vertices(cap: np.ndarray, opts: list[tuple[str, int]], pools: list, s: np.ndarray, tp: np.ndarray,
+                 max_tps: int = 2) -> np.ndarray:
+    """[S, P, K, O] per pool (GPU type g, ``U = count // S`` TP units) the candidate pipeline-count vectors of a
+    pool that may hold pipelines of up to two TP degrees of g: for every two options (g, t_a), (g, t_b) the
+    vertices of :func:`pair_hull` (U, t_a, t_b), for a type with one option its capacity ``cap`` (zeros pad K).
+    The pool's micro-batches ``max { sum_o x_o n_o : sum_o t_o x_o <= U, at most two o of g }`` are the largest
+    over these vectors (docs/PLANNER.md 10.8). ``max_tps`` > 2 (more TP degrees per type): the LP relaxation's
+    vectors ``U / t_o`` of each option alone instead (``sum_o x_o n_o <= U max_o n_o / t_o``), a weaker bound."""
+    per: list[list[list[dict[int, int]]]] = []
+    for i, si in enumerate(s):
+        row = []
+        for p_i, p in enumerate(pools):
+            units = p.count // int(si)
+            mine = sorted((o for o, (g, _) in enumerate(opts) if g == p.gpu_type), key=lambda o: tp[o])
+            if len(mine) == 1:
+                vecs = [{mine[0]: int(cap[i, p_i, mine[0]])}]
+            elif max_tps > 2:
+                vecs = [{o: units / int(tp[o])} for o in mine]
+            else:
+                vecs = [{a: xa, b: xb} for j, a in enumerate(mine) for b in mine[j + 1:]
+                        for xa, xb in pair_hull(units, int(tp[a]), int(tp[b]))]
+            row.append(vecs)
+        per.append(row)
+    k = max((len(v) for row in per for v in row), default=1)
+    out = np.zeros((len(s), len(pools), k, len(opts)))
+    for i, row in enumerate(per):
+        for p_i, vecs in enumerate(row):
+            for j, vec in enumerate(vecs):
+                for o, x in vec.items():
+                    out[i, p_i, j, o] = x
+    return out
 
 
 def _bisect(phi, lo: np.ndarray, hi: np.ndarray, n_mb: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,8 +246,10 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
                 objective: Objective, space: SearchSpace) -> list[Unit]:
     """Every unit of the task loop (:func:`planner.search.tasks.enumerate_tasks`: S, then micro-batch size, then
     recomputation, then the distributed optimizer) with its bound; ``tables``: a
-    :class:`planner.search.tasks.Tables` (its type tables)."""
+    :class:`planner.search.tasks.Tables` (its type tables). ``space.two_tp`` (1 where the space has no such
+    field) >= 2: every pool's capacity term is :func:`mix_vertices`' knapsack (module docstring)."""
     types = sorted(options)
+    two_tp = getattr(space, "two_tp", 1)     # >= 2: a pool may hold pipelines of two TP degrees of its type
     num_layers = ctx.model.num_layers
     max_s = min(num_layers, space.max_stages or num_layers)
     s = np.arange(1, max_s + 1)
@@ -189,7 +275,8 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
         for rc in space.recompute:
             terms = [option_terms(ctx, tables.table(g, t, mbs), rc, space.tie_embeddings) for g, t in opts]
             c, m, upd = stage_terms(terms, s, num_layers, ctx.settings.per_microbatch_overhead_s)
-            span = makespan_floor(cap, c, m, n_mb)
+            span = makespan_floor(cap, c, m, n_mb) if two_tp < 2 else \
+                mixed_makespan_floor(mix_vertices(cap, opts, pools, s, tp, two_tp), c, m, n_mb)
             u_min = np.where(live, upd, np.inf).min(axis=1)
             work = n_mb * np.where(live, rate * m, np.inf).min(axis=1)       # every micro-batch holds a pipeline
             r_min = np.where(live, rate, np.inf).min(axis=1)
