@@ -55,8 +55,8 @@ class PlanRequest:
     time_limit_s: float | None = None       # stop the search with the best plan so far (None: no limit)
     distributed_optimizer: bool = True      # search the distributed optimizer (ours only; baselines never)
     mixed_plans: bool = False               # local search for mixed plans after the exact one (ours only)
-    two_tp: bool = False                    # opt-in pass: pool plans with two TP degrees for one type (ours
-                                            # only; throughput and cost; docs/PLANNER.md 10.6)
+    two_tp: bool = False                    # the space gives a GPU type up to two TP degrees in pool plans
+                                            # (ours only; SearchSpace.two_tp = 2; docs/PLANNER.md 10.7)
 
     def __post_init__(self) -> None:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
@@ -74,9 +74,6 @@ class PlanRequest:
             raise InputError(f"--mixed-plans applies to --planner ours only, got --planner {self.planner}")
         if self.two_tp and self.planner != "ours":
             raise InputError(f"--two-tp applies to --planner ours only, got --planner {self.planner}")
-        if self.two_tp:
-            from planner.search.twotp import require_two_tp_objective
-            require_two_tp_objective(self.objective.kind)
         if self.top_k < 1:
             raise InputError(f"--top must be >= 1, got {self.top_k}")
         t = self.time_limit_s

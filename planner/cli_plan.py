@@ -63,7 +63,7 @@ def plan_one(args, ctx, cluster: ClusterSpec, gbs: int) -> dict:
         rep = api.plan(request, ctx, progress=cb)
     out = {"plan": rep.plan, "estimate": rep.estimate, "search_time_s": rep.search_time_s,
            "candidates_evaluated": rep.candidates_evaluated, "candidate": rep.candidate,
-           "others": list(rep.alternatives), "stats": rep.stats}
+           "others": list(rep.alternatives), "stats": rep.stats, "two_tp": request.two_tp}
     if rep.comparator_ran:
         out["comparator"] = rep.comparator
     return out
@@ -76,11 +76,10 @@ def search_outcome(rep: dict) -> dict:
     st = rep["stats"]
     # "mixed_plan": the plan came from the local search after the exact one (docs/PLANNER.md 8)
     mixed = {"mixed_plan": True} if rep["candidate"].mix else {}
-    # "two_tp": how the opt-in two-TP pass ended (only when asked, docs/PLANNER.md 10.6); "two_tp_plan": the plan
-    # is that pass's (two TP degrees for one type, outside the declared space)
-    two = getattr(st, "two_tp_pass", "")
-    if two:
-        mixed = {**mixed, "two_tp": two, **({"two_tp_plan": True} if rep["candidate"].two_tp() else {})}
+    # "two_tp": the space gives a GPU type up to two TP degrees (--two-tp, docs/PLANNER.md 10.7); "two_tp_plan": this
+    # plan does
+    if rep.get("two_tp"):
+        mixed = {**mixed, "two_tp": True, **({"two_tp_plan": True} if rep["candidate"].two_tp() else {})}
     if getattr(st, "complete", True):
         return {"complete": True, **mixed}
     key, lb = rep["candidate"].key, st.lower_bound_key
@@ -88,34 +87,19 @@ def search_outcome(rep: dict) -> dict:
             "gap": key / lb if lb and lb > 0 else None}
 
 
-def two_tp_line(out: dict) -> str | None:
-    """How the opt-in two-TP pass (``--two-tp``) ended; None when it was not asked for."""
-    two = out.get("two_tp")
-    if not two:
-        return None
-    if two == "not run":
-        return "--two-tp pass NOT run: the search used the time limit"
-    found = "this plan is its plan" if out.get("two_tp_plan") else "no two-TP plan beat the search's plan"
-    if two == "stopped":
-        return (f"--two-tp pass STOPPED at the time limit: {found} among the tasks it searched "
-                "(not every two-TP plan was searched)")
-    return f"--two-tp pass finished: {found}"
-
-
 def outcome_line(out: dict, objective: Objective) -> str:
     if out["complete"] and out.get("mixed_plan"):
         return ("search finished (exact search), then the local search for mixed plans found this one, better "
                 "than the exact search's best by more than 0.1 % (heuristic: docs/PLANNER.md 8)")
-    if out["complete"] and out.get("two_tp_plan"):
-        return ("search finished (exact search), then the opt-in --two-tp pass found this plan, faster or cheaper "
-                "than the exact search's best (two TP degrees for one GPU type: outside the declared space, "
-                "docs/PLANNER.md 10.6)")
+    space = "the declared space with up to two TP degrees per GPU type (--two-tp)" if out.get("two_tp") else \
+        "the declared space"
     if out["complete"]:
-        return "search finished: this is the best plan of the declared space (exact search)"
+        return f"search finished: this is the best plan of {space} (exact search)" + \
+            ("; it gives a GPU type two TP degrees" if out.get("two_tp_plan") else "")
     what = {"throughput": "s/iteration", "cost": "$/iteration", "value": "s x $ per iteration^2"}[objective.kind]
     gap = "-" if out["gap"] is None else f"{out['gap']:.3f}x"
     return (f"search STOPPED at the time limit ({out['time_limit_s']:g} s): best plan found so far, NOT proven "
-            f"optimal; no plan of the declared space scores below {out['lower_bound_key']:.4g} {what} "
+            f"optimal; no plan of {space} scores below {out['lower_bound_key']:.4g} {what} "
             f"(this plan: {out['objective_key']:.4g}; gap {gap})")
 
 
@@ -212,8 +196,6 @@ def render(rep: dict, cluster: ClusterSpec, objective: Objective) -> None:
     console.print(f"search {rep['search_time_s']:.2f} s, {rep['candidates_evaluated']} candidates scored exactly")
     outcome = search_outcome(rep)
     console.print(outcome_line(outcome, objective), markup=False)
-    if two_tp_line(outcome) is not None:
-        console.print(two_tp_line(outcome), markup=False)
 
 
 def _trace(args, ctx, clusters, gbs) -> int:

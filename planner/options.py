@@ -58,10 +58,11 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                         "pipelines of different chains, as Sailor's planner may return; heuristic, docs/PLANNER.md "
                         "8; --planner ours only)")
     p.add_argument("--two-tp", action="store_true",
-                   help="after the search, also search pool plans that give one GPU type two TP degrees (outside "
-                        "the declared space; can win on small clusters with few micro-batches per pipeline; within "
-                        "the time limit; distributed optimizer off in its plans; throughput and cost objectives; "
-                        "docs/PLANNER.md 10.6; --planner ours only)")
+                   help="let pool plans give one GPU type two TP degrees (different pipelines of the type at different "
+                        "TP, sharing its pools; searched exactly with the rest of the space; can win on small "
+                        "clusters with few micro-batches per pipeline; more tasks and rows, so slower on large "
+                        "clusters; those plans have the distributed optimizer off; docs/PLANNER.md 10.7; --planner "
+                        "ours only)")
     p.add_argument("--top", type=int, default=1, metavar="K",
                    help="also report the K best plans the search kept (its dominance rules keep the optimum, "
                         "not every runner-up: docs/PLANNER.md 2.1)")

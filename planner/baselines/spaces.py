@@ -41,8 +41,8 @@ def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = 
     ``distributed_optimizer=False`` the distributed optimizer; ``chain_segments`` replaces the chain-plan
     limit of the spaces that hold chain plans (ours, sailor-space); ``mixed_plans`` adds the local search for
     mixed plans (docs/PLANNER.md 8) to ``ours`` (the other spaces never hold them); ``chain_splits`` sets the
-    chain plans' layer splits of ``ours`` (sailor-space keeps Sailor's even split); ``two_tp`` adds the opt-in pass
-    over pool plans with two TP degrees for one type (docs/PLANNER.md 10) to ``ours``."""
+    chain plans' layer splits of ``ours`` (sailor-space keeps Sailor's even split); ``two_tp`` lets ``ours`` give a
+    GPU type up to two TP degrees in pool plans (``SearchSpace.two_tp`` = 2, searched exactly: docs/PLANNER.md 10.7)."""
     from dataclasses import replace
     if name not in PLANNERS:
         raise InputError(f"--planner must be one of {sorted(PLANNERS)}, got {name!r}")
@@ -54,7 +54,7 @@ def baseline_space(name: str, precision: str = "fp32", max_stages: int | None = 
     if mixed_plans and name == "ours":
         space = replace(space, mixed_plans=True)
     if two_tp and name == "ours":
-        space = replace(space, two_tp_pass=True)
+        space = replace(space, two_tp=2)
     if chain_splits != space.chain_splits and name == "ours":    # Sailor's space keeps Sailor's even split
         space = replace(space, chain_splits=chain_splits)
     return space if recompute else replace(space, recompute=(False,))

@@ -8,11 +8,12 @@ import math
 from planner.search.space import SearchSpace
 
 
-def shards_of(combo) -> dict[str, int]:
-    """Fine shards per type under the distributed optimizer: every stage of a pool plan holds every type of the
-    task, so a TP-t rank holds lcm(TPs) / t shards (``planner.simulator.memory.optimizer_params``)."""
+def shards_of(combo) -> dict[tuple[str, int], int]:
+    """Fine shards per (type, TP) of the task under the distributed optimizer: every stage of a pool plan holds
+    every (type, TP) of the task, so a TP-t rank holds lcm(TPs) / t shards
+    (``planner.simulator.memory.optimizer_params``)."""
     lcm = math.lcm(*(t for _, t in combo))
-    return {g: lcm // t for g, t in combo}
+    return {(g, t): lcm // t for g, t in combo}
 
 
 def _both_fp32_ring(space: SearchSpace, collective_scale: float) -> bool:
@@ -32,6 +33,10 @@ def plain_rows_cap(space: SearchSpace, combo, collective_scale: float) -> int:
     (``RuntimeSettings.sharded_collective_scale``): above 1 the reduce-scatter + all-gather is slower than the
     all-reduce it replaces, the sync is no longer equal and no row is dominated."""
     if not _both_fp32_ring(space, collective_scale):
+        return 0
+    if len({g for g, _ in combo}) < len(combo):
+        # a type at two TP degrees (SearchSpace.two_tp): its tasks with the distributed optimizer are not
+        # searched (tasks.unit_tasks), so no row of it is dominated by a searched one
         return 0
     return max(shards_of(combo).values()) - 1
 

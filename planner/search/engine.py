@@ -40,6 +40,8 @@ CHAIN_SHARE = 0.7                   # ... and the chain plans that follow them b
 VALUE_CHAIN_SHARE = 0.2
 VALUE_LEVELS = ((ONE_ZONE, 0.8),)
 ONE_ZONE_FLOORS = False             # True: the one-zone level's tasks in the order of their task floors
+# SearchSpace.two_tp = 2: the one-TP search first, its plans the incumbents, ending by this share of the limit
+TWO_TP_FIRST_SHARE = 0.5
 
 
 def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective = Objective(),
@@ -73,6 +75,8 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         ClusterSpec(tuple(p for p in cluster.pools if p.zone == z)) for z in zones]
     best = TopK(top_k)
     remaining = np.inf          # lower bound on every plan left unsearched
+    if space.two_tp > 1:
+        _one_tp_incumbents(ctx, cluster, gbs, objective, space, best, stats, progress, time_limit_s)
 
     def chain_stop() -> bool:
         budget.tick(f"chain plans, best {best.best_key():.4g}", stats.chains_bounded, 0)
@@ -134,29 +138,30 @@ def plan_search(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Obje
         mix = improve(ctx, cluster, gbs, objective, options, best.best(), stop=budget.expired)
         if mix is not None:
             best.push(mix)
-    if space.two_tp_pass and best.has_plan():      # opt-in, outside the declared space (docs/PLANNER.md 10.6)
-        _two_tp_pass(ctx, cluster, gbs, objective, space, best, stats, budget)
     found = _finish(best, stats, remaining, time_limit_s, tables)
     if verify:
         check_candidates(ctx, found, gbs)
     return SearchResult(found, stats, time.perf_counter() - t0)
 
 
-def _two_tp_pass(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
-                 best: TopK, stats: SearchStats, budget: Budget) -> None:
-    """``space.two_tp``: :func:`planner.search.twotp.two_tp_improve` from the best plan found, within what is
-    left of the time limit; its plan (if it beats the best) is pushed into ``best``; ``stats.two_tp_pass`` says how
-    the pass ended. Throughput and cost objectives only (``planner.api.PlanRequest`` rejects the others)."""
-    from planner.search.twotp import require_two_tp_objective, two_tp_improve
-    require_two_tp_objective(objective.kind)
-    if budget.expired():
-        stats.two_tp_pass = "not run"
-        return
-    res = two_tp_improve(ctx, cluster, gbs, best.best().key, objective,
-                         replace(space, distributed_optimizer=(False,)), verify=False, stop=budget.expired)
-    stats.two_tp_pass = "stopped" if res.stopped else "complete"
-    if res.best is not None:
-        best.push(res.best)
+def _one_tp_incumbents(ctx: SimContext, cluster: ClusterSpec, gbs: int, objective: Objective, space: SearchSpace,
+                       best: TopK, stats: SearchStats, progress: Progress | None, time_limit_s: float | None
+                       ) -> None:
+    """``space.two_tp`` = 2: the same search with one TP degree per type first (by :data:`TWO_TP_FIRST_SHARE` of
+    the time limit), its plans the incumbents of ``best`` (plans of the larger space: the exact search then
+    searches only what can beat or tie them, and a search stopped at the limit returns a plan at least as good
+    as the one-TP search's, docs/PLANNER.md 10.7). Its pool rows of a type at two TP degrees are free per-zone
+    counts, far more than a one-TP task's, so without them first a time-limited search on a many-zone cluster
+    could stop inside one two-TP task with a worse plan than the one-TP search's. Its rows and chains scored
+    count in ``stats``."""
+    limit = None if time_limit_s is None else time_limit_s * TWO_TP_FIRST_SHARE
+    first = plan_search(ctx, cluster, gbs, objective, replace(space, two_tp=1, mixed_plans=False), best.k,
+                        progress, verify=False, time_limit_s=limit)
+    for name in ("splits_scored", "rows_bounded", "rows_sync_bounded", "rows_exact", "chains_bounded",
+                 "chains_exact"):
+        setattr(stats, name, getattr(stats, name) + getattr(first.stats, name))
+    if first.candidates:
+        best.set_incumbents(first.candidates)
 
 
 def _coarse_incumbents(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, tasks: TaskQueue,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.search.caps import caps_for
-from planner.search.rows import _head_and_rest, coarse_options, int_row_sum, zone_splits
+from planner.search.rows import _head_and_rest, int_row_sum, task_options
 from planner.search.space import Objective
 
 ROW_CLASS = True            # the row-class prefilter (False: off, tests only)
@@ -76,17 +76,6 @@ def class_floor_table(m_t: np.ndarray, f_t: np.ndarray, u_t: np.ndarray, rate_t:
     return out
 
 
-def _opts(cluster, task, max_total: int, coarse: int):
-    per_type, cols = [], []
-    for g, tp in task.tps:
-        caps = caps_for(cluster, g, tp, task.num_stages)
-        opts = zone_splits(tuple(c for _, c in caps), max_total)
-        opts = coarse_options(opts, coarse) if coarse else opts
-        per_type.append(opts)
-        cols += [(z, g) for z, _ in caps]
-    return per_type, cols
-
-
 class _RestClasses:
     """The rows of the other types' product (``parts``: per type, the option index of each rest row) by class
     (per-type totals, union of zones used); :meth:`allowed` lists, in order, the rest rows whose class with a
@@ -128,7 +117,7 @@ def _popcount(x: np.ndarray) -> np.ndarray:
 
 def _zone_masks(per_type: list[np.ndarray], cols: list) -> list[np.ndarray]:
     """Per type, each option's zones as a bit mask (bit i: the i-th zone of ``cols`` in sorted order)."""
-    zones = sorted({z for z, _ in cols})
+    zones = sorted({c[0] for c in cols})
     out, at = [], 0
     for o in per_type:
         bits = np.array([1 << zones.index(cols[at + j][0]) for j in range(o.shape[1])], dtype=np.int64)
@@ -142,10 +131,10 @@ def class_row_grid(cluster, task, max_total: int, coarse: int, table: np.ndarray
     """``taskrun.row_grid``'s chunks less the rows whose class floor (``table`` at the row's per-type totals and
     number of zones used) exceeds ``thr``; ``table`` None: ``row_grid``'s chunks unchanged."""
     from planner.search.taskrun import row_grid
-    per_type, cols = _opts(cluster, task, max_total, coarse)
+    per_type, cols, used = task_options(cluster, task, max_total, coarse)
     order = sorted(range(len(cols)), key=lambda i: cols[i])
     sizes = [len(o) for o in per_type]
-    if table is None or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes):
+    if table is None or used or not ROW_CLASS or len(per_type) < 2 or any(s == 0 for s in sizes):
         yield from row_grid(cluster, task, max_total, coarse)
         return
     zmasks = _zone_masks(per_type, cols)
@@ -255,11 +244,11 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
     period, fill/drain and step of each type over its pools and the splits); None when there is no model, one
     type, one zone, a table too large, or a small row product (under :data:`MIN_ROWS` rows or :data:`ROWS_PER_CELL` per
     cell: building and bounding the rows then costs less than the table)."""
-    if not models or not ROW_CLASS or len(task.tps) < 2:
-        return None
+    if not models or not ROW_CLASS or len(task.tps) < 2 or len({g for g, _ in task.tps}) < len(task.tps):
+        return None     # (a type at two TP degrees: its blocks are per zone, rows not one per type's total)
     if len({z for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)}) < 2:
         return None     # one zone: a class is one row (the row floor itself), nothing to gain
-    n_rows = int(np.prod([len(o) for o in _opts(cluster, task, max_total, coarse)[0]], dtype=object))
+    n_rows = int(np.prod([len(o) for o in task_options(cluster, task, max_total, coarse)[0]], dtype=object))
     cells = int(np.prod([min(max_total, sum(c for _, c in caps_for(cluster, g, tp, task.num_stages))) + 1
                          for g, tp in task.tps], dtype=object))
     if n_rows < MIN_ROWS or n_rows < ROWS_PER_CELL * cells:
@@ -267,7 +256,7 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
     m_t, f_t, u_t, r_t, g_t, caps_t, zones = [], [], [], [], [], [], set()
     for g, tp in task.tps:
         caps = caps_for(cluster, g, tp, task.num_stages)
-        ps = [by_col[(z, g)] for by_col in models.values() for z, _ in caps]
+        ps = [by_col[(z, g, tp)] for by_col in models.values() for z, _ in caps]
         m_t.append(min(p.period_s for p in ps))
         f_t.append(min(p.fill_s for p in ps))
         u_t.append(min(p.update_s for p in ps))

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
+
+from planner.search.caps import caps_for
 
 
 def int_row_sum(D: np.ndarray) -> np.ndarray:
@@ -176,14 +178,72 @@ def coarse_options(opts: np.ndarray, level: int = 1) -> np.ndarray:
     return opts[keep]
 
 
-def one_zone_rows(D: np.ndarray, cols: list[tuple[str, str]]) -> np.ndarray:
-    """[len(D)] whether the row's used columns (``cols``: (zone, type) per column) all lie in one zone."""
-    zones = sorted({z for z, _ in cols})
-    zid = np.array([zones.index(z) for z, _ in cols])
+def one_zone_rows(D: np.ndarray, cols: list[tuple]) -> np.ndarray:
+    """[len(D)] whether the row's used columns (``cols``: (zone, type, ...) per column) all lie in one zone."""
+    zones = sorted({c[0] for c in cols})
+    zid = np.array([zones.index(c[0]) for c in cols])
     used = np.zeros((len(D), len(zones)), dtype=bool)
     for j in range(len(zones)):
         used[:, j] = (D[:, zid == j] > 0).any(axis=1)
     return used.sum(axis=1) == 1
+
+
+def joint_zone_options(cap: int, tps: tuple[int, ...], minority: int | None = None) -> np.ndarray:
+    """[K, len(tps)] every pipeline count vector (x_t) of one pool over TP degrees ``tps`` with the joint cap
+    ``sum_t t x_t <= cap`` (``cap``: the pool's GPUs // S, its TP units; the zero vector included), in
+    lexicographic order; ``minority`` r (two TP degrees): only vectors with ``min_t x_t <= r``."""
+    ranges = [range(cap // t + 1) for t in tps]
+    out = [x for x in product(*ranges) if sum(t * n for t, n in zip(tps, x)) <= cap
+           and (minority is None or len(tps) < 2 or min(x) <= minority)]
+    return np.array(out, dtype=np.int64).reshape(len(out), len(tps))
+
+
+def task_options(cluster, task, max_total: int, coarse: int = 0
+                 ) -> tuple[list[np.ndarray], list[tuple[str, str, int]], list[list[int]]]:
+    """The row blocks of a pool task (``tasks.Task``): (per block its options [n, width], the columns (zone,
+    type, TP) of the blocks one after the other, the column groups of which each must hold a pipeline). A row is
+    one option per block, at most ``max_total`` pipelines in all, every group used.
+
+    - A type at one TP degree is one block: :func:`zone_splits` of its pools' caps (water-filled, every row uses
+      it; ``coarse``: :func:`coarse_options`); no group.
+    - A type at two TP degrees (``SearchSpace.two_tp``) is one block per zone with room: every vector of
+      :func:`joint_zone_options` under the pool's joint cap (free per-zone counts, zero included; ``coarse``
+      levels 1 and 2: a pipeline in every such zone), a column per TP with room there; one group per TP (every
+      TP degree of the task used, so the tasks partition the plans)."""
+    per, cols, used = [], [], []
+    by_type: dict[str, list[int]] = {}
+    for g, t in task.tps:
+        by_type.setdefault(g, []).append(t)
+    for g, ts in by_type.items():
+        if len(ts) == 1:
+            caps = caps_for(cluster, g, ts[0], task.num_stages)
+            opts = zone_splits(tuple(c for _, c in caps), max_total)
+            per.append(coarse_options(opts, coarse) if coarse else opts)
+            cols += [(z, g, ts[0]) for z, _ in caps]
+            continue
+        groups: dict[int, list[int]] = {t: [] for t in ts}
+        for z, cap in caps_for(cluster, g, 1, task.num_stages):       # TP units per pool: GPUs // S
+            room = tuple(t for t in ts if cap // t > 0)
+            if not room:
+                continue
+            opts = joint_zone_options(cap, room)
+            keep = int_row_sum(opts) <= max_total
+            if coarse and coarse != ONE_ZONE:
+                keep &= int_row_sum(opts) > 0
+            per.append(opts[keep])
+            for t in room:
+                groups[t].append(len(cols))
+                cols.append((z, g, t))
+        used += list(groups.values())
+    return per, cols, used
+
+
+def used_rows(D: np.ndarray, groups: list[list[int]]) -> np.ndarray:
+    """[len(D)] whether every column group (column indices of ``D``) holds a pipeline."""
+    keep = np.ones(len(D), dtype=bool)
+    for grp in groups:
+        keep &= int_row_sum(D[:, grp]) > 0
+    return keep
 
 
 def sorted_unique(x: np.ndarray) -> np.ndarray:

@@ -87,11 +87,11 @@ def egress_floor(ctx, cluster: ClusterSpec, tables, task, n_mb: int) -> float:
 
 
 def row_zones(D: np.ndarray, cols: list) -> np.ndarray:
-    """[R] the number of zones each row uses (``cols``: (zone, type) per column)."""
-    zones = sorted({z for z, _ in cols})
+    """[R] the number of zones each row uses (``cols``: (zone, type, TP) per column)."""
+    zones = sorted({c[0] for c in cols})
     out = np.zeros(len(D), dtype=np.int64)
     for z in zones:
-        idx = [j for j, (zz, _) in enumerate(cols) if zz == z]
+        idx = [j for j, c in enumerate(cols) if c[0] == z]
         out += (D[:, idx].sum(axis=1) > 0)
     return out
 

@@ -83,10 +83,11 @@ class SearchSpace:
     - ``mixed_plans``: after the exact search, a bounded local search for *mixed* plans (stages shared by
       pipelines of different chains, :mod:`planner.search.mixplan`, docs/PLANNER.md 8); heuristic, it only
       adds candidates;
-    - ``two_tp_pass``: after the search, an opt-in pass over pool plans that give some GPU type two TP degrees
-      (:func:`planner.search.twotp.two_tp_improve`, docs/PLANNER.md 10), outside the declared space; distributed
-      optimizer off in its plans, throughput and cost objectives only; it only adds a candidate that beats the
-      search's best.
+    - ``two_tp``: the most TP degrees one used GPU type may run at in a pool plan (1: the declared space's rule,
+      one TP per type; 2: up to two, each used by at least one pipeline, so the tasks partition the plans; the
+      pipelines of one (type, zone) at its TP degrees share that pool's GPUs, docs/PLANNER.md 10.7; ``sailor-plan
+      --two-tp``). Searched exactly, like the rest of the space; tasks with the distributed optimizer keep one TP
+      per type.
     """
 
     max_stages: int | None = None
@@ -105,12 +106,13 @@ class SearchSpace:
     chain_splits: str = "even"
     tie_embeddings: bool = False
     mixed_plans: bool = False
-    two_tp_pass: bool = False
+    two_tp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("mixed_plans", "two_tp_pass"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.two_tp not in (1, 2) or isinstance(self.two_tp, bool):
+            raise InputError(f"two_tp must be 1 or 2, got {self.two_tp!r}")
+        if not isinstance(self.mixed_plans, bool):
+            raise InputError(f"mixed_plans must be true or false, got {self.mixed_plans!r}")
         if not isinstance(self.chain_segments, int) or not 1 <= self.chain_segments <= 8:
             raise InputError(f"chain_segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.chain_splits not in CHAIN_SPLITS:
@@ -142,7 +144,7 @@ class Candidate:
     num_stages: int
     mbs: int
     layers_per_stage: tuple[int, ...]
-    pools: tuple[PoolUse, ...]              # in pipeline order: sorted by (zone, gpu type)
+    pools: tuple[PoolUse, ...]              # in pipeline order: sorted by (zone, gpu type, tp)
     microbatches: tuple[int, ...]           # per pipeline
     iteration_s: float
     cost_usd: float
@@ -170,8 +172,7 @@ class Candidate:
         return [((p.gpu_type, p.zone, p.tp),) * self.num_stages for p in self.pools for _ in range(p.pipelines)]
 
     def two_tp(self) -> bool:
-        """Whether the pools give some GPU type two TP degrees (a plan of the opt-in two-TP pass,
-        ``SearchSpace.two_tp_pass``; the declared space never holds one)."""
+        """Whether the pools give some GPU type two TP degrees (only in a space with ``SearchSpace.two_tp`` = 2)."""
         return len({(p.gpu_type, p.tp) for p in self.pools}) > len({p.gpu_type for p in self.pools})
 
     def gpus_by_pool(self) -> dict[tuple[str, str], int]:
@@ -200,9 +201,6 @@ class SearchStats:
     lower_bound_key: float | None = None   # stopped: no plan of the space has a smaller objective key
     time_limit_s: float | None = None
     notes: list[str] = field(default_factory=list)
-    # the opt-in two-TP pass (SearchSpace.two_tp_pass): "" not asked, "complete", "stopped" (at the time limit, with
-    # the best plan so far) or "not run" (the search itself used the time up)
-    two_tp_pass: str = ""
 
 
 @dataclass

@@ -22,8 +22,8 @@ from planner.search.rowblock import RowBlock
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rowclass import class_row_grid, task_class_table
 from planner.search.rowzone import zone_row_terms, zone_terms
-from planner.search.rows import ONE_ZONE, coarse_options, one_zone_rows, ordered_product_chunks, pareto_min, \
-    zone_splits
+from planner.search.rows import ONE_ZONE, one_zone_rows, ordered_product_chunks, pareto_min, task_options, \
+    used_rows
 from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
 from planner.search.tasks import Tables, Task
 from planner.simulator import formulas as F
@@ -31,18 +31,17 @@ from planner.simulator.settings import SimContext
 
 
 def row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
-    """Chunks of rows [R, P] with columns in (zone, type) order, plus that column order."""
-    per_type, cols = [], []
-    for g, tp in task.tps:
-        caps = caps_for(cluster, g, tp, task.num_stages)
-        opts = zone_splits(tuple(c for _, c in caps), max_total)
-        per_type.append(coarse_options(opts, coarse) if coarse else opts)
-        cols += [(z, g) for z, _ in caps]
+    """Chunks of rows [R, P] with columns (zone, type, TP) in sorted order, plus that column order: the product
+    of the task's row blocks (:func:`planner.search.rows.task_options`), rows leaving a TP degree of a two-TP
+    type unused dropped."""
+    per_type, cols, used = task_options(cluster, task, max_total, coarse)
     order = sorted(range(len(cols)), key=lambda i: cols[i])
     if any(len(o) == 0 for o in per_type):      # a type with no option under max_total: no rows
         return
+    at = {src: j for j, src in enumerate(order)}
+    groups = [[at[i] for i in grp] for grp in used]
     for chunk in ordered_product_chunks(per_type, max_total, order):
-        yield chunk, [cols[i] for i in order]
+        yield (chunk[used_rows(chunk, groups)] if groups else chunk), [cols[i] for i in order]
 
 
 def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
@@ -175,7 +174,8 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
 
 
 def pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, k: int,
-                 n_mb: int, space: SearchSpace) -> dict[tuple[str, str], PoolModel]:
+                 n_mb: int, space: SearchSpace) -> dict[tuple[str, str, int], PoolModel]:
+    """The :class:`PoolModel` of every (zone, type, TP) column of the task at split ``k``."""
     by_col = {}
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for g, tp in task.tps:
@@ -189,7 +189,7 @@ def pool_models(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Li
                                    pool_p2p_s(ctx, cache, grp, task.num_stages, mb_bytes), ctx.settings.p2p_blocking)
                 tables.memo[key] = pool_model(ctx, cache, grp, arr, k, mb_bytes, ctx.catalog.get(g).usd_per_s,
                                               n_mb, lv)
-            by_col[(z, g)] = tables.memo[key]
+            by_col[(z, g, tp)] = tables.memo[key]
     return by_col
 
 

@@ -33,7 +33,8 @@ ANALYTIC_OPTIONS = (1, 2, 4, 8)
 class Task:
     num_stages: int
     mbs: int
-    tps: tuple[tuple[str, int], ...]        # (gpu type, tp) of every used type, sorted by type
+    tps: tuple[tuple[str, int], ...]        # (gpu type, tp) of every used (type, TP), sorted (a type twice:
+                                            # two TP degrees, SearchSpace.two_tp)
     bound: float
     recompute: bool = False
     dist: bool = False                      # the distributed optimizer
@@ -247,10 +248,10 @@ class Tables:
         key = ("dist-range", combo, mbs, s_num, recompute)
         if key not in self.memo:
             sh = shards_of(combo)
-            lo = np.max([self.dist_dmin(g, t, mbs, s_num, recompute, sh[g]) for g, t in combo], axis=0)
+            lo = np.max([self.dist_dmin(g, t, mbs, s_num, recompute, sh[(g, t)]) for g, t in combo], axis=0)
             hi = np.full(len(lo), NEVER, dtype=np.int64)
             if recompute and self.ctx.settings.dp_sync_waits_for_all and False in self.space.recompute:
-                hi = np.max([self.dist_dmin(g, t, mbs, s_num, False, sh[g]) for g, t in combo], axis=0) - 1
+                hi = np.max([self.dist_dmin(g, t, mbs, s_num, False, sh[(g, t)]) for g, t in combo], axis=0) - 1
             self.memo[key] = (lo, hi)
         return self.memo[key]
 
@@ -407,18 +408,32 @@ def unit_tasks(ctx: SimContext, cluster: ClusterSpec, tables: Tables, options: d
                    and tables.arrays(g, t, mbs, s_num, rc) is not None] for g in types}
     if space.tp_rule == "min_fit":
         choices = {g: c[:1] for g, c in choices.items()}
+    # TP sets per type: one TP degree, or (space.two_tp = 2, without the distributed optimizer) two, ascending
+    most = 1 if dist else space.two_tp
+    sets = {g: [ts for n in range(1, most + 1) for ts in combinations(c, n)] for g, c in choices.items()}
     tasks = []
     scale = ctx.settings.sharded_collective_scale
     for k in range(1, max_types + 1):
         for subset in combinations(types, k):
-            combos = [tuple(zip(subset, tps)) for tps in product(*(choices[g] for g in subset))]
+            combos = [tuple((g, t) for g, ts in zip(subset, pick) for t in ts)
+                      for pick in product(*(sets[g] for g in subset))]
             if not dist:
                 combos = [c for c in combos if not dist_dominated(space, c, scale)
                           and not 0 < plain_rows_cap(space, c, scale) < len(c)]     # rows have D >= len(c)
-            for combo, b in zip(combos, cheap_bounds(ctx, cluster, tables, combos, s_num, mbs, gbs // mbs,
-                                                      objective, rc, dist)):
-                if b < np.inf:
-                    tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
-                                      task_dmax(cluster, combo, s_num, gbs // mbs) if dist
-                                      else plain_rows_cap(space, combo, scale)))
+            for same in _by_length(combos):         # cheap_bounds takes combos of one length at a time
+                for combo, b in zip(same, cheap_bounds(ctx, cluster, tables, same, s_num, mbs, gbs // mbs,
+                                                       objective, rc, dist)):
+                    if b < np.inf:
+                        tasks.append(Task(s_num, mbs, combo, float(b), rc, dist,
+                                          task_dmax(cluster, combo, s_num, gbs // mbs) if dist
+                                          else plain_rows_cap(space, combo, scale)))
     return tasks
+
+
+def _by_length(combos: list[tuple]) -> list[list[tuple]]:
+    """``combos`` grouped by length, each group in order, groups by first appearance (one group when every
+    combo has one TP per type: the list itself)."""
+    out: dict[int, list[tuple]] = {}
+    for c in combos:
+        out.setdefault(len(c), []).append(c)
+    return list(out.values())

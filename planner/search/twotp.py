@@ -16,6 +16,10 @@ that pool's GPUs: ``sum_t S t x_{z,g,t} <= n_{g,z}``, i.e. ``sum_t t x_{z,g,t} <
   best candidate is checked against ``simulate`` by :func:`planner.search.verify.check_candidates` (rel. 1e-9).
 - :func:`two_tp_improve`: the two-TP tasks only, skipped when the search's task bound reaches an incumbent.
 
+The search itself holds these plans with ``SearchSpace.two_tp = 2`` (:func:`planner.search.tasks.unit_tasks`,
+:func:`planner.search.rows.task_options`: the same joint caps, free counts per zone; docs/PLANNER.md 10.7); this
+module is the exhaustive reference its tests compare against.
+
 Exact: the scores (the verify check), and :func:`two_tp_search`'s optimum over its set. :func:`two_tp_improve` is
 exact as far as the search's task bound holds for two-TP tasks (argued and tested, not proved in
 docs/PLANNER.md 2.1 and 10.6.3). Not covered: the distributed optimizer (its shards depend on the
@@ -35,7 +39,7 @@ from planner.search.caps import caps_for
 from planner.errors import InputError
 from planner.search.netvec import Group, LinkCache
 from planner.search.pools import PoolModel, pool_model, pool_p2p_s, score_batch
-from planner.search.rows import one_zone_rows, zone_splits
+from planner.search.rows import joint_zone_options, one_zone_rows, zone_splits
 from planner.search.space import Candidate, Objective, SearchSpace
 from planner.search.taskbound import task_bound
 from planner.search.taskrun import _candidate
@@ -46,31 +50,10 @@ from planner.simulator.settings import SimContext
 
 log = logging.getLogger(__name__)
 
-# the objectives :func:`two_tp_improve` is tested under (against :func:`two_tp_search`); the opt-in pass
-# (``SearchSpace.two_tp_pass``, ``sailor-plan --two-tp``) refuses the others
-TWO_TP_OBJECTIVES = ("throughput", "cost")
-
-
-def require_two_tp_objective(kind: str) -> None:
-    """InputError unless the opt-in two-TP pass applies to objective ``kind`` (:data:`TWO_TP_OBJECTIVES`)."""
-    if kind not in TWO_TP_OBJECTIVES:
-        raise InputError(f"--two-tp applies to the {' and '.join(TWO_TP_OBJECTIVES)} objectives only, got "
-                         f"--objective {kind}")
-
-
 def pool_caps(cluster: ClusterSpec, g: str, s_num: int) -> tuple[tuple[str, int], ...]:
     """(zone, floor(GPUs / S)) of every pool of type ``g`` (zones sorted): the TP units one pool offers to
     pipelines of S stages (a pipeline at TP t takes t of them); :func:`planner.search.caps.caps_for` at TP 1."""
     return caps_for(cluster, g, 1, s_num)
-
-
-def _zone_options(cap: int, tps: tuple[int, ...], minority: int | None) -> np.ndarray:
-    """[K, len(tps)] every (x_t) >= 0 with sum_t t x_t <= cap (and, given ``minority`` r and two TP degrees,
-    min_t x_t <= r)."""
-    ranges = [range(cap // t + 1) for t in tps]
-    out = [x for x in product(*ranges) if sum(t * n for t, n in zip(tps, x)) <= cap
-           and (minority is None or len(tps) < 2 or min(x) <= minority)]
-    return np.array(out, dtype=np.int64).reshape(len(out), len(tps))
 
 
 def _water_filled(caps: tuple[int, ...], t: int, max_total: int) -> np.ndarray:
@@ -89,12 +72,12 @@ def type_rows(caps: tuple[int, ...], tps: tuple[int, ...], max_total: int, minor
               minority_total: int | None = None, water_filled: bool = False) -> np.ndarray:
     """[R, len(caps) * len(tps)] every count vector of one type, columns in (zone, TP) order: per zone the joint
     cap ``sum_t t x_{z,t} <= caps[z]``, every TP of ``tps`` used by at least one pipeline, at most ``max_total``
-    pipelines (``minority``: :func:`_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
+    pipelines (``minority``: :func:`planner.search.rows.joint_zone_options`; ``minority_total`` = r: one of the TP degrees has at most r
     pipelines over all the type's zones). ``water_filled``: instead of every vector, each TP's vector is one of the
     search's water-filled rows (:func:`_water_filled`) and the pairs that overfill a pool are dropped."""
     if water_filled:
         return _water_filled_rows(caps, tps, max_total, minority, minority_total)
-    per_zone = [_zone_options(c, tps, minority) for c in caps]
+    per_zone = [joint_zone_options(c, tps, minority) for c in caps]
     if not per_zone:
         return np.zeros((0, 0), dtype=np.int64)
     rows = per_zone[0]
@@ -216,7 +199,7 @@ def task_best(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: Link
     if space.uniform_microbatches:
         D = D[n_mb % D.sum(axis=1) == 0]
     if space.single_zone:
-        D = D[one_zone_rows(D, [(z, g) for z, g, _ in cols])]
+        D = D[one_zone_rows(D, cols)]
     best, best_key, n_rows = None, np.inf, 0
     if len(D) == 0:
         return best, n_rows

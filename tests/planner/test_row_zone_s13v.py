@@ -147,8 +147,8 @@ def test_class_row_grid_is_row_grid_less_dropped_classes(chunk, monkeypatch):
         if not want:
             continue
         n_cols = want[0][0].shape[1]
-        type_cols = [[j for j, (_, g) in enumerate(want[0][1]) if g == t] for t, _ in task.tps]
-        zones = len({z for z, _ in want[0][1]})
+        type_cols = [[j for j, c in enumerate(want[0][1]) if c[1] == t] for t, _ in task.tps]
+        zones = len({c[0] for c in want[0][1]})
         caps = [min(max_total, int(sum(want[0][0][:, c].sum(axis=1).max() for c in [cs]))) for cs in type_cols]
         caps = [max(c, max_total) for c in caps]
         table = np.array(np.random.default_rng(rng.randint(0, 99)).random([c + 1 for c in caps] + [zones + 1]))
@@ -158,8 +158,8 @@ def test_class_row_grid_is_row_grid_less_dropped_classes(chunk, monkeypatch):
         for D, cols in want:
             assert D.shape[1] == n_cols
             t = [D[:, cs].sum(axis=1) for cs in type_cols]
-            zs = sorted({z for z, _ in cols})
-            k = np.sum([(D[:, [j for j, (zz, _) in enumerate(cols) if zz == z]] > 0).any(axis=1) for z in zs], axis=0)
+            zs = sorted({c[0] for c in cols})
+            k = np.sum([(D[:, [j for j, c in enumerate(cols) if c[0] == z]] > 0).any(axis=1) for z in zs], axis=0)
             D = D[table[tuple(t) + (k,)] <= thr]
             if len(D):
                 kept.append((D, cols))

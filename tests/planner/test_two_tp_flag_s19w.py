@@ -1,12 +1,14 @@
-"""``sailor-plan --two-tp`` (``PlanRequest.two_tp``, ``SearchSpace.two_tp_pass``): the opt-in pass over pool plans
-that give one GPU type two TP degrees (docs/PLANNER.md 10.6, helper s19w), run after the search from its best plan.
+"""``sailor-plan --two-tp`` (``PlanRequest.two_tp``, ``SearchSpace.two_tp`` = 2): the declared space plus pool plans
+that give one GPU type two TP degrees, searched exactly (docs/PLANNER.md 10.7; helper s19w wrote these tests for
+the opt-in post-pass it replaced, helper s20w moved them to the in-search mode).
 
 The pinned case of ``test_two_tp_pools_s19t.py`` (``H100-80@us-a=3``, GBS 8, the brute-force test model, written
 as a model JSON so that the CLI plans it with the same context as ``bf_ctx``): the flag returns a plan >= 5 %
-faster, with two TP degrees for H100-80, at least as fast as the hand-built pinned plan (an independent
-reference), that ``simulate``, ``Plan.load`` and ``sailor-sim`` score as reported. Without the flag the output
-is the search's; where two TP degrees cannot help (cost objective, one GPU) the plan is the normal one; the time
-limit stops the pass cleanly; invalid combinations are one error line, exit 2.
+faster, with two TP degrees for H100-80, as fast as the hand-built pinned plan (an independent reference, the
+brute force's two-TP optimum), that ``simulate``, ``Plan.load`` and ``sailor-sim`` score as reported. Without the
+flag the output is the search's; where two TP degrees cannot help (cost objective, one GPU) the plan is the normal
+one; a time limit stops the search with a bound over the larger space; ``--objective value`` works with it;
+invalid combinations are one error line, exit 2.
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ from planner.cluster import parse_gpus
 from planner.errors import InputError
 from planner.plan import Plan
 from planner.search import Objective, SearchSpace, build_plan, plan_search
-from planner.search import twotp as T
 from planner.simulator import simulate
 from tests.planner.test_planner_bruteforce import BF_MODEL, bf_ctx
 from tests.planner.test_two_tp_pools_s19t import PIN_GBS, PIN_GPUS, pinned_plan
@@ -54,9 +55,9 @@ def test_two_tp_flag_wins_on_the_pinned_case_and_round_trips(capsys, tmp_path, d
     two = run_json(capsys, data + ["--two-tp", "-o", str(path)])
     t_plain, t_two = plain["estimate"]["iteration_time_s"], two["estimate"]["iteration_time_s"]
     assert t_two < t_plain / 1.05
-    assert t_two <= simulate(pinned_plan(), ctx).iteration_time_s * (1 + 1e-9)    # the hand-built two-TP plan
+    assert t_two == pytest.approx(simulate(pinned_plan(), ctx).iteration_time_s, rel=1e-9)    # the pinned plan
     assert tps(two["plan"]) == {"H100-80": {1, 2}} and tps(plain["plan"]) == {"H100-80": {1}}
-    assert two["search"] == {"complete": True, "two_tp": "complete", "two_tp_plan": True}
+    assert two["search"] == {"complete": True, "two_tp": True, "two_tp_plan": True}
     plan = Plan.load(path)
     assert plan.to_dict() == two["plan"]
     assert simulate(plan, ctx).iteration_time_s == pytest.approx(t_two, rel=1e-9)    # the test's own context
@@ -65,8 +66,9 @@ def test_two_tp_flag_wins_on_the_pinned_case_and_round_trips(capsys, tmp_path, d
     assert sim["iteration_time_s"] == pytest.approx(t_two, rel=1e-9)
     assert main(data + ["--two-tp"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "then the opt-in --two-tp pass found this plan" in text and "H100-80@us-a TP 1: 3" in text
-    assert "--two-tp pass finished: this plan is its plan" in text
+    assert ("search finished: this is the best plan of the declared space with up to two TP degrees per GPU type "
+            "(--two-tp) (exact search); it gives a GPU type two TP degrees") in text
+    assert "H100-80@us-a TP 1: 3" in text and "H100-80@us-a TP 2: 5" in text
 
 
 def test_without_the_flag_the_plan_and_output_are_the_searchs(capsys, data):
@@ -87,65 +89,51 @@ def test_where_two_tp_cannot_help_the_plan_is_the_normal_one(capsys, data, extra
     plain = run_json(capsys, data + extra)
     two = run_json(capsys, data + extra + ["--two-tp"])
     assert two["plan"] == plain["plan"] and two["estimate"] == plain["estimate"]
-    assert two["search"] == {"complete": True, "two_tp": "complete"}
+    assert two["search"] == {"complete": True, "two_tp": True}
     assert main(data + extra + ["--two-tp"]) == 0
-    assert "--two-tp pass finished: no two-TP plan beat the search's plan" in capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("search finished: this is the best plan of the declared space with up to two TP degrees per GPU type "
+            "(--two-tp) (exact search)") in text and "it gives a GPU type two TP degrees" not in text
 
 
-def test_a_tiny_time_limit_gives_the_normal_plan_and_says_the_pass_did_not_run(capsys, data):
+def test_a_tiny_time_limit_stops_the_search_with_a_bound_over_the_larger_space(capsys, data):
+    """``--time-limit-s 1e-6 --two-tp``: the best plan found so far, not complete, a bound <= its key, and the
+    STOPPED line names the space with two TP degrees."""
     lim = ["--time-limit-s", "1e-6"]
-    plain = run_json(capsys, data + lim)
     two = run_json(capsys, data + lim + ["--two-tp"])
-    assert two["plan"] == plain["plan"] and two["search"]["two_tp"] == "not run"
+    st = two["search"]
+    assert st["complete"] is False and st["two_tp"] is True
+    assert 0 < st["lower_bound_key"] <= st["objective_key"] * (1 + 1e-12)
     assert main(data + lim + ["--two-tp"]) == 0
-    assert "--two-tp pass NOT run: the search used the time limit" in capsys.readouterr().out
+    assert ("no plan of the declared space with up to two TP degrees per GPU type (--two-tp) scores below"
+            in " ".join(capsys.readouterr().out.split()))
 
 
-def test_a_pass_stopped_by_its_deadline_keeps_the_normal_plan_and_says_so(capsys, data, monkeypatch):
-    """The deadline arriving just as the pass starts (``stop`` always true): the search's plan, a STOPPED line."""
-    improve = T.two_tp_improve
-    monkeypatch.setattr(T, "two_tp_improve", lambda *a, **kw: improve(*a, **{**kw, "stop": lambda: True}))
-    plain = run_json(capsys, data)
-    two = run_json(capsys, data + ["--two-tp"])
-    assert two["plan"] == plain["plan"] and two["search"] == {"complete": True, "two_tp": "stopped"}
-    assert main(data + ["--two-tp"]) == 0
-    assert "--two-tp pass STOPPED at the time limit" in " ".join(capsys.readouterr().out.split())
-
-
-def test_two_tp_improve_stop_keeps_the_best_so_far():
-    """``stop`` after k questions: ``stopped``, and the plan (if any) no better than the unstopped pass's."""
+def test_value_objective_with_two_tp(capsys, data):
+    """``--objective value --two-tp`` (refused by the post-pass before): the CLI's plan is plan_search's best of the
+    default space with two_tp=2 under value, and no worse than the one-TP plan's value."""
     ctx, catalog = bf_ctx()
-    cl = parse_gpus(PIN_GPUS, catalog)
-    space = SearchSpace(distributed_optimizer=(False,))
-    full = T.two_tp_improve(ctx, cl, PIN_GBS, float("inf"), Objective(), space)
-    assert not full.stopped and full.best is not None
-    for k in (0, 1, 3, full.tasks, full.tasks + 1, 10 ** 6):
-        calls = []
+    objective = Objective("value")
+    plain = run_json(capsys, data + ["--objective", "value"])
+    two = run_json(capsys, data + ["--objective", "value", "--two-tp"])
+    best = plan_search(ctx, parse_gpus(PIN_GPUS, catalog), PIN_GBS, objective, SearchSpace(two_tp=2)).best
 
-        def stop(k=k, calls=calls) -> bool:
-            calls.append(1)
-            return len(calls) > k
+    def key(out: dict) -> float:
+        est = out["estimate"]
+        return objective.key(est["iteration_time_s"], est["cost_per_iteration_usd"])
 
-        res = T.two_tp_improve(ctx, cl, PIN_GBS, float("inf"), Objective(), space, stop=stop)
-        assert res.stopped == (k < len(calls))
-        assert res.stopped or k == 10 ** 6 or res.best.key == full.best.key
-        assert res.best is None or res.best.key >= full.best.key * (1 - 1e-12)
-        if k in (0, 10 ** 6):
-            assert res.stopped == (k == 0) and (res.best is None) == (k == 0)
-        if k == 10 ** 6:
-            assert res.best.key == full.best.key
+    assert key(two) == pytest.approx(best.key, rel=1e-9) and key(two) <= key(plain) * (1 + 1e-12)
+    assert two["search"]["complete"] is True and two["search"]["two_tp"] is True
 
 
 def test_invalid_combinations_are_one_error_line(capsys, data):
-    for extra, msg in ((["--objective", "value"], "error: --two-tp applies to the throughput and cost objectives "
-                        "only, got --objective value"),
-                       (["--planner", "grid"], "error: --two-tp applies to --planner ours only, got --planner grid")):
+    for extra, msg in ((["--planner", "grid"], "error: --two-tp applies to --planner ours only, got --planner grid"),
+                       (["--planner", "sailor"], "error: --two-tp applies to --planner ours only, got --planner "
+                        "sailor")):
         assert main(data + extra + ["--two-tp"]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [msg]
-    ctx, catalog = bf_ctx()
+    _, catalog = bf_ctx()
     with pytest.raises(InputError):
-        SearchSpace(two_tp_pass="yes")
+        SearchSpace(two_tp=3)
     with pytest.raises(InputError):
         api.PlanRequest(cluster=parse_gpus(PIN_GPUS, catalog), global_batch_size=8, two_tp=1)
-    with pytest.raises(InputError, match="objectives only"):     # the search itself refuses it too
-        plan_search(ctx, parse_gpus(PIN_GPUS, catalog), 8, Objective("value"), SearchSpace(two_tp_pass=True))

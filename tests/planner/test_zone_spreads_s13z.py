@@ -320,10 +320,9 @@ def wire_spreads(monkeypatch):
         return
 
     def row_grid(cluster, task, max_total, coarse=0):
-        tps = dict(task.tps)
-        for chunk, cols in original(cluster, task, max_total, coarse):
-            caps = np.array([dict(caps_for(cluster, g, tps[g], task.num_stages))[z] for z, g in cols])
-            yield spread_rows(chunk, cols, caps), cols
+        for chunk, cols in original(cluster, task, max_total, coarse):     # columns (zone, type, TP)
+            caps = np.array([dict(caps_for(cluster, g, t, task.num_stages))[z] for z, g, t in cols])
+            yield spread_rows(chunk, [(z, g) for z, g, _ in cols], caps), cols
     monkeypatch.setattr(taskrun, "row_grid", row_grid)
 
 
