@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,15 +34,8 @@ from planner.search.tasks import Tables, cluster_options  # noqa: E402
 from planner.search.unitbound import unit_bounds  # noqa: E402
 
 
-@dataclass(frozen=True)
-class TwoTpSpace(SearchSpace):
-    """``SearchSpace`` with ``two_tp`` (helper s20w's field; declared here until it is on main)."""
-
-    two_tp: int = 2
-
-
 def two_tp_space(space: SearchSpace) -> SearchSpace:
-    return TwoTpSpace(**{f.name: getattr(space, f.name) for f in fields(SearchSpace) if f.name != "two_tp"})
+    return replace(space, two_tp=2)
 
 
 def timed(fn, runs: int):

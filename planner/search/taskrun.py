@@ -98,6 +98,22 @@ def _refusal_possible(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, t
     return least / max(1, rings) < start
 
 
+def split_dominance_sound(ctx: SimContext, cluster: ClusterSpec, task: Task, objective: Objective) -> bool:
+    """Whether the objective is non-decreasing in every criterion of :func:`_split_criteria` for this task, so
+    that split dominance keeps the task's optimum (docs/PLANNER.md 2.1, *Split dominance*). Not when the sync
+    overlaps the backward (longer stages can hide more sync). Not when the objective prices egress (cost, value,
+    or a $/iteration cap) under ``grad_sync = "auto"`` on a task whose pools span several zones: each stage of
+    such a row takes the faster of the flat and the hierarchical ring, whose cross-zone bytes differ, so which
+    mode a stage takes, and with it the egress, depends on the stage's own bytes, not on their sum (10.8.4)."""
+    if not ctx.settings.dp_sync_waits_for_all:
+        return False
+    prices_egress = objective.kind != "throughput" or objective.max_cost_per_iter_usd is not None
+    if not prices_egress or ctx.settings.grad_sync != "auto":
+        return True
+    zones = {z for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)}
+    return len(zones) <= 1
+
+
 def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
               objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats,
               sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
@@ -107,8 +123,7 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
                                       task.dmax))[0]
     d_lo, d_hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute) if task.dist \
         else (None, None)
-    # with sync overlapping the backward the objective is not monotone in these criteria: keep every split
-    if ctx.settings.dp_sync_waits_for_all:
+    if split_dominance_sound(ctx, cluster, task, objective):
         idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
     models = {int(k): pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     floors = None

@@ -246,10 +246,10 @@ def unit_bounds(ctx: SimContext, cluster: ClusterSpec, tables, options: dict[str
                 objective: Objective, space: SearchSpace) -> list[Unit]:
     """Every unit of the task loop (:func:`planner.search.tasks.enumerate_tasks`: S, then micro-batch size, then
     recomputation, then the distributed optimizer) with its bound; ``tables``: a
-    :class:`planner.search.tasks.Tables` (its type tables). ``space.two_tp`` (1 where the space has no such
-    field) >= 2: every pool's capacity term is :func:`mix_vertices`' knapsack (module docstring)."""
+    :class:`planner.search.tasks.Tables` (its type tables). ``space.two_tp``
+    >= 2: every pool's capacity term is :func:`mix_vertices`' knapsack (module docstring)."""
     types = sorted(options)
-    two_tp = getattr(space, "two_tp", 1)     # >= 2: a pool may hold pipelines of two TP degrees of its type
+    two_tp = space.two_tp     # >= 2: a pool may hold pipelines of two TP degrees of its type
     num_layers = ctx.model.num_layers
     max_s = min(num_layers, space.max_stages or num_layers)
     s = np.arange(1, max_s + 1)
