@@ -45,10 +45,12 @@ def row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
 
 
 def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
-                    arrs: list, idx: np.ndarray, space: SearchSpace) -> np.ndarray:
+                    arrs: list, idx: np.ndarray, space: SearchSpace, same_stage_bytes: bool = False) -> np.ndarray:
     """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
     every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
-    the summed stage gradients (egress)."""
+    the summed stage gradients (egress). ``same_stage_bytes``: also the split's class of equal stage bytes
+    (:func:`_stage_bytes_class`, as two columns id and -id), so a split is compared only with the splits whose
+    stages carry the same bytes in some order (:func:`split_dominance_rule`)."""
     crit = []
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for a, (g, tp) in zip(arrs, task.tps):
@@ -70,7 +72,21 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
     if task.dist:       # the rows a split serves: D from lo (fits) to hi; a dominating split serves as many
         lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
         crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
+    if same_stage_bytes:
+        cls = _stage_bytes_class(params, full)[:, None]
+        crit += [cls, -cls]
     return np.concatenate(crit, axis=1)
+
+
+def _stage_bytes_class(params: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """Per split ([K, S] arrays: the largest per-GPU parameters of each stage over the task's types, and its
+    whole-stage parameters), an id equal for two splits exactly when their stages carry the same (per-GPU,
+    whole-stage) pairs in some order: then every stage of one has a stage of the other with the same sync
+    bytes, the same mode under ``auto`` on every row and the same egress, so their egress is equal."""
+    pairs = np.stack([params, full], axis=-1)                            # [K, S, 2]
+    order = np.lexsort((pairs[..., 1], pairs[..., 0]), axis=-1)          # stages by (per-GPU, whole-stage)
+    key = np.take_along_axis(pairs, order[..., None], axis=1).reshape(len(pairs), -1)
+    return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1).astype(float)
 
 
 def _refusal_possible(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
@@ -98,20 +114,24 @@ def _refusal_possible(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, t
     return least / max(1, rings) < start
 
 
-def split_dominance_sound(ctx: SimContext, cluster: ClusterSpec, task: Task, objective: Objective) -> bool:
-    """Whether the objective is non-decreasing in every criterion of :func:`_split_criteria` for this task, so
-    that split dominance keeps the task's optimum (docs/PLANNER.md 2.1, *Split dominance*). Not when the sync
-    overlaps the backward (longer stages can hide more sync). Not when the objective prices egress (cost, value,
-    or a $/iteration cap) under ``grad_sync = "auto"`` on a task whose pools span several zones: each stage of
-    such a row takes the faster of the flat and the hierarchical ring, whose cross-zone bytes differ, so which
-    mode a stage takes, and with it the egress, depends on the stage's own bytes, not on their sum (10.8.4)."""
+ANY_SPLIT, SAME_STAGE_BYTES = "any split", "same stage bytes"
+
+
+def split_dominance_rule(ctx: SimContext, cluster: ClusterSpec, task: Task, objective: Objective) -> str | None:
+    """How split dominance may compare this task's splits so that it keeps the task's optimum (docs/PLANNER.md
+    2.1, *Split dominance*; 10.8.4): None when the sync overlaps the backward (longer stages can hide more sync:
+    no dominance); :data:`SAME_STAGE_BYTES` when the objective prices egress (cost, value, or a $/iteration cap)
+    under ``grad_sync = "auto"`` on a task whose pools span several zones: each stage of such a row takes the
+    faster of the flat and the hierarchical ring, whose cross-zone bytes differ, so which mode a stage takes, and
+    with it the egress, depends on the stage's own bytes, not on their sum; the egress is equal only between
+    splits whose stages carry the same bytes in some order; else :data:`ANY_SPLIT`."""
     if not ctx.settings.dp_sync_waits_for_all:
-        return False
+        return None
     prices_egress = objective.kind != "throughput" or objective.max_cost_per_iter_usd is not None
     if not prices_egress or ctx.settings.grad_sync != "auto":
-        return True
+        return ANY_SPLIT
     zones = {z for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)}
-    return len(zones) <= 1
+    return ANY_SPLIT if len(zones) <= 1 else SAME_STAGE_BYTES
 
 
 def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
@@ -123,8 +143,10 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
                                       task.dmax))[0]
     d_lo, d_hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute) if task.dist \
         else (None, None)
-    if split_dominance_sound(ctx, cluster, task, objective):
-        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
+    rule = split_dominance_rule(ctx, cluster, task, objective)
+    if rule is not None:
+        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space,
+                                             same_stage_bytes=rule == SAME_STAGE_BYTES))]
     models = {int(k): pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     floors = None
     # with one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync): its

@@ -45,7 +45,8 @@ from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import pareto_min
 from planner.search.rowzone import zone_row_terms, zone_terms
 from planner.search.taskbound import task_bound
-from planner.search.taskrun import _split_criteria, cheap_keys, row_terms, split_dominance_sound
+from planner.search.taskrun import ANY_SPLIT, SAME_STAGE_BYTES, _split_criteria, cheap_keys, row_terms, \
+    split_dominance_rule
 from planner.search.tasks import Tables, Task, cluster_options
 from planner.search.twotp import (TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows, two_tp_search,
                                    type_rows)
@@ -293,30 +294,36 @@ def test_exact_and_objective_task_floors_hold_on_two_tp_tasks(solved):
 
 def test_split_dominance_keeps_the_optimum_of_two_tp_tasks(solved):
     """taskrun._split_criteria + rows.pareto_min (run_task's split dominance) on the pseudo-type shell, under every
-    objective on every task where ``taskrun.split_dominance_sound`` lets run_task apply it: the splits it keeps hold
-    each task's optimum, and it drops splits on some tasks. Where it is not applied (cost, value over several zones
-    under ``grad_sync = "auto"``: docs/PLANNER.md 10.8.4) it must drop a task's best split somewhere here, or the
-    exclusion would be needless."""
-    checked = dropped = unsound_misses = skipped = 0
+    objective on every task (one- and two-TP), as ``taskrun.split_dominance_rule`` has run_task apply it: the
+    splits it keeps hold each task's optimum, and it drops splits on some tasks. Where the rule compares only
+    splits with the same stage bytes (cost, value over several zones under ``grad_sync = "auto"``:
+    docs/PLANNER.md 10.8.4), comparing every split must drop a task's best split somewhere here, or the
+    restriction would be needless, and the restricted rule must still drop splits."""
+    checked = dropped = restricted = unsound_misses = restricted_drops = 0
     for ctx, cluster, gbs, tables, cache, scores in solved:
         for ts in scores:
             if len(ts.splits) < 2:
                 continue
             arrs = [tables.arrays(g, t, ts.task.mbs, ts.task.num_stages, ts.task.recompute) for g, t in ts.shell.tps]
-            crit = _split_criteria(ctx, cluster, cache, tables, ts.shell, arrs, ts.splits, tables.space)
-            kept = pareto_min(crit)
-            dropped += len(kept) < len(ts.splits)
+            crit_any = _split_criteria(ctx, cluster, cache, tables, ts.shell, arrs, ts.splits, tables.space)
+            crit_same = _split_criteria(ctx, cluster, cache, tables, ts.shell, arrs, ts.splits, tables.space,
+                                        same_stage_bytes=True)
+            kept_any, kept_same = pareto_min(crit_any), pareto_min(crit_same)
             for kind in KINDS:
                 per = ts.split_best(kind)
                 if not np.isfinite(per.min()):
                     continue
-                if split_dominance_sound(ctx, cluster, ts.shell, OBJECTIVES[kind]):
-                    assert per[kept].min() == per.min(), (cluster, kind, ts.task)
-                    checked += 1
-                else:
-                    skipped += 1
-                    unsound_misses += per[kept].min() > per.min()
-    assert checked >= 300 and dropped >= 5 and skipped >= 100 and unsound_misses >= 1
+                rule = split_dominance_rule(ctx, cluster, ts.shell, OBJECTIVES[kind])
+                assert rule in (ANY_SPLIT, SAME_STAGE_BYTES)
+                kept = kept_any if rule == ANY_SPLIT else kept_same
+                assert per[kept].min() == per.min(), (cluster, kind, ts.task, rule)
+                checked += 1
+                dropped += len(kept) < len(ts.splits)
+                if rule == SAME_STAGE_BYTES:
+                    restricted += 1
+                    restricted_drops += len(kept) < len(ts.splits)
+                    unsound_misses += per[kept_any].min() > per.min()
+    assert checked >= 1000 and dropped >= 50 and restricted >= 100 and unsound_misses >= 1
 
 
 def _row_zones_cols(cols):
@@ -426,6 +433,39 @@ def test_split_keep_rule_keeps_the_optimum_of_two_tp_tasks():
                 assert k.any() and per[k].min() == per.min(), (gpus, kind, ts.task)
                 checked += 1
     assert with_levels >= 15 and dropping >= 8 and checked >= 45
+
+
+def test_same_stage_bytes_dominance_keeps_the_optimum_over_two_zones():
+    """The restricted split dominance (``SAME_STAGE_BYTES``: only splits whose stages carry the same bytes in some
+    order are compared, docs/PLANNER.md 10.8.4) on 8-layer tasks (S = 3-5, where splits permute the middle stages)
+    over two zones under the cost and value objectives, grad_sync auto: the kept splits hold every task's optimum,
+    and the rule drops splits on some tasks (so it prunes, unlike no dominance)."""
+    catalog = GPUCatalog()
+    ctx = SimContext(LEVEL_MODEL, ProfileStore(LEVEL_MODEL, catalog), NetworkModel(catalog), catalog, OURS)
+    sp = SearchSpace(max_stages=5, mbs_options=(1,), tp_options=(1, 2), recompute=(False,),
+                     distributed_optimizer=(False,), chain_segments=1)
+    cases = [("A100-40@us-a=6,A100-40@us-b=5", 8), ("V100-16@us-a=6,V100-16@us-b=4", 16),
+             ("H100-80@us-a=5,H100-80@us-b=6,V100-16@us-b=4", 8)]
+    checked = dropping = 0
+    for gpus, gbs in cases:
+        cluster = parse_gpus(gpus, catalog)
+        tables, cache, scores = exhaustive(ctx, cluster, gbs, sp, OBJECTIVES)
+        for ts in scores:
+            if ts.task.num_stages < 3 or len(ts.splits) < 2:
+                continue
+            arrs = [tables.arrays(g, t, ts.task.mbs, ts.task.num_stages, ts.task.recompute) for g, t in ts.shell.tps]
+            kept = pareto_min(_split_criteria(ctx, cluster, cache, tables, ts.shell, arrs, ts.splits, tables.space,
+                                              same_stage_bytes=True))
+            for kind in ("cost", "value"):
+                if split_dominance_rule(ctx, cluster, ts.shell, OBJECTIVES[kind]) != SAME_STAGE_BYTES:
+                    continue        # a task whose pools lie in one zone
+                per = ts.split_best(kind)
+                if not np.isfinite(per.min()):
+                    continue
+                assert per[kept].min() == per.min(), (gpus, kind, ts.task)
+                checked += 1
+                dropping += len(kept) < len(ts.splits)
+    assert checked >= 20 and dropping >= 5, (checked, dropping)
 
 
 # ---- the old unit bound's per-pool max_o form fails on a two-TP plan ------------------------------------------
