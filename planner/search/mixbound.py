@@ -48,6 +48,8 @@ EXACT = True           # price exactly by GPU usage (mixexact) where the pools a
 COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
 MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
 MERGED_REL = 1e-2
+COARSE = True          # with EXACT: where the table is too large, the exact LP over the pools of one type merged
+                       # across zones (mixcoarse: a relaxation) instead of the Lagrangian pricing, where that fits
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class _Unit:
         self._rings = rings if rings is not None else {}
         self._coupled: dict[tuple, object] = {}
         self._merged = None                      # (merged unit, its usage table), built once
+        self._coarse = False                     # mixcoarse.Coarse of the exact table (None: none), not built yet
 
     def coupled(self, types: tuple | None, ctx: SimContext, cluster: ClusterSpec):
         """:func:`planner.search.mixcouple.coupled_floors` of the plans using exactly ``types`` (None: every plan
@@ -113,19 +116,41 @@ class _Unit:
             self._coupled[types] = cp
         return self._coupled[types]
 
+    def coarse(self):
+        """The unit the exact table is built on (:func:`planner.search.mixcoarse.coarse`: the unit itself where
+        its table fits ``MAX_CELLS``, else, with :data:`COARSE`, with the pools of one type merged across zones);
+        None: no exact table (EXACT off, or too large)."""
+        if self._coarse is False:
+            from planner.search.mixcoarse import coarse
+            from planner.search.mixexact import MAX_CELLS
+            c = coarse(self.tab, MAX_CELLS) if EXACT else None
+            self._coarse = c if c is not None and (COARSE or c.how == "pools") else None
+        return self._coarse
+
     def usage(self):
-        """The exact pricing table of :mod:`planner.search.mixexact` (None: too large), built once."""
+        """The exact pricing table of :mod:`planner.search.mixexact` over :meth:`coarse`'s unit (None: none),
+        built once."""
         if self._usage is False:
             from planner.search.mixexact import usage_table
-            self._usage = usage_table(self.tab) if EXACT else None
+            c = self.coarse()
+            self._usage = None if c is None else usage_table(c.unit)
         return self._usage
 
+    def exact_floor(self, node: "_Node", rel: float, cp) -> float:
+        """:func:`planner.search.mixexact.node_floor_exact` of ``node`` on :meth:`coarse`'s unit (``cp``: the
+        coupled floors of the node's type set, their pools mapped onto the merged ones)."""
+        from planner.search.mixcoarse import keep
+        from planner.search.mixexact import node_floor_exact
+        c = self.coarse()
+        if cp is not None and c.how != "pools":
+            cp = replace(cp, keep=keep(c, cp.keep))
+        return node_floor_exact(c.unit, self.usage(), node.d_lo, node.d_hi, node.floor, rel, cp)
+
     def exact_ok(self) -> bool:
-        """Whether the exact table is used for this unit (EXACT on and not too large), without building it."""
+        """Whether the exact table is used for this unit (EXACT on and a table fits), without building it."""
         if self._usage is not False:
             return self._usage is not None
-        from planner.search.mixexact import MAX_CELLS, table_cells
-        return EXACT and table_cells(self.tab) <= MAX_CELLS
+        return self.coarse() is not None
 
     def merged_floor(self, d_lo: int, d_hi: int, t_ref: float) -> float:
         """The exact floor with every pool merged into one (``mixexact.merged``: a relaxation, a small table)."""
@@ -308,7 +333,6 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             break
         done += 1
         if not node.exact and unit.exact_ok() and unit.usage() is not None:
-            from planner.search.mixexact import node_floor_exact
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
             cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
@@ -316,8 +340,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                 node.floor, node.exact = math.inf, True
                 heapq.heappush(heap, (node.key(), id(node), node))
                 continue
-            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel,
-                                                          cp))
+            node.floor = max(node.floor, unit.exact_floor(node, rel, cp))
             node.exact = True
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
