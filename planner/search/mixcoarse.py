@@ -1,8 +1,9 @@
 """Coarser pools for the exact pricing of :mod:`planner.search.mixexact` where its table is too large (s20b).
 
-Contract: :func:`coarse(unit, max_cells)` returns the unit with its pools merged along the finest of two
+Contract: :func:`coarse(unit, max_cells)` returns the unit with its pools merged along the finest of three
 partitions whose usage table fits ``max_cells`` (:func:`planner.search.mixexact.table_cells`): none (the unit
-itself) or the pools of one GPU type merged across zones (pools of different types are never merged: the
+itself), the pools of one GPU type in one region merged across its zones, the pools of one GPU type merged
+(pools of different types are never merged: the
 LP would let one type's GPUs stand in for another's, far looser than the Lagrangian pricing the unit keeps
 otherwise; on small two-type clusters the all-in-one bound was 1.65-4.3 x below the
 exact one). The exact LP over the
@@ -24,12 +25,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from planner.plan import region_of
 from planner.search.mixtab import MixUnit
 
 
 @dataclass(frozen=True)
 class Coarse:
-    """``unit`` with pool p of the original merged into pool ``part[p]`` (``how``: "pools" or "types")."""
+    """``unit`` with pool p of the original merged into pool ``part[p]`` (``how``: "pools", "regions" or
+    "types")."""
 
     unit: MixUnit
     part: np.ndarray
@@ -47,18 +50,21 @@ def merge_pools(unit: MixUnit, part: np.ndarray) -> MixUnit:
 
 
 def partitions(unit: MixUnit) -> list[tuple[str, np.ndarray]]:
-    """The candidate partitions of the pools, finest first: none, by GPU type (a pool with no group stays
-    alone; left out where it is the first)."""
+    """The candidate partitions of the pools, finest first: none ("pools"), the pools of one GPU type in one
+    region merged ("regions"), those of one type merged ("types"); a partition equal to a finer one is left
+    out, and a pool with no group stays alone."""
     grp = unit.grp
     n_p = len(grp.caps)
-    types: dict[int, str] = {}
+    names: dict[int, tuple[str, str]] = {}
     for g, name in enumerate(grp.names):
-        types.setdefault(int(grp.pool[g]), name[0])
-    labels: dict[object, int] = {}
-    by_type = np.array([labels.setdefault(types.get(p, ("pool", p)), len(labels)) for p in range(n_p)])
+        names.setdefault(int(grp.pool[g]), (name[0], name[1]))
     out = [("pools", np.arange(n_p))]
-    if len(labels) < n_p:
-        out.append(("types", by_type))
+    for how, key in (("regions", lambda t, z: (t, region_of(z))), ("types", lambda t, z: t)):
+        labels: dict[object, int] = {}
+        part = np.array([labels.setdefault(key(*names[p]) if p in names else ("pool", p), len(labels))
+                         for p in range(n_p)])
+        if len(labels) < int(out[-1][1].max()) + 1:
+            out.append((how, part))
     return out
 
 

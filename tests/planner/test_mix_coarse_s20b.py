@@ -67,6 +67,14 @@ def test_partitions_merge_and_keep():
     assert [h for h, _ in MC.partitions(homo)] == ["pools", "types"]
     het = _toy([("A", "z0", 1), ("V", "z0", 1)], [0, 1], [4, 4])
     assert [h for h, _ in MC.partitions(het)] == ["pools"]
+    # by region first: (A, r-a), (A, r-b), (A, s-a), (V, r-a) -> regions {0, 1} {2} {3}, types {0, 1, 2} {3}
+    reg = _toy([("A", "r-a", 1), ("A", "r-b", 1), ("A", "s-a", 1), ("V", "r-a", 1)], [0, 1, 2, 3], [4, 4, 2, 8])
+    rp = MC.partitions(reg)
+    assert [h for h, _ in rp] == ["pools", "regions", "types"]
+    assert rp[1][1].tolist() == [0, 0, 1, 2] and rp[2][1].tolist() == [0, 0, 0, 1]
+    assert MC.merge_pools(reg, rp[1][1]).grp.caps.tolist() == [8, 2, 8]
+    assert [h for h, _ in MC.partitions(_toy([("A", "r-a", 1), ("A", "r-b", 1)], [0, 1], [4, 4]))] == [
+        "pools", "regions"]
     # the finest that fits: the unit itself at a large limit, by type at the merged table's size, else none
     assert MC.coarse(unit, 10 ** 9).how == "pools" and MC.coarse(unit, 10 ** 9).unit is unit
     small = MX.table_cells(m)
@@ -98,7 +106,7 @@ def test_coarse_lp_relaxes_the_exact_lp(ctxs, seed):
         for how, part in MC.partitions(tab)[1:]:
             one = MC.merge_pools(tab, part)
             small = MX.usage_table(one)
-            by_type += how == "types"
+            by_type += 1
             for t in rng.uniform(0.5, 2.0 * case.gbs, 3) * vmax:
                 d_hi = int(rng.integers(1, tab.d_max + 1))
                 d_lo = int(rng.integers(1, d_hi + 1))
