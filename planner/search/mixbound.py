@@ -48,6 +48,7 @@ EXACT = True           # price exactly by GPU usage (mixexact) where the pools a
 COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
 MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
 MERGED_REL = 1e-2
+REGIONS = True         # the sync floor of a stage spanning two regions where S stages cannot each sit in one
 COARSE = True          # with EXACT: where the table is too large, the exact LP over the pools of one type merged
                        # across zones (mixcoarse: a relaxation) instead of the Lagrangian pricing, where that fits
 
@@ -309,6 +310,10 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             cp = unit.coupled(None, ctx, cluster) if COUPLE else None
             if cp is not None:      # the sync and step floors coupled with each stage's smallest TP (mixcouple)
                 unit.tab = tab = replace(tab, sync=cp.sync, upd=cp.upd)
+            if REGIONS:             # a stage spanning two regions where the stages cannot each sit in one
+                from planner.search.mixregion import region_sync
+                unit.tab = tab = replace(tab, sync=np.maximum(tab.sync, region_sync(ctx, cluster, tab,
+                                                                                   unit._core.params, memo.rings)))
             units.append(unit)
             if MERGED and unit.exact_ok():      # the merged pools' exact floor orders the heap (no pricing)
                 base = float(tab.sync[1:].min()) + tab.upd

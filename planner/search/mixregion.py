@@ -1,0 +1,80 @@
+"""A sync floor for plans too large for one region per stage (session 20, helper s20b).
+
+Contract: for one (S, b, smallest TP tau) unit of :mod:`planner.search.mixtab`, :func:`region_sync` returns
+[d_max + 1] a floor on the gradient sync of EVERY plan of the unit with D replicas per stage (0 where it
+proves nothing). Each stage's D replicas have TP >= tau, so a stage holds >= D x tau GPUs; a stage whose
+replicas all sit in one region r takes them from r's pools, so if every stage sat in one region, the stages in
+region r would number at most floor(C_r / (D tau)) (C_r: the GPUs of r's pools) and
+sum_r floor(C_r / (D tau)) >= S. Where that fails, some stage has replicas in >= 2 regions, and its sync (a flat
+ring, whose time is the largest over its edges, or a hierarchical one, whose leaders' ring spans the same
+regions) has an edge between two regions: it is >= mixtab's stage floor with only the links between regions
+as cross-zone ones (``stage_sync_floor(..., spans_regions=True)``). The stage is unknown, so the minimum over
+the stages is taken. Only with ``dp_sync_waits_for_all`` (the plan's sync is the max over its stages) and
+without per-replica node sizes (mixtab's link floors do not see zones). docs/PLANNER.md 7.1 item 11,
+7.2 item 11.
+
+On Fig10 (four us-central1 zones and us-west1-b, 32 A100 each) the bound sat at S 2 x D 77 (154 GPUs: more
+than us-central1's 128), whose floor took intra-region syncs; a plan there pays a ring through us-west1-b.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cluster import ClusterSpec
+from planner.plan import region_of
+from planner.search.mixtab import MixUnit, stage_sync_floor
+from planner.simulator import formulas as F
+from planner.simulator.settings import SimContext
+
+
+def stages_fit_regions(tab: MixUnit, d: np.ndarray, tau: int) -> np.ndarray:
+    """[len(d)] whether S stages of ``d`` x ``tau`` GPUs each can each sit in one region within the regions'
+    GPUs (every pool of the unit's groups counted: an over-estimate of what a plan may use)."""
+    grp = tab.grp
+    caps: dict[str, int] = {}
+    seen: set[int] = set()
+    for g, name in enumerate(grp.names):
+        p = int(grp.pool[g])
+        if p not in seen:
+            seen.add(p)
+            caps[region_of(name[1])] = caps.get(region_of(name[1]), 0) + int(grp.caps[p])
+    need = np.maximum(d * tau, 1)
+    room = sum(np.floor_divide(c, need) for c in caps.values())
+    return room >= tab.s_num
+
+
+def region_sync(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.ndarray, rings: dict
+                ) -> np.ndarray:
+    """The floor of the module docstring; ``params`` [G, S]: per replica parameters per GPU (``stage_core``'s)."""
+    out = np.zeros(tab.d_max + 1)
+    grp = tab.grp
+    if ctx.replica_node_gpus or not ctx.settings.dp_sync_waits_for_all or not tab.usable.any():
+        return out
+    if len({region_of(n[1]) for n in grp.names}) < 2:
+        return out
+    tau = int(grp.tp[tab.usable.any(axis=1)].min())
+    d = np.arange(tab.d_max + 1)
+    spans = (d >= 2) & ~stages_fit_regions(tab, d, tau)
+    if not spans.any():
+        return out
+    best = np.full(tab.d_max + 1, np.inf)
+    for s in range(tab.s_num):
+        best = np.minimum(best, _spanning_stage(ctx, cluster, tab, s, params[:, s], rings))
+    return np.where(spans, best, 0.0)
+
+
+def _spanning_stage(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, s: int, params_s: np.ndarray,
+                    rings: dict) -> np.ndarray:
+    """[d_max + 1] floor on the sync of stage s when its replicas sit in >= 2 regions, coupled with the stage's
+    smallest TP k as :mod:`planner.search.mixcouple` does (the ring's gradient is >= a TP-k member's, its
+    members have TP >= k and hold >= D x k GPUs): the minimum over k of mixtab's floor over the groups of
+    TP >= k at the fewest parameters of a TP-k group, with only the links between regions as cross-zone ones."""
+    grp = tab.grp
+    use = tab.usable[:, s]
+    best = np.full(tab.d_max + 1, np.inf)
+    for k in sorted({int(t) for t in grp.tp[use]}):
+        at_k = use & (grp.tp == k)
+        grad_b = float(F.grad_bytes(params_s[at_k].min()))
+        best = np.minimum(best, stage_sync_floor(ctx, grp, use & (grp.tp >= k), grad_b, tab.d_max, cluster, rings,
+                                                 k, spans_regions=True))
+    return best
