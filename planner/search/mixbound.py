@@ -49,6 +49,8 @@ COUPLE = True          # with EXACT: split a node by the GPU types its plans use
 MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
 MERGED_REL = 1e-2
 REGIONS = True         # the sync floor of a stage spanning two regions where S stages cannot each sit in one
+REGION_SPLIT = True    # with COUPLE: a single D's type-set node split by where its stages sit (mixregion)
+MAX_PATTERNS = 64      # no region split where a node has more stage-to-region assignments than this
 COARSE = True          # with EXACT: where the table is too large, the exact LP over the pools of one type merged
                        # across zones (mixcoarse: a relaxation) instead of the Lagrangian pricing, where that fits
 
@@ -68,6 +70,7 @@ class SpaceBound:
     nodes: int
     elapsed_s: float
     types: tuple = ()           # the GPU types of the node holding the bound (mixcouple; () : not split)
+    regions: tuple = ()         # its stages' regions, ("spans",): some stage spans two (mixregion; (): not split)
 
     @property
     def iters_per_s(self) -> float:
@@ -87,6 +90,7 @@ class _Node:
     dp_runs: int = 0
     exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
     types: tuple | None = None                   # the plans using exactly these GPU types (mixcouple); None: all
+    region: tuple | None = None                  # ("spans",) or a stage-to-region pattern (mixregion); None: all
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
@@ -103,6 +107,7 @@ class _Unit:
         self._coupled: dict[tuple, object] = {}
         self._merged = None                      # (merged unit, its usage table), built once
         self._coarse = False                     # mixcoarse.Coarse of the exact table (None: none), not built yet
+        self._kids: dict[tuple, int | None] = {}  # region children (mixregion): key -> index in the unit list
 
     def coupled(self, types: tuple | None, ctx: SimContext, cluster: ClusterSpec):
         """:func:`planner.search.mixcouple.coupled_floors` of the plans using exactly ``types`` (None: every plan
@@ -163,6 +168,43 @@ class _Unit:
         if table is None:
             return t_ref
         return node_floor_exact(one, table, d_lo, d_hi, t_ref, MERGED_REL)
+
+    def region_children(self, units: list, node: "_Node", ctx: SimContext, cluster: ClusterSpec
+                        ) -> list["_Node"] | None:
+        """The children of a single D's type-set node at its exact floor by where its plans' stages sit
+        (:mod:`planner.search.mixregion`): one whose plans have a stage spanning two regions (this unit's tables,
+        its sync floor raised by ``spanning_sync``), one per stage-to-region pattern (the unit with ``kmax``
+        masked, coupled floors and exact table of its own); the children's units are appended to ``units``.
+        None: no split (fewer than two regions, too many patterns, or no exact table)."""
+        from planner.search.mixregion import pattern_kmax, region_patterns, spanning_sync
+        tab = self.tab
+        keep = np.array([n[0] in node.types for n in tab.grp.names])
+        pats = region_patterns(tab, keep, node.d_lo, MAX_PATTERNS)
+        if pats is None or self.coarse() is None:
+            return None
+        out = []
+        key = ("spans", node.types)
+        if key not in self._kids:
+            kid = _Unit(replace(tab, sync=np.maximum(tab.sync, spanning_sync(ctx, cluster, tab, self._core.params,
+                                                                             self._rings, keep))),
+                        self._core, self._rings)
+            kid._coarse, kid._usage = self.coarse(), self.usage()        # the same chains: the same table
+            units.append(kid)
+            self._kids[key] = len(units) - 1
+        out.append(_Node(self._kids[key], node.d_lo, node.d_hi, node.floor, types=node.types, region=("spans",)))
+        for pat in pats:
+            if pat not in self._kids:
+                kid = _Unit(replace(tab, kmax=pattern_kmax(tab, pat)), self._core, self._rings)
+                cp = kid.coupled(None, ctx, cluster)
+                if cp is None:
+                    self._kids[pat] = None
+                else:
+                    kid.tab = replace(kid.tab, sync=np.maximum(kid.tab.sync, cp.sync), upd=max(kid.tab.upd, cp.upd))
+                    units.append(kid)
+                    self._kids[pat] = len(units) - 1
+            if self._kids[pat] is not None:
+                out.append(_Node(self._kids[pat], node.d_lo, node.d_hi, node.floor, types=node.types, region=pat))
+        return out
 
     def add(self, y: np.ndarray) -> int:
         self.priced.append(price(self.tab, y))
@@ -366,6 +408,12 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                     child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
                     heapq.heappush(heap, (child.key(), id(child), child))
                 continue
+            if REGION_SPLIT and COUPLE and node.types is not None and node.region is None:
+                kids = unit.region_children(units, node, ctx, cluster)
+                if kids is not None:
+                    for child in kids:
+                        heapq.heappush(heap, (child.key(), id(child), child))
+                    continue
             break       # a single D (and type set) at the exact LP's floor: the smallest floor left
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
             # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
@@ -395,4 +443,4 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     log.info("sailor-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", node.floor,
              tab.s_num, tab.mbs, node.d_lo, node.d_hi, done, complete)
     return SpaceBound(node.floor, tab.s_num, tab.mbs, node.d_lo, node.d_hi, complete, done,
-                      time.perf_counter() - t0, node.types or ())
+                      time.perf_counter() - t0, node.types or (), node.region or ())

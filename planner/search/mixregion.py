@@ -13,6 +13,12 @@ the stages is taken. Only with ``dp_sync_waits_for_all`` (the plan's sync is the
 without per-replica node sizes (mixtab's link floors do not see zones). docs/PLANNER.md 7.1 item 11,
 7.2 item 11.
 
+:func:`region_patterns` / :func:`pattern_kmax` / :func:`spanning_sync` split one node of
+:mod:`planner.search.mixbound` by where its plans' stages sit: either some stage has replicas in >= 2 regions
+(its sync is >= :func:`spanning_sync`), or every stage sits in one region, and the plan has one assignment of
+stages to regions (a pattern) within the regions' GPUs, its chains using at stage s only groups of its
+region (the unit with ``kmax`` masked). The children cover every plan of the node.
+
 On Fig10 (four us-central1 zones and us-west1-b, 32 A100 each) the bound sat at S 2 x D 77 (154 GPUs: more
 than us-central1's 128), whose floor took intra-region syncs; a plan there pays a ring through us-west1-b.
 """
@@ -47,30 +53,42 @@ def region_sync(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.
                 ) -> np.ndarray:
     """The floor of the module docstring; ``params`` [G, S]: per replica parameters per GPU (``stage_core``'s)."""
     out = np.zeros(tab.d_max + 1)
-    grp = tab.grp
-    if ctx.replica_node_gpus or not ctx.settings.dp_sync_waits_for_all or not tab.usable.any():
+    if not _applies(ctx, tab):
         return out
-    if len({region_of(n[1]) for n in grp.names}) < 2:
-        return out
-    tau = int(grp.tp[tab.usable.any(axis=1)].min())
+    tau = int(tab.grp.tp[tab.usable.any(axis=1)].min())
     d = np.arange(tab.d_max + 1)
     spans = (d >= 2) & ~stages_fit_regions(tab, d, tau)
     if not spans.any():
         return out
+    return np.where(spans, spanning_sync(ctx, cluster, tab, params, rings), 0.0)
+
+
+def _applies(ctx: SimContext, tab: MixUnit) -> bool:
+    return (not ctx.replica_node_gpus and ctx.settings.dp_sync_waits_for_all and bool(tab.usable.any())
+            and len({region_of(n[1]) for n in tab.grp.names}) >= 2)
+
+
+def spanning_sync(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.ndarray, rings: dict,
+                  keep: np.ndarray | None = None) -> np.ndarray:
+    """[d_max + 1] floor on the sync of a plan of the unit with some stage whose replicas sit in >= 2 regions
+    (the stage unknown: the minimum over the stages of :func:`_spanning_stage`); ``keep`` [G]: the groups a
+    plan may use (None: all)."""
     best = np.full(tab.d_max + 1, np.inf)
     for s in range(tab.s_num):
-        best = np.minimum(best, _spanning_stage(ctx, cluster, tab, s, params[:, s], rings))
-    return np.where(spans, best, 0.0)
+        use = tab.usable[:, s] if keep is None else tab.usable[:, s] & keep
+        if use.any():
+            best = np.minimum(best, _spanning_stage(ctx, cluster, tab, use, params[:, s], rings))
+    return np.where(np.arange(tab.d_max + 1) >= 2, best, 0.0)
 
 
-def _spanning_stage(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, s: int, params_s: np.ndarray,
+def _spanning_stage(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, use: np.ndarray, params_s: np.ndarray,
                     rings: dict) -> np.ndarray:
-    """[d_max + 1] floor on the sync of stage s when its replicas sit in >= 2 regions, coupled with the stage's
-    smallest TP k as :mod:`planner.search.mixcouple` does (the ring's gradient is >= a TP-k member's, its
-    members have TP >= k and hold >= D x k GPUs): the minimum over k of mixtab's floor over the groups of
-    TP >= k at the fewest parameters of a TP-k group, with only the links between regions as cross-zone ones."""
+    """[d_max + 1] floor on the sync of a stage of the groups ``use`` whose replicas sit in >= 2 regions, coupled
+    with the stage's smallest TP k as :mod:`planner.search.mixcouple` does (the ring's gradient is >= a TP-k
+    member's, its members have TP >= k and hold >= D x k GPUs): the minimum over k of mixtab's floor over the
+    groups of TP >= k at the fewest parameters of a TP-k group, with only the links between regions as
+    cross-zone ones."""
     grp = tab.grp
-    use = tab.usable[:, s]
     best = np.full(tab.d_max + 1, np.inf)
     for k in sorted({int(t) for t in grp.tp[use]}):
         at_k = use & (grp.tp == k)
@@ -78,3 +96,46 @@ def _spanning_stage(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, s: int,
         best = np.minimum(best, stage_sync_floor(ctx, grp, use & (grp.tp >= k), grad_b, tab.d_max, cluster, rings,
                                                  k, spans_regions=True))
     return best
+
+
+def group_regions(tab: MixUnit) -> np.ndarray:
+    """[G] each group's region."""
+    return np.array([region_of(n[1]) for n in tab.grp.names], dtype=object)
+
+
+def region_patterns(tab: MixUnit, keep: np.ndarray, d: int, most: int) -> list[tuple[str, ...]] | None:
+    """Every assignment of the S stages to regions that a plan of the unit with D = ``d`` and every stage in one
+    region can have: stage s's region has a usable group of ``keep`` [G] at s, and the stages in region r hold
+    >= D x tau GPUs each within r's pools of ``keep``'s groups. None: more than ``most`` of them, or fewer than
+    two regions (no split)."""
+    grp = tab.grp
+    reg = group_regions(tab)
+    regions = sorted({str(r) for r in reg[keep]})
+    if len(regions) < 2 or not tab.usable.any():
+        return None
+    tau = int(grp.tp[tab.usable.any(axis=1)].min())
+    caps = {r: int(sum(grp.caps[p] for p in set(grp.pool[keep & (reg == r)].tolist()))) for r in regions}
+    ok = [[r for r in regions if (tab.usable[:, s] & keep & (reg == r)).any()] for s in range(tab.s_num)]
+    out: list[tuple[str, ...]] = []
+
+    def walk(prefix: tuple, room: dict) -> bool:
+        if len(prefix) == tab.s_num:
+            out.append(prefix)
+            return len(out) <= most
+        for r in ok[len(prefix)]:
+            if room[r] >= d * tau:
+                room[r] -= d * tau
+                going = walk(prefix + (r,), room)
+                room[r] += d * tau
+                if not going:
+                    return False
+        return True
+
+    return out if walk((), dict(caps)) else None
+
+
+def pattern_kmax(tab: MixUnit, pattern: tuple[str, ...]) -> np.ndarray:
+    """The unit's ``kmax`` with every group outside stage s's region ``pattern[s]`` unusable at s."""
+    reg = group_regions(tab)
+    inside = reg[:, None] == np.array(pattern)[None, :]
+    return np.where(inside, tab.kmax, 0)
