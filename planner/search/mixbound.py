@@ -50,7 +50,7 @@ MERGED = True          # with EXACT: a node's first floor is the exact one over 
 MERGED_REL = 1e-2
 REGIONS = True         # the sync floor of a stage spanning two regions where S stages cannot each sit in one
 REGION_SPLIT = True    # with COUPLE: a single D's type-set node split by where its stages sit (mixregion)
-MAX_PATTERNS = 64      # no region split where a node has more stage-to-region assignments than this
+MAX_PATTERNS = 512     # no region split where a node has more stage-to-region assignments than this
 COARSE = True          # with EXACT: where the table is too large, the exact LP over the pools of one type merged
                        # across zones (mixcoarse: a relaxation) instead of the Lagrangian pricing, where that fits
 
@@ -202,8 +202,10 @@ class _Unit:
                     kid.tab = replace(kid.tab, sync=np.maximum(kid.tab.sync, cp.sync), upd=max(kid.tab.upd, cp.upd))
                     units.append(kid)
                     self._kids[pat] = len(units) - 1
-            if self._kids[pat] is not None:
-                out.append(_Node(self._kids[pat], node.d_lo, node.d_hi, node.floor, types=node.types, region=pat))
+            if self._kids[pat] is not None:         # first floor: the pattern's pools merged into one (cheap)
+                kid = units[self._kids[pat]]
+                f = max(node.floor, kid.merged_floor(node.d_lo, node.d_hi, node.floor)) if MERGED else node.floor
+                out.append(_Node(self._kids[pat], node.d_lo, node.d_hi, f, types=node.types, region=pat))
         return out
 
     def add(self, y: np.ndarray) -> int:
