@@ -65,11 +65,13 @@ def run(st, data: str, limit_s: float, compare: bool = False, split: bool = Fals
 
 
 def _regions(regions: tuple) -> str:
-    """A node's stage regions as runs (``us-west1 x1, us-central1 x4``), ``spans`` or ``-`` (not split)."""
+    """A node's stage regions as runs (``us-west1 x1, us-central1 x4``), where a stage spans two, or ``-`` (not
+    split)."""
     if not regions:
         return "-"
-    if regions == ("spans",):
-        return "some stage spans two regions"
+    if regions[0] == "spans":
+        return "every stage spans two regions" if regions[1] == "all" else \
+            f"a stage spans two regions, stage {regions[1]} in {regions[2]}"
     runs: list[list] = []
     for r in regions:
         if runs and runs[-1][0] == r:

@@ -70,7 +70,8 @@ class SpaceBound:
     nodes: int
     elapsed_s: float
     types: tuple = ()           # the GPU types of the node holding the bound (mixcouple; () : not split)
-    regions: tuple = ()         # its stages' regions, ("spans",): some stage spans two (mixregion; (): not split)
+    regions: tuple = ()         # its stages' regions, or ("spans", "all" | s0, region of s0): a stage spans two
+                                # regions (mixregion; (): not split)
 
     @property
     def iters_per_s(self) -> float:
@@ -90,7 +91,7 @@ class _Node:
     dp_runs: int = 0
     exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
     types: tuple | None = None                   # the plans using exactly these GPU types (mixcouple); None: all
-    region: tuple | None = None                  # ("spans",) or a stage-to-region pattern (mixregion); None: all
+    region: tuple | None = None                  # ("spans", ...) or a stage-to-region pattern (mixregion); None: all
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
@@ -172,40 +173,51 @@ class _Unit:
     def region_children(self, units: list, node: "_Node", ctx: SimContext, cluster: ClusterSpec
                         ) -> list["_Node"] | None:
         """The children of a single D's type-set node at its exact floor by where its plans' stages sit
-        (:mod:`planner.search.mixregion`): one whose plans have a stage spanning two regions (this unit's tables,
-        its sync floor raised by ``spanning_sync``), one per stage-to-region pattern (the unit with ``kmax``
-        masked, coupled floors and exact table of its own); the children's units are appended to ``units``.
+        (:mod:`planner.search.mixregion`; the children's units are appended to ``units``): plans with a stage
+        spanning two regions, either every stage ("spans", "all": this unit's tables, the sync floor raised to
+        the largest stage's ``spanning_stages``) or not stage s0, which then sits in one region r0 ("spans", s0,
+        r0: ``kmax`` masked at s0, the sync floor raised to the smallest over the other stages); and one child
+        per stage-to-region pattern (no stage spans: ``kmax`` masked at every stage). The units with ``kmax``
+        masked get their own coupled floors and exact tables (first floor: their pools merged into one).
         None: no split (fewer than two regions, too many patterns, or no exact table)."""
-        from planner.search.mixregion import pattern_kmax, region_patterns, spanning_sync
+        from planner.search.mixregion import group_regions, pattern_kmax, region_patterns, spanning_stages, stage_kmax
         tab = self.tab
         keep = np.array([n[0] in node.types for n in tab.grp.names])
         pats = region_patterns(tab, keep, node.d_lo, MAX_PATTERNS)
         if pats is None or self.coarse() is None:
             return None
+        span = spanning_stages(ctx, cluster, tab, self._core.params, self._rings, keep)      # [S, d_max + 1]
+        reg = group_regions(tab)
         out = []
-        key = ("spans", node.types)
+        key = ("spans", "all", node.types)
         if key not in self._kids:
-            kid = _Unit(replace(tab, sync=np.maximum(tab.sync, spanning_sync(ctx, cluster, tab, self._core.params,
-                                                                             self._rings, keep))),
-                        self._core, self._rings)
+            kid = _Unit(replace(tab, sync=np.maximum(tab.sync, span.max(axis=0))), self._core, self._rings)
             kid._coarse, kid._usage = self.coarse(), self.usage()        # the same chains: the same table
             units.append(kid)
             self._kids[key] = len(units) - 1
-        out.append(_Node(self._kids[key], node.d_lo, node.d_hi, node.floor, types=node.types, region=("spans",)))
-        for pat in pats:
-            if pat not in self._kids:
-                kid = _Unit(replace(tab, kmax=pattern_kmax(tab, pat)), self._core, self._rings)
+        out.append(_Node(self._kids[key], node.d_lo, node.d_hi, node.floor, types=node.types, region=key[:2]))
+        masked = []
+        for s0 in range(tab.s_num):
+            other = span[np.arange(tab.s_num) != s0].min(axis=0) if tab.s_num > 1 else np.full(tab.d_max + 1, np.inf)
+            for r0 in sorted({str(r) for r in reg[tab.usable[:, s0] & keep]}):
+                masked.append((("spans", s0, r0), replace(tab, kmax=stage_kmax(tab, s0, r0),
+                                                           sync=np.maximum(tab.sync, other))))
+        masked += [(pat, replace(tab, kmax=pattern_kmax(tab, pat))) for pat in pats]
+        for region, sub in masked:
+            key = (region, node.types)
+            if key not in self._kids:
+                kid = _Unit(sub, self._core, self._rings)
                 cp = kid.coupled(None, ctx, cluster)
                 if cp is None:
-                    self._kids[pat] = None
+                    self._kids[key] = None
                 else:
                     kid.tab = replace(kid.tab, sync=np.maximum(kid.tab.sync, cp.sync), upd=max(kid.tab.upd, cp.upd))
                     units.append(kid)
-                    self._kids[pat] = len(units) - 1
-            if self._kids[pat] is not None:         # first floor: the pattern's pools merged into one (cheap)
-                kid = units[self._kids[pat]]
+                    self._kids[key] = len(units) - 1
+            if self._kids[key] is not None:         # first floor: the unit's pools merged into one (cheap)
+                kid = units[self._kids[key]]
                 f = max(node.floor, kid.merged_floor(node.d_lo, node.d_hi, node.floor)) if MERGED else node.floor
-                out.append(_Node(self._kids[pat], node.d_lo, node.d_hi, f, types=node.types, region=pat))
+                out.append(_Node(self._kids[key], node.d_lo, node.d_hi, f, types=node.types, region=region))
         return out
 
     def add(self, y: np.ndarray) -> int:

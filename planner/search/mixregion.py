@@ -71,14 +71,30 @@ def _applies(ctx: SimContext, tab: MixUnit) -> bool:
 def spanning_sync(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.ndarray, rings: dict,
                   keep: np.ndarray | None = None) -> np.ndarray:
     """[d_max + 1] floor on the sync of a plan of the unit with some stage whose replicas sit in >= 2 regions
-    (the stage unknown: the minimum over the stages of :func:`_spanning_stage`); ``keep`` [G]: the groups a
-    plan may use (None: all)."""
-    best = np.full(tab.d_max + 1, np.inf)
+    (the stage unknown: the minimum over the stages of :func:`spanning_stages`)."""
+    return spanning_stages(ctx, cluster, tab, params, rings, keep).min(axis=0)
+
+
+def spanning_stages(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: np.ndarray, rings: dict,
+                    keep: np.ndarray | None = None) -> np.ndarray:
+    """[S, d_max + 1] per stage s, a floor on the sync of a plan whose stage s has replicas in >= 2 regions
+    (:func:`_spanning_stage`; inf where s has no usable group, 0 at D < 2); ``keep`` [G]: the groups a plan
+    may use (None: all)."""
+    out = np.full((tab.s_num, tab.d_max + 1), np.inf)
     for s in range(tab.s_num):
         use = tab.usable[:, s] if keep is None else tab.usable[:, s] & keep
         if use.any():
-            best = np.minimum(best, _spanning_stage(ctx, cluster, tab, use, params[:, s], rings))
-    return np.where(np.arange(tab.d_max + 1) >= 2, best, 0.0)
+            out[s] = _spanning_stage(ctx, cluster, tab, use, params[:, s], rings)
+    out[:, :2] = 0.0
+    return out
+
+
+def stage_kmax(tab: MixUnit, s: int, region: str) -> np.ndarray:
+    """The unit's ``kmax`` with every group outside ``region`` unusable at stage ``s`` (a plan whose stage s sits
+    in that region)."""
+    out = tab.kmax.copy()
+    out[group_regions(tab) != region, s] = 0
+    return out
 
 
 def _spanning_stage(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, use: np.ndarray, params_s: np.ndarray,

@@ -202,3 +202,40 @@ def test_no_random_plan_beats_the_region_bound(ctxs):
             assert bd is not None
             assert est.iteration_time_s >= bd.iteration_s * (1 - REL), (plan, est.iteration_time_s, bd)
     assert fitted >= 60, fitted
+
+
+def test_spanning_floors_below_every_random_plans_sync(ctxs):
+    """The floors of the "spans" children (mixbound.region_children): a random plan whose every stage has
+    replicas in two regions syncs in >= the largest stage's ``spanning_stages`` floor; one with a stage s0 in
+    one region and another spanning, in >= the smallest over the other stages' (both occur, >= 10 times)."""
+    import numpy as np
+    from planner.plan import region_of
+    from planner.search.mixregion import spanning_stages
+    rng = random.Random(21)
+    every = some = 0
+    for case in CASES:
+        ctx = ctxs[case.ctx_name]
+        cluster = parse_gpus(case.gpus, ctx.catalog)
+        tables = Tables(ctx, replace(SPACE, recompute=(False,), distributed_optimizer=(False,)))
+        options, memo = cluster_options(ctx, cluster, SPACE), MixMemo()
+        for plan in list(_spanning_plans(ctx, cluster, case.gbs, rng, 80)) + list(_random_plans(ctx, cluster,
+                                                                                                case.gbs, rng, 150)):
+            est = simulate(plan, ctx)
+            if not est.fits_in_memory or plan.dp_degree < 2:
+                continue
+            tau = min(r.tp for st in plan.stages for r in st.replicas)
+            tab = mix_unit(ctx, cluster, tables, options, case.gbs, plan.num_stages, plan.micro_batch_size,
+                           SPACE.precision, tau, memo)
+            span = spanning_stages(ctx, cluster, tab, memo.core[(plan.num_stages, plan.micro_batch_size)][0].params,
+                                   memo.rings)
+            d = plan.dp_degree
+            spans = [len({region_of(r.zone) for r in st.replicas}) > 1 for st in plan.stages]
+            if all(spans):
+                every += 1
+                assert est.sync_s >= span[:, d].max() * (1 - REL), (plan, est.sync_s, span[:, d])
+            elif any(spans):
+                for s0 in np.nonzero(~np.array(spans))[0]:
+                    some += 1
+                    other = np.delete(span[:, d], s0).min()
+                    assert est.sync_s >= other * (1 - REL), (plan, est.sync_s, other)
+    assert every >= 10 and some >= 10, (every, some)
