@@ -20,6 +20,9 @@ over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7). 
 and step floors are coupled with each stage's smallest TP and, at a single D's exact floor, the node is split by
 the set of GPU types its plans use (:mod:`planner.search.mixcouple`); the first floor of a unit with an exact
 table is the exact LP's over its pools merged into one (``mixexact.merged``; 7.1 items 7-9, 7.2 items 8-9).
+Since session 20 (s20b) a unit whose table is too large gets the exact LP over its pools merged by region or
+type (:mod:`planner.search.mixcoarse`), a stage that must span two regions pays a cross-region ring, and a single
+D's type-set node is split by where its stages sit (:mod:`planner.search.mixregion`; 7.1 items 10-12).
 """
 from __future__ import annotations
 

@@ -2,18 +2,17 @@
 
 Contract: :func:`coarse(unit, max_cells)` returns the unit with its pools merged along the finest of three
 partitions whose usage table fits ``max_cells`` (:func:`planner.search.mixexact.table_cells`): none (the unit
-itself), the pools of one GPU type in one region merged across its zones, the pools of one GPU type merged
-(pools of different types are never merged: the
-LP would let one type's GPUs stand in for another's, far looser than the Lagrangian pricing the unit keeps
-otherwise; on small two-type clusters the all-in-one bound was 1.65-4.3 x below the
-exact one). The exact LP over the
-merged unit's usage table is a relaxation of the unit's (docs/PLANNER.md 7.2 item 10): group a plan's
-pipelines by their chains' usage per merged pool, u'_j = sum over the pools p in part j of u_p; the per-pool
-constraints sum n u_p <= cap_p, summed over part j, give sum n u'_j <= sum_{p in j} cap_p (the merged pool's
-count), and a chain of a plan uses at most cap_p of each pool and S x the part's largest TP, so at most the
-merged table's range; the merged table's cell (k, v, u') is the smallest fill over every chain of that class,
-level and merged usage, so the merged count of a chain's cell is >= its own (7.2 item 7 with the merged pools).
-Every node floor proven on the merged LP (weak duality at any prices y >= 0) therefore holds for the unit.
+itself), the pools of one GPU type in one region merged across its zones, the pools of one GPU type merged.
+Pools of different types are never merged: the LP would let one type's GPUs stand in for another's, far looser
+than the Lagrangian pricing the unit keeps otherwise (on small two-type clusters the all-in-one bound was
+1.65-4.3 x below the exact one). The exact LP over the merged unit's usage table is a relaxation of the unit's
+(docs/PLANNER.md 7.2 item 10): group a plan's pipelines by their chains' usage per merged pool, u'_j = sum over
+the pools p in part j of u_p; the per-pool constraints sum n u_p <= cap_p, summed over part j, give
+sum n u'_j <= sum_{p in j} cap_p (the merged pool's count), and a chain of a plan uses at most cap_p of each
+pool and S x the part's largest TP, so at most the merged table's range; the merged table's cell (k, v, u') is
+the smallest fill over every chain of that class, level and merged usage, so the merged count of a chain's cell
+is >= its own (7.2 item 7 with the merged pools). Every node floor proven on the merged LP (weak duality at any
+prices y >= 0) therefore holds for the unit.
 
 With the plans of one GPU-type set R (:mod:`planner.search.mixcouple`), a merged pool is kept when any of its
 pools is (:func:`keep`): a plan of R uses no pool of another type, so its chains' usage of a merged pool with
