@@ -64,6 +64,23 @@ def run(st, data: str, limit_s: float, compare: bool = False, split: bool = Fals
             "b_s": b_s, "c_s": c_s, "ub_s": ub_s, "split": sp[0], "split_s": sp[1]}
 
 
+def _regions(regions: tuple) -> str:
+    """A node's stage regions as runs (``us-west1 x1, us-central1 x4``), where a stage spans two, or ``-`` (not
+    split)."""
+    if not regions:
+        return "-"
+    if regions[0] == "spans":
+        return "every stage spans two regions" if regions[1] == "all" else \
+            f"a stage spans two regions, stage {regions[1]} in {regions[2]}"
+    runs: list[list] = []
+    for r in regions:
+        if runs and runs[-1][0] == r:
+            runs[-1][1] += 1
+        else:
+            runs.append([r, 1])
+    return ", ".join(f"{r} x{n}" for r, n in runs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sailor-data", required=True)
@@ -75,6 +92,8 @@ def main() -> int:
                     "(mixbound.EXACT off, section 7 before session 14), in the same process, first")
     ap.add_argument("--split", action="store_true", help="also the bound over every layer split with "
                     "recomputation on/off (planner/search/mixsplit.py, docs/PLANNER.md 7.6), in the same process")
+    ap.add_argument("--node", action="store_true", help="also print the GPU types and stage regions of the node "
+                    "holding the bound (s20b)")
     ap.add_argument("--split-only", action="store_true", help="with --split: skip the bound on Sailor's space")
     args = ap.parse_args()
     skip = ["4 types"] if args.skip is None else args.skip
@@ -115,6 +134,8 @@ def main() -> int:
         print(f"{st.name:22} {f(r['b']):>9} {f(r['c']):>9} {f(r['ub']):>9} {f(ub_b, '.3f'):>7} {f(c_ub, '.3f'):>7} "
               f"{at:>22} {('yes' if bd and bd.complete else 'no'):>5} {r['b_s']:6.1f} {r['c_s']:6.1f} "
               f"{r['ub_s']:6.1f}", flush=True)
+        if args.node and bd is not None:        # the node holding the bound: its GPU types and stage regions
+            print(f"{'  ub node':22} types {'+'.join(bd.types) or '-'}, regions {_regions(bd.regions)}", flush=True)
     load1 = os.getloadavg()[0]
     if args.split_only:
         print(f"load {load0:.1f} -> {load1:.1f}")

@@ -20,6 +20,9 @@ over every chain, by GPU usage vector (docs/PLANNER.md 7.1 item 6, 7.2 item 7). 
 and step floors are coupled with each stage's smallest TP and, at a single D's exact floor, the node is split by
 the set of GPU types its plans use (:mod:`planner.search.mixcouple`); the first floor of a unit with an exact
 table is the exact LP's over its pools merged into one (``mixexact.merged``; 7.1 items 7-9, 7.2 items 8-9).
+Since session 20 (s20b) a unit whose table is too large gets the exact LP over its pools merged by region or
+type (:mod:`planner.search.mixcoarse`), a stage that must span two regions pays a cross-region ring, and a single
+D's type-set node is split by where its stages sit (:mod:`planner.search.mixregion`; 7.1 items 10-12).
 """
 from __future__ import annotations
 
@@ -48,6 +51,11 @@ EXACT = True           # price exactly by GPU usage (mixexact) where the pools a
 COUPLE = True          # with EXACT: split a node by the GPU types its plans use (mixcouple's coupled floors)
 MERGED = True          # with EXACT: a node's first floor is the exact one over its pools merged into one (cheap)
 MERGED_REL = 1e-2
+REGIONS = True         # the sync floor of a stage spanning two regions where S stages cannot each sit in one
+REGION_SPLIT = True    # with COUPLE: a single D's type-set node split by where its stages sit (mixregion)
+MAX_PATTERNS = 512     # no region split where a node has more stage-to-region assignments than this
+COARSE = True          # with EXACT: where the table is too large, the exact LP over the pools of one type merged
+                       # across zones (mixcoarse: a relaxation) instead of the Lagrangian pricing, where that fits
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,8 @@ class SpaceBound:
     nodes: int
     elapsed_s: float
     types: tuple = ()           # the GPU types of the node holding the bound (mixcouple; () : not split)
+    regions: tuple = ()         # its stages' regions, or ("spans", "all" | s0, region of s0): a stage spans two
+                                # regions (mixregion; (): not split)
 
     @property
     def iters_per_s(self) -> float:
@@ -84,6 +94,7 @@ class _Node:
     dp_runs: int = 0
     exact: bool = False                          # the floor is the exact LP's (mixexact), nothing to refine
     types: tuple | None = None                   # the plans using exactly these GPU types (mixcouple); None: all
+    region: tuple | None = None                  # ("spans", ...) or a stage-to-region pattern (mixregion); None: all
 
     def key(self):
         return (self.floor, self.unit, self.d_lo)
@@ -99,6 +110,8 @@ class _Unit:
         self._rings = rings if rings is not None else {}
         self._coupled: dict[tuple, object] = {}
         self._merged = None                      # (merged unit, its usage table), built once
+        self._coarse = False                     # mixcoarse.Coarse of the exact table (None: none), not built yet
+        self._kids: dict[tuple, int | None] = {}  # region children (mixregion): key -> index in the unit list
 
     def coupled(self, types: tuple | None, ctx: SimContext, cluster: ClusterSpec):
         """:func:`planner.search.mixcouple.coupled_floors` of the plans using exactly ``types`` (None: every plan
@@ -113,19 +126,41 @@ class _Unit:
             self._coupled[types] = cp
         return self._coupled[types]
 
+    def coarse(self):
+        """The unit the exact table is built on (:func:`planner.search.mixcoarse.coarse`: the unit itself where
+        its table fits ``MAX_CELLS``, else, with :data:`COARSE`, with the pools of one type merged across zones);
+        None: no exact table (EXACT off, or too large)."""
+        if self._coarse is False:
+            from planner.search.mixcoarse import coarse
+            from planner.search.mixexact import MAX_CELLS
+            c = coarse(self.tab, MAX_CELLS) if EXACT else None
+            self._coarse = c if c is not None and (COARSE or c.how == "pools") else None
+        return self._coarse
+
     def usage(self):
-        """The exact pricing table of :mod:`planner.search.mixexact` (None: too large), built once."""
+        """The exact pricing table of :mod:`planner.search.mixexact` over :meth:`coarse`'s unit (None: none),
+        built once."""
         if self._usage is False:
             from planner.search.mixexact import usage_table
-            self._usage = usage_table(self.tab) if EXACT else None
+            c = self.coarse()
+            self._usage = None if c is None else usage_table(c.unit)
         return self._usage
 
+    def exact_floor(self, node: "_Node", rel: float, cp) -> float:
+        """:func:`planner.search.mixexact.node_floor_exact` of ``node`` on :meth:`coarse`'s unit (``cp``: the
+        coupled floors of the node's type set, their pools mapped onto the merged ones)."""
+        from planner.search.mixcoarse import keep
+        from planner.search.mixexact import node_floor_exact
+        c = self.coarse()
+        if cp is not None and c.how != "pools":
+            cp = replace(cp, keep=keep(c, cp.keep))
+        return node_floor_exact(c.unit, self.usage(), node.d_lo, node.d_hi, node.floor, rel, cp)
+
     def exact_ok(self) -> bool:
-        """Whether the exact table is used for this unit (EXACT on and not too large), without building it."""
+        """Whether the exact table is used for this unit (EXACT on and a table fits), without building it."""
         if self._usage is not False:
             return self._usage is not None
-        from planner.search.mixexact import MAX_CELLS, table_cells
-        return EXACT and table_cells(self.tab) <= MAX_CELLS
+        return self.coarse() is not None
 
     def merged_floor(self, d_lo: int, d_hi: int, t_ref: float) -> float:
         """The exact floor with every pool merged into one (``mixexact.merged``: a relaxation, a small table)."""
@@ -137,6 +172,56 @@ class _Unit:
         if table is None:
             return t_ref
         return node_floor_exact(one, table, d_lo, d_hi, t_ref, MERGED_REL)
+
+    def region_children(self, units: list, node: "_Node", ctx: SimContext, cluster: ClusterSpec
+                        ) -> list["_Node"] | None:
+        """The children of a single D's type-set node at its exact floor by where its plans' stages sit
+        (:mod:`planner.search.mixregion`; the children's units are appended to ``units``): plans with a stage
+        spanning two regions, either every stage ("spans", "all": this unit's tables, the sync floor raised to
+        the largest stage's ``spanning_stages``) or not stage s0, which then sits in one region r0 ("spans", s0,
+        r0: ``kmax`` masked at s0, the sync floor raised to the smallest over the other stages); and one child
+        per stage-to-region pattern (no stage spans: ``kmax`` masked at every stage). The units with ``kmax``
+        masked get their own coupled floors and exact tables (first floor: their pools merged into one).
+        None: no split (fewer than two regions, too many patterns, or no exact table)."""
+        from planner.search.mixregion import group_regions, pattern_kmax, region_patterns, spanning_stages, stage_kmax
+        tab = self.tab
+        keep = np.array([n[0] in node.types for n in tab.grp.names])
+        pats = region_patterns(tab, keep, node.d_lo, MAX_PATTERNS)
+        if pats is None or self.coarse() is None:
+            return None
+        span = spanning_stages(ctx, cluster, tab, self._core.params, self._rings, keep)      # [S, d_max + 1]
+        reg = group_regions(tab)
+        out = []
+        key = ("spans", "all", node.types)
+        if key not in self._kids:
+            kid = _Unit(replace(tab, sync=np.maximum(tab.sync, span.max(axis=0))), self._core, self._rings)
+            kid._coarse, kid._usage = self.coarse(), self.usage()        # the same chains: the same table
+            units.append(kid)
+            self._kids[key] = len(units) - 1
+        out.append(_Node(self._kids[key], node.d_lo, node.d_hi, node.floor, types=node.types, region=key[:2]))
+        masked = []
+        for s0 in range(tab.s_num):
+            other = span[np.arange(tab.s_num) != s0].min(axis=0) if tab.s_num > 1 else np.full(tab.d_max + 1, np.inf)
+            for r0 in sorted({str(r) for r in reg[tab.usable[:, s0] & keep]}):
+                masked.append((("spans", s0, r0), replace(tab, kmax=stage_kmax(tab, s0, r0),
+                                                           sync=np.maximum(tab.sync, other))))
+        masked += [(pat, replace(tab, kmax=pattern_kmax(tab, pat))) for pat in pats]
+        for region, sub in masked:
+            key = (region, node.types)
+            if key not in self._kids:
+                kid = _Unit(sub, self._core, self._rings)
+                cp = kid.coupled(None, ctx, cluster)
+                if cp is None:
+                    self._kids[key] = None
+                else:
+                    kid.tab = replace(kid.tab, sync=np.maximum(kid.tab.sync, cp.sync), upd=max(kid.tab.upd, cp.upd))
+                    units.append(kid)
+                    self._kids[key] = len(units) - 1
+            if self._kids[key] is not None:         # first floor: the unit's pools merged into one (cheap)
+                kid = units[self._kids[key]]
+                f = max(node.floor, kid.merged_floor(node.d_lo, node.d_hi, node.floor)) if MERGED else node.floor
+                out.append(_Node(self._kids[key], node.d_lo, node.d_hi, f, types=node.types, region=region))
+        return out
 
     def add(self, y: np.ndarray) -> int:
         self.priced.append(price(self.tab, y))
@@ -284,6 +369,10 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             cp = unit.coupled(None, ctx, cluster) if COUPLE else None
             if cp is not None:      # the sync and step floors coupled with each stage's smallest TP (mixcouple)
                 unit.tab = tab = replace(tab, sync=cp.sync, upd=cp.upd)
+            if REGIONS:             # a stage spanning two regions where the stages cannot each sit in one
+                from planner.search.mixregion import region_sync
+                unit.tab = tab = replace(tab, sync=np.maximum(tab.sync, region_sync(ctx, cluster, tab,
+                                                                                   unit._core.params, memo.rings)))
             units.append(unit)
             if MERGED and unit.exact_ok():      # the merged pools' exact floor orders the heap (no pricing)
                 base = float(tab.sync[1:].min()) + tab.upd
@@ -308,7 +397,6 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
             break
         done += 1
         if not node.exact and unit.exact_ok() and unit.usage() is not None:
-            from planner.search.mixexact import node_floor_exact
             # a D range is split later anyway: its floor only orders the heap, to 0.1 %
             rel = 1e-5 if node.d_lo == node.d_hi else 1e-3
             cp = None if node.types is None else unit.coupled(node.types, ctx, cluster)
@@ -316,8 +404,7 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                 node.floor, node.exact = math.inf, True
                 heapq.heappush(heap, (node.key(), id(node), node))
                 continue
-            node.floor = max(node.floor, node_floor_exact(tab, unit.usage(), node.d_lo, node.d_hi, node.floor, rel,
-                                                          cp))
+            node.floor = max(node.floor, unit.exact_floor(node, rel, cp))
             node.exact = True
             heapq.heappush(heap, (node.key(), id(node), node))
             continue
@@ -338,6 +425,12 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
                     child = _Node(node.unit, node.d_lo, node.d_hi, f, types=types)
                     heapq.heappush(heap, (child.key(), id(child), child))
                 continue
+            if REGION_SPLIT and COUPLE and node.types is not None and node.region is None:
+                kids = unit.region_children(units, node, ctx, cluster)
+                if kids is not None:
+                    for child in kids:
+                        heapq.heappush(heap, (child.key(), id(child), child))
+                    continue
             break       # a single D (and type set) at the exact LP's floor: the smallest floor left
         if node.cg_at < 0 or (node.floor > node.cg_at * (1 + 1e-6) and node.cg_runs < CG_REPEAT):
             # a little above the floor: at it, the chains that set it are borderline infeasible and the LP
@@ -367,4 +460,4 @@ def sailor_space_bound(ctx: SimContext, cluster: ClusterSpec, gbs: int, space: S
     log.info("sailor-space bound %.6g s at S=%d b=%d D=%d..%d (%d refinements, complete=%s)", node.floor,
              tab.s_num, tab.mbs, node.d_lo, node.d_hi, done, complete)
     return SpaceBound(node.floor, tab.s_num, tab.mbs, node.d_lo, node.d_hi, complete, done,
-                      time.perf_counter() - t0, node.types or ())
+                      time.perf_counter() - t0, node.types or (), node.region or ())

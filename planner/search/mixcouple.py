@@ -116,6 +116,8 @@ def coupled_floors(ctx: SimContext, cluster: ClusterSpec, tab: MixUnit, params: 
     exact = use & (grp.tp == tau)[:, None]
     if not use.any(axis=0).all() or not exact.any():
         return None
+    if through and not all((use & _of_type(grp, t)[:, None]).any() for t in types):
+        return None             # a type no stage can hold (mixregion's masked units): no plan uses exactly types
     keep = np.zeros(len(grp.caps), dtype=bool)
     keep[grp.pool[of_type]] = True
     s_num = tab.s_num

@@ -27,7 +27,9 @@ from planner.search.mixcouple import Coupled
 from planner.search.mixprice import classes, levels
 from planner.search.mixtab import MixUnit, REL
 
-MAX_CELLS = 10_000_000      # usage vectors x groups x levels x classes per stage step: beyond it, no exact table
+MAX_CELLS = 25_000_000      # usage vectors x groups x levels x classes per stage step: beyond it, no exact table
+                            # (10 M before session 20; the chunks of levels keep the memory at CHUNK_CELLS)
+CHUNK_CELLS = 10_000_000    # the cells of one chunk of levels computed at once (memory; the values do not depend on it)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,21 @@ def merged(unit: MixUnit) -> MixUnit:
 
 
 def usage_table(unit: MixUnit) -> UsageTable | None:
-    """The table, or None where it would be too large (MAX_CELLS)."""
+    """The table, or None where it would be too large (MAX_CELLS). The levels are independent programs
+    (a chain's level is its own largest compute), so they are computed in chunks of at most CHUNK_CELLS cells
+    per stage step (memory), the same values."""
     if table_cells(unit) > MAX_CELLS:
         return None
     masks, _ = classes(unit)
     lv = levels(unit)
+    per_level = table_cells(unit) // max(len(lv), 1)
+    step = max(1, CHUNK_CELLS // max(per_level, 1))
+    parts = [_usage_fill(unit, masks, lv[i:i + step]) for i in range(0, len(lv), step)]
+    return UsageTable(np.concatenate(parts, axis=1), _dims(unit))
+
+
+def _usage_fill(unit: MixUnit, masks: np.ndarray, lv: np.ndarray) -> np.ndarray:
+    """[K, len(lv), *dims] the table's cells at the levels ``lv`` (one dynamic program over the stages)."""
     grp = unit.grp
     n_k, n_v, n_g, s_num = len(masks), len(lv), len(grp.names), unit.s_num
     dims = _dims(unit)
@@ -109,7 +121,7 @@ def usage_table(unit: MixUnit) -> UsageTable | None:
             new[:, :, h, 1] = np.where(okr, np.where(hs, np.minimum(best[:, :, 0], best[:, :, 1]), best[:, :, 1]), inf)
             new[:, :, h, 0] = np.where(okr & ~hs, best[:, :, 0], inf)
         cost = new
-    return UsageTable(cost[:, :, :, 1].min(axis=2), dims)
+    return cost[:, :, :, 1].min(axis=2)
 
 
 def counts(unit: MixUnit, table: UsageTable, t_prime: float) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 from planner.cluster import ClusterSpec
 from planner.errors import InputError
 from planner.network import Endpoint, Link
-from planner.plan import Plan, Replica, Stage
+from planner.plan import Plan, Replica, Stage, region_of
 from planner.search.linkfloor import link_floor, p2p_floor
 from planner.search.chaintab import ChainGroups, chain_groups, stage_core
 from planner.search.netvec import link_time
@@ -190,14 +190,17 @@ def _zones_needed(grp: ChainGroups, usable: np.ndarray, d: np.ndarray, tp_min: i
 
 def stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad_b: float, d_max: int,
                       cluster: ClusterSpec, rings: dict, tp_min: int = 1,
-                      dist: tuple[float, float] | None = None) -> np.ndarray:
+                      dist: tuple[float, float] | None = None, spans_regions: bool = False) -> np.ndarray:
     """[d_max + 1] floor on one stage's sync over D replicas of the groups ``usable`` (each GPU reduces
     >= ``grad_b`` bytes): min of the flat ring (any member pair's link) and every hierarchical split (z >= 2
     zones: the largest zone's reduce + broadcast, 1.5 rings over >= ceil(D / z) members, plus the leaders'
     ring over z cross-zone members). Per-replica node sizes: the link floors of ``bound.link_floor``.
     ``dist`` = (parameter bytes per GPU, ``sharded_collective_scale``): the distributed optimizer's sync
     instead (``time.zone_aware_sync``: the ring is one gradient + one parameter half, the zone's reduce +
-    broadcast two gradient halves + one parameter half, each times the scale)."""
+    broadcast two gradient halves + one parameter half, each times the scale). ``spans_regions``: the floor of
+    a stage whose replicas sit in >= 2 regions (:mod:`planner.search.mixregion`): its flat ring and the
+    leaders' ring of every hierarchical split then have an edge between two regions, so only those links
+    count as cross-zone ones (not with per-replica node sizes)."""
     def ring(links, n):
         return _ring(rings, links, n, grad_b) if dist is None else _halves(rings, links, n, grad_b, dist, 1)
 
@@ -224,9 +227,14 @@ def stage_sync_floor(ctx: SimContext, grp: ChainGroups, usable: np.ndarray, grad
                         continue
                     seen.add(key)
                     link = ctx.network.link(_endpoint(ctx, ga, za), _endpoint(ctx, gb, zb), concurrent=c)
-                    (same if za == zb else cross).append(link)
+                    if za == zb:
+                        same.append(link)
+                    elif not spans_regions or region_of(za) != region_of(zb):
+                        cross.append(link)
         same, cross = _distinct(same), _distinct(cross)
     z_min = _zones_needed(grp, usable, d, tp_min)
+    if spans_regions:           # >= 2 regions: >= 2 zones
+        z_min = np.maximum(z_min, 2.0)
     # a ring spanning >= 2 zones has a cross-zone edge (its time is the largest over its edges)
     flat = np.where(z_min >= 2, ring(cross, d) if cross else np.inf, ring(same + cross, d))
     best = flat
