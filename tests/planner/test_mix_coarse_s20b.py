@@ -20,22 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "planner"))
 
-from sailor_full_space import _search_key, contexts, random_cases, sailor_full_space_best  # noqa: E402
+from sailor_full_space import contexts, random_cases  # noqa: E402
 from test_mix_bound_h11b import check_random_plans  # noqa: E402
+from test_mix_exact_s14b import BISECT, SPACE, check_below_exact_b  # noqa: E402
 
 import planner.search.mixbound as MB  # noqa: E402
 import planner.search.mixcoarse as MC  # noqa: E402
 import planner.search.mixexact as MX  # noqa: E402
-from planner.baselines.spaces import PLANNERS  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
-from planner.search import Objective  # noqa: E402
 from planner.search.chaintab import ChainGroups  # noqa: E402
 from planner.search.mixtab import MixMemo, MixUnit, mix_unit  # noqa: E402
 from planner.search.tasks import Tables, cluster_options  # noqa: E402
 
-REL = 1e-9
-BISECT = 1.1e-5
-SPACE = replace(PLANNERS["sailor-space"], max_stages=3, mbs_options=(1, 2), tp_options=(1, 2))
 
 
 @pytest.fixture(scope="module")
@@ -151,16 +147,8 @@ def test_coarse_bound_below_the_exact_b(ctxs, case, monkeypatch):
     default = MB.sailor_space_bound(ctx, cluster, case.gbs, SPACE, time_limit_s=None)
     _force(monkeypatch)
     coarse = MB.sailor_space_bound(ctx, cluster, case.gbs, SPACE, time_limit_s=None)
-    obj = Objective("throughput")
-    b, plan, _ = sailor_full_space_best(ctx, cluster, case.gbs, obj, 3, (1, 2), (1, 2), max_d=2)
-    b1 = _search_key(ctx, cluster, case.gbs, obj, SPACE)
-    if coarse is None:
-        assert default is None and plan is None
-        return
-    assert coarse.complete
-    assert coarse.iteration_s <= b * (1 + REL)
-    assert coarse.iteration_s <= b1 * (1 + REL)
-    assert coarse.iteration_s <= default.iteration_s * (1 + BISECT)
+    if check_below_exact_b(ctx, cluster, case.gbs, coarse, default):
+        assert coarse.iteration_s <= default.iteration_s * (1 + BISECT)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

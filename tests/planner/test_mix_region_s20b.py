@@ -20,22 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "planner"))
 
-from sailor_full_space import (Case, _search_key, contexts, even_last_split, sailor_full_space_best,  # noqa: E402
-                               sailor_plan_of)
+from sailor_full_space import Case, contexts, even_last_split, sailor_plan_of  # noqa: E402
 from test_mix_bound_h11b import _random_plans, random_compositions  # noqa: E402
+from test_mix_exact_s14b import BISECT, REL, SPACE, check_below_exact_b  # noqa: E402
 
 import planner.search.mixbound as MB  # noqa: E402
-from planner.baselines.spaces import PLANNERS  # noqa: E402
 from planner.cluster import parse_gpus  # noqa: E402
-from planner.search import Objective  # noqa: E402
 from planner.search.mixregion import region_sync, stages_fit_regions  # noqa: E402
 from planner.search.mixtab import MixMemo, mix_unit  # noqa: E402
 from planner.search.tasks import Tables, cluster_options  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 
-REL = 1e-9
-BISECT = 1.1e-5
-SPACE = replace(PLANNERS["sailor-space"], max_stages=3, mbs_options=(1, 2), tp_options=(1, 2))
 C, W = "us-central1-a", "us-west1-b"
 CASES = [Case("g0", "small", f"A100-40@{C}=2,A100-40@us-central1-b=2,A100-40@{W}=2", 8, "throughput"),
          Case("g1", "small", f"A100-40@{C}=4,V100-16@{W}=2", 8, "throughput"),
@@ -173,17 +168,9 @@ def test_region_split_raises_the_bound(ctxs, i):
 def test_region_bound_below_the_exact_b(ctxs, case):
     ctx = ctxs[case.ctx_name]
     cluster = parse_gpus(case.gpus, ctx.catalog)
-    obj = Objective("throughput")
     old, new = _bounds(ctx, cluster, case.gbs)
-    b, plan, _ = sailor_full_space_best(ctx, cluster, case.gbs, obj, 3, (1, 2), (1, 2), max_d=2)
-    b1 = _search_key(ctx, cluster, case.gbs, obj, SPACE)
-    if new is None:
-        assert old is None and plan is None
-        return
-    assert new.complete
-    assert new.iteration_s <= b * (1 + REL)
-    assert new.iteration_s <= b1 * (1 + REL)
-    assert new.iteration_s >= old.iteration_s * (1 - BISECT)
+    if check_below_exact_b(ctx, cluster, case.gbs, new, old):
+        assert new.iteration_s >= old.iteration_s * (1 - BISECT)
 
 
 def test_no_random_plan_beats_the_region_bound(ctxs):
