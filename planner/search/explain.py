@@ -11,12 +11,16 @@ GIB = 1024 ** 3
 
 
 def unused_reasons(cluster: ClusterSpec, cand: Candidate, objective: Objective) -> list[str]:
-    """One line per pool with GPUs left over."""
-    used = {(p.gpu_type, p.zone): p for p in cand.pools}
+    """One line per pool with GPUs left over. A pool whose pipelines run at two TP degrees (``SearchSpace.two_tp``)
+    could take one more pipeline at the smaller one, so that is the size a leftover is compared with."""
+    least_tp: dict[tuple[str, str], int] = {}
+    for p in cand.pools:
+        key = (p.gpu_type, p.zone)
+        least_tp[key] = min(least_tp.get(key, p.tp), p.tp)
     by_pool = cand.gpus_by_pool()
     lines = []
     for pool in cluster.nonempty().pools:
-        p = used.get((pool.gpu_type, pool.zone))
+        tp = least_tp.get((pool.gpu_type, pool.zone))
         n_used = by_pool.get((pool.gpu_type, pool.zone), 0)
         left = pool.count - n_used
         if left <= 0:
@@ -25,8 +29,8 @@ def unused_reasons(cluster: ClusterSpec, cand: Candidate, objective: Objective) 
         per_chain = sum(tp for g, z, tp in cand.chain if (g, z) == (pool.gpu_type, pool.zone))
         if per_chain and left < per_chain:
             why = f"too few for one more pipeline, which takes {per_chain} of them"
-        elif p is not None and left < cand.num_stages * p.tp:
-            why = f"too few for one more pipeline of S x TP = {cand.num_stages} x {p.tp} GPUs"
+        elif tp is not None and left < cand.num_stages * tp:
+            why = f"too few for one more pipeline of S x TP = {cand.num_stages} x {tp} GPUs"
         elif objective.max_gpus is not None and cand.gpus + cand.num_stages > objective.max_gpus:
             why = f"--max-gpus {objective.max_gpus} reached"
         elif objective.kind == "throughput":
