@@ -83,6 +83,8 @@ def _stage_bytes_class(params: np.ndarray, full: np.ndarray) -> np.ndarray:
     whole-stage parameters), an id equal for two splits exactly when their stages carry the same (per-GPU,
     whole-stage) pairs in some order: then every stage of one has a stage of the other with the same sync
     bytes, the same mode under ``auto`` on every row and the same egress, so their egress is equal."""
+    if len(params) == 0:
+        return np.zeros(0)
     pairs = np.stack([params, full], axis=-1)                            # [K, S, 2]
     order = np.lexsort((pairs[..., 1], pairs[..., 0]), axis=-1)          # stages by (per-GPU, whole-stage)
     key = np.take_along_axis(pairs, order[..., None], axis=1).reshape(len(pairs), -1)

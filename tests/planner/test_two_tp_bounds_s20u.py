@@ -45,8 +45,8 @@ from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import pareto_min
 from planner.search.rowzone import zone_row_terms, zone_terms
 from planner.search.taskbound import task_bound
-from planner.search.taskrun import ANY_SPLIT, SAME_STAGE_BYTES, _split_criteria, cheap_keys, row_terms, \
-    split_dominance_rule
+from planner.search.taskrun import ANY_SPLIT, SAME_STAGE_BYTES, _split_criteria, _stage_bytes_class, cheap_keys, \
+    row_terms, split_dominance_rule
 from planner.search.tasks import Tables, Task, cluster_options
 from planner.search.twotp import (TwoTpTask, column_models, enumerate_two_tp_tasks, task_best, task_rows, two_tp_search,
                                    type_rows)
@@ -433,6 +433,17 @@ def test_split_keep_rule_keeps_the_optimum_of_two_tp_tasks():
                 assert k.any() and per[k].min() == per.min(), (gpus, kind, ts.task)
                 checked += 1
     assert with_levels >= 15 and dropping >= 8 and checked >= 45
+
+
+def test_stage_bytes_class():
+    """Splits get one id exactly when their stages carry the same (per-GPU, whole-stage) bytes in some order; no
+    split, no id."""
+    params = np.array([[1., 2, 1], [2, 1, 1], [1, 1, 2], [1, 2, 2], [1, 2, 1]])
+    full = params * 2
+    full[4, 0] = 3.0            # same per-GPU bytes as split 0, other whole-stage bytes
+    cls = _stage_bytes_class(params, full)
+    assert cls[0] == cls[1] == cls[2] and len({cls[0], cls[3], cls[4]}) == 3
+    assert _stage_bytes_class(np.zeros((0, 3)), np.zeros((0, 3))).shape == (0,)
 
 
 def test_same_stage_bytes_dominance_keeps_the_optimum_over_two_zones():
