@@ -253,6 +253,14 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
                          for g, tp in task.tps], dtype=object))
     if n_rows < MIN_ROWS or n_rows < ROWS_PER_CELL * cells:
         return None
+    m_t, f_t, u_t, r_t, g_t, caps_t, zones = class_type_terms(cluster, task, models, max_total)
+    return class_floor_table(m_t, f_t, u_t, r_t, g_t, caps_t, n_mb, objective, sync_lb, zt, len(zones), task.dist)
+
+
+def class_type_terms(cluster, task, models: dict[int, dict], max_total: int) -> tuple:
+    """Per (type, TP) of ``task.tps``, over its pools and every split's pool models (``by_col[(zone, type, TP)]``):
+    the smallest period, fill/drain, optimizer step, $/s of a pipeline and GPUs of a pipeline (arrays), its
+    pipeline capacity (at most ``max_total``), and the task's zones: the inputs of :func:`class_floor_table`."""
     m_t, f_t, u_t, r_t, g_t, caps_t, zones = [], [], [], [], [], [], set()
     for g, tp in task.tps:
         caps = caps_for(cluster, g, tp, task.num_stages)
@@ -264,6 +272,5 @@ def task_class_table(cluster, task, models: dict[int, dict], n_mb: int, objectiv
         g_t.append(min(p.gpus_per_pipeline for p in ps))
         caps_t.append(min(max_total, sum(c for _, c in caps)))
         zones |= {z for z, _ in caps}
-    return class_floor_table(np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t), np.array(g_t), caps_t,
-                             n_mb, objective, sync_lb, zt, len(zones), task.dist)
+    return np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t), np.array(g_t), caps_t, zones
 

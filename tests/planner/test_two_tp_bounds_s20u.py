@@ -35,12 +35,12 @@ from planner.model import ModelSpec
 from planner.network import NetworkModel
 from planner.profiles import ProfileStore
 from planner.search import Objective, SearchSpace, build_plan
-from planner.search.caps import caps_for, task_dmax
+from planner.search.caps import task_dmax
 from planner.search.costfloor import objective_task_floor
 from planner.search.midlevels import task_keep
 from planner.search.netvec import LinkCache
 from planner.search.pools import score_batch
-from planner.search.rowclass import class_floor_table
+from planner.search.rowclass import class_floor_table, class_type_terms
 from planner.search.rowfloor import floor_keys, pool_floors
 from planner.search.rows import pareto_min
 from planner.search.rowzone import zone_row_terms, zone_terms
@@ -375,17 +375,7 @@ def test_row_class_floors_hold_on_every_row_of_two_tp_tasks(solved):
                 continue
             n_mb = gbs // ts.task.mbs
             zt = zone_terms(ctx, cluster, tables, cache, ts.shell, n_mb)
-            m_t, f_t, u_t, r_t, g_t, caps_t, zones = [], [], [], [], [], [], set()
-            for g, tp in ts.shell.tps:
-                caps = caps_for(cluster, g, tp, ts.task.num_stages)
-                ps = [by_col[(z, g, tp)] for by_col in ts.models.values() for z, _ in caps]
-                m_t.append(min(p.period_s for p in ps))
-                f_t.append(min(p.fill_s for p in ps))
-                u_t.append(min(p.update_s for p in ps))
-                r_t.append(min(p.gpus_per_pipeline * p.usd_per_s for p in ps))
-                g_t.append(min(p.gpus_per_pipeline for p in ps))
-                caps_t.append(min(n_mb, sum(c for _, c in caps)))
-                zones |= {z for z, _ in caps}
+            m_t, f_t, u_t, r_t, g_t, caps_t, zones = class_type_terms(cluster, ts.shell, ts.models, n_mb)
             per_type = np.stack([ts.D[:, [j for j, c in enumerate(ts.cols) if c[1:] == gt]].sum(axis=1)
                                  for gt in ts.shell.tps], axis=1)
             zone_list = sorted(zones)
@@ -393,9 +383,8 @@ def test_row_class_floors_hold_on_every_row_of_two_tp_tasks(solved):
                                for z in zone_list], axis=1).sum(axis=1)
             for kind in KINDS:
                 slb = _sync_lb(ctx, cluster, tables, cache, ts, gbs, kind)
-                table = class_floor_table(np.array(m_t), np.array(f_t), np.array(u_t), np.array(r_t),
-                                          np.array(g_t), caps_t, n_mb, OBJECTIVES[kind], slb, zt, len(zone_list),
-                                          False)
+                table = class_floor_table(m_t, f_t, u_t, r_t, g_t, caps_t, n_mb, OBJECTIVES[kind], slb, zt,
+                                          len(zone_list), False)
                 floor = table[tuple(per_type.T) + (used_z,)]
                 assert (floor <= ts.keys[kind].min(axis=0) * (1 + REL) + 1e-15).all(), (cluster, kind, ts.task)
                 checked += 1

@@ -26,6 +26,7 @@ from planner.search.twotp import two_tp_search
 from planner.simulator import simulate
 from tests.planner.test_planner_bruteforce import bf_ctx
 from tests.planner.test_two_tp_pools_s19t import PIN_GBS, PIN_GPUS, pinned_plan
+from tests.planner.test_two_tp_search_s19p import tps_used
 from tests.planner.two_tp_pools_s19t import best_pool_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -41,13 +42,6 @@ def sim_key(ctx, cand, gbs, objective) -> float:
     est = simulate(build_plan(cand, ctx.model.num_layers, gbs, None), ctx)
     assert est.fits_in_memory
     return objective.key(est.iteration_time_s, est.cost_per_iteration_usd)
-
-
-def tps_used(cand) -> dict[str, tuple[int, ...]]:
-    out: dict[str, set[int]] = {}
-    for p in cand.pools:
-        out.setdefault(p.gpu_type, set()).add(p.tp)
-    return {g: tuple(sorted(t)) for g, t in out.items()}
 
 
 def check_equal(ctx, gpus: str, gbs: int, kind: str, space: SearchSpace, max_stages: int, memo: dict) -> None:
