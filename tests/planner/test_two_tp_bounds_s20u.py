@@ -14,7 +14,7 @@ search's exact row scorer (the evaluator of ``twotp.task_best``; s19p's tests sh
 - the split keep rule (``midlevels.task_keep``) and split dominance (``taskrun._split_criteria`` +
   ``rows.pareto_min``): the splits they keep hold the task's optimum;
 - the row floors: split-free (``rowfloor``), per split (``taskrun.cheap_keys``), zone-aware (``rowzone``, with
-  columns passed as ``(zone, (type, TP))`` pairs: the ``c[0]`` reading 10.6.6 asks for) and the row-class table
+  columns (zone, type, TP) as the wired search passes them) and the row-class table
   (``rowclass.class_floor_table`` from per-pseudo-type terms): <= the exact key of every row;
 - water-filled pairs (``twotp.type_rows(water_filled=True)``) against free counts under class links (the extension
   of docs/PLANNER.md 9, Theorem 2, to two TP degrees sharing a pool).
@@ -326,11 +326,6 @@ def test_split_dominance_keeps_the_optimum_of_two_tp_tasks(solved):
     assert checked >= 1000 and dropped >= 50 and restricted >= 100 and unsound_misses >= 1
 
 
-def _row_zones_cols(cols):
-    """Columns as rowzone reads them today, ``(zone, anything)`` pairs: the c[0] reading of 10.6.6."""
-    return [(z, (g, t)) for z, g, t in cols]
-
-
 def test_row_floors_hold_on_every_row_of_two_tp_tasks(solved):
     """Per row of every two-TP task: the split-free row floor (rowfloor.floor_keys over pool_floors of every split)
     and the per-split cheap key (taskrun.cheap_keys), both with the zone-aware sync and egress floors (rowzone) and
@@ -350,7 +345,7 @@ def test_row_floors_hold_on_every_row_of_two_tp_tasks(solved):
                 common = row_terms([first[c] for c in ts.cols], ts.D, slb)
                 egress = None
                 if zt is not None:
-                    s2, egress = zone_row_terms(common, ts.D, _row_zones_cols(ts.cols), zt, ts.D.sum(axis=1))
+                    s2, egress = zone_row_terms(common, ts.D, ts.cols, zt, ts.D.sum(axis=1))
                     common = (s2,) + common[1:]
                     zoned += 1
                 fl = floor_keys(*floors, ts.D, n_mb, obj, *common, egress=egress)
