@@ -52,7 +52,8 @@ def stage_tables(est: Estimate, title: str) -> tuple:
     _num_columns(times, ("stage", "layers", "compute s", "busy s", "p2p s", "sync s"))
     times.add_column("sync mode", overflow="ellipsis")
     _num_columns(times, ("MFU",))
-    mem = Table(title="memory per replica (pipe j = replica j of every stage)", box=box.SIMPLE_HEAD, pad_edge=False,
+    mem = Table(title="memory per replica (pipe j = replica j of every stage; a-b: replicas a..b, alike)",
+                box=box.SIMPLE_HEAD, pad_edge=False,
                 caption="peak: this replica's GPUs; cap: usable memory of its GPU type; free = cap - peak")
     _num_columns(mem, ("stage", "pipe"))
     mem.add_column("GPU x TP" + ("*" if est.estimated_profiles else ""), no_wrap=True, overflow="ellipsis")
@@ -64,11 +65,25 @@ def stage_tables(est: Estimate, title: str) -> tuple:
                       f"{st.sync_s:.4f}", st.sync_mode, f"{st.mfu:.1%}")
         peaks = st.replica_peak_bytes or (st.peak_memory_bytes,) * st.replicas
         caps = st.replica_capacity_bytes or (st.memory_capacity_bytes,) * st.replicas
-        for j, (g, tp, z) in enumerate(zip(st.gpu_types, st.tp_degrees, st.zones)):
-            mem.add_row(str(st.stage) if j == 0 else "", str(j), f"{g} x{tp}", z, f"{peaks[j] / GB:.2f}",
-                        f"{caps[j] / GB:.2f}", f"{(caps[j] - peaks[j]) / GB:.2f}",
-                        "yes" if peaks[j] <= caps[j] else "[red]OOM[/red]", end_section=j == st.replicas - 1)
+        rows = [(f"{g} x{tp}", z, f"{peaks[j] / GB:.2f}", f"{caps[j] / GB:.2f}", f"{(caps[j] - peaks[j]) / GB:.2f}",
+                 "yes" if peaks[j] <= caps[j] else "[red]OOM[/red]")
+                for j, (g, tp, z) in enumerate(zip(st.gpu_types, st.tp_degrees, st.zones))]
+        runs = _runs(rows)
+        for k, (a, b) in enumerate(runs):
+            mem.add_row(str(st.stage) if k == 0 else "", str(a) if a == b else f"{a}-{b}", *rows[a],
+                        end_section=k == len(runs) - 1)
     return times, mem
+
+
+def _runs(rows: list) -> list[tuple[int, int]]:
+    """(first, last) index of each run of consecutive equal rows."""
+    runs: list[tuple[int, int]] = []
+    for j, row in enumerate(rows):
+        if runs and rows[runs[-1][0]] == row:
+            runs[-1] = (runs[-1][0], j)
+        else:
+            runs.append((j, j))
+    return runs
 
 
 def announce(line: str, json_mode: bool) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.chainbound import pair_prefilter
+from planner.search.chainprefix import prefix_pairs
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
@@ -70,26 +71,48 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
     if len(seqs) != n_groups * (n_groups - 1) ** (n_seg - 1):
         raise ValueError("chains_for_cuts: seqs must be chain_sequences(len(grp.names), n_seg)")
     single = segment_table(rt, grp, n_mb, objective)
-    step = max(1, chunk // max(1, len(seqs)))
+    prefix = objective.kind == "throughput"
+    if prefix:      # blocks of cuts of at most ``chunk`` alive pairs of their first two segments each
+        alive = rt.fits & (single <= threshold())
+        size = np.prod([alive[bounds[:, i], bounds[:, i + 1]].sum(axis=1).astype(float) for i in range(2)], axis=0)
+        starts = _block_starts(size, chunk)
+    else:
+        starts = range(0, len(bounds), max(1, chunk // max(1, len(seqs))))
+    ends = list(starts[1:]) + [len(bounds)]
     stages = np.arange(s_num)
-    for k0 in range(0, len(bounds), step):
+    for k0, k1 in zip(starts, ends):
         if stop():
             return
-        b = bounds[k0:k0 + step]
+        b = bounds[k0:k1]
         alive = rt.fits & (single <= threshold())
-        kk, qq = _alive_pairs([alive[b[:, i], b[:, i + 1]] for i in range(n_seg)], len(grp.names))
-        if len(kk) == 0:
-            continue
         thr = threshold()
-        rows = pair_prefilter(rt, grp, b, seqs, kk, qq, n_mb, objective, thr)     # the same kept pairs, faster
-        if rows is not None:
-            kk, qq = kk[rows], qq[rows]
-        lb = segment_lower_keys(tab, rt, grp, b[kk], seqs[qq], n_mb, objective, True)
-        keep = np.isfinite(lb) & (lb <= thr)
-        kk, qq = kk[keep], qq[keep]
-        if len(kk) == 0:
-            continue
-        yield seqs[qq[:, None], _segment_of_stage(b[kk], stages)]
+        seg_alive = [alive[b[:, i], b[:, i + 1]] for i in range(n_seg)]
+        if prefix and thr < np.inf:     # partial sequences pruned as they grow (chainprefix)
+            kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p)
+        else:
+            kk, qq = _alive_pairs(seg_alive, len(grp.names))
+        for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)
+            k_, q_ = kk[j0:j0 + chunk], qq[j0:j0 + chunk]
+            rows = pair_prefilter(rt, grp, b, seqs, k_, q_, n_mb, objective, thr)     # the same kept pairs, faster
+            if rows is not None:
+                k_, q_ = k_[rows], q_[rows]
+            lb = segment_lower_keys(tab, rt, grp, b[k_], seqs[q_], n_mb, objective, True)
+            keep = np.isfinite(lb) & (lb <= thr)
+            k_, q_ = k_[keep], q_[keep]
+            if len(k_):
+                yield seqs[q_[:, None], _segment_of_stage(b[k_], stages)]
+
+
+def _block_starts(size: np.ndarray, chunk: int) -> list[int]:
+    """The first cut of each block: consecutive cuts whose ``size`` adds up to at most ``chunk`` (a cut larger
+    than ``chunk`` alone)."""
+    starts, acc = [0], 0.0
+    for k, x in enumerate(size.tolist()):
+        if acc > 0 and acc + x > chunk:
+            starts.append(k)
+            acc = 0.0
+        acc += x
+    return starts if len(size) else []
 
 
 def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:

@@ -1,0 +1,135 @@
+"""The (cut, group sequence) pairs of the chain search grown one segment at a time, each partial sequence
+dropped as soon as the throughput pre-filter's value (:func:`planner.search.chainbound.pair_prefilter`) of
+every completion of it is proven above the threshold.
+
+Contract: :func:`prefix_pairs` returns a subset of :func:`planner.search.chainseq.alive_pairs` (the same
+order: cut-major, sequences in lexicographic order) that holds every pair ``pair_prefilter`` keeps.
+
+Why it is safe (docs/PLANNER.md 2.1, *chain prefix bound*). ``pair_prefilter``'s value of a full pair is
+``(max(N cmax fmax, csum) + upd) (1 - 1e-12)`` with cmax, fmax and upd maxima over the segments and csum their
+sum. For a prefix of segments 0..i of a cut, every completion has cmax >= max(prefix cmax, the largest over
+the later segments j of the smallest cmax over j's alive groups), the same for fmax and upd, and csum >=
+prefix csum + the sum over the later segments of their smallest csum. Each factor is non-negative and every
+operation monotone, so the prefix value is <= the value of every completion (up to the rounding of the
+sums, which the margin ``SLACK`` covers: a few ulps against 1e-9), and a prefix whose value exceeds the
+threshold by the margin has no completion the pre-filter keeps. The chain search applies ``pair_prefilter``
+to what this returns, so the pairs scored are the same as without it (``tests/planner/test_chain_prefix_s21.py``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.chaintab import ChainGroups, RangeTab
+
+SLACK = 1e-9        # relative margin against the rounding of the summed compute (prefix + smallest rest)
+
+
+def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.ndarray
+                   ) -> list[tuple[np.ndarray, ...]]:
+    """Per segment i: [C, G] arrays (cmax, csum, upd, frac, fill, units) of every cut's segment i on every
+    group; fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain)."""
+    s_num = rt.fits.shape[0] - 1
+    length = (np.arange(s_num + 1)[None, :] - np.arange(s_num + 1)[:, None]).clip(0)
+    frac = (grp.tp[None, None, :] * length[:, :, None]) / grp.caps[grp.pool][None, None, :]
+    own = np.diag(p2p)
+    out = []
+    for i in range(bounds.shape[1] - 1):
+        lo, hi = bounds[:, i], bounds[:, i + 1]
+        ell = length[lo, hi][:, None]
+        with np.errstate(invalid="ignore"):
+            fill = rt.comp_sum[lo, hi] + 2 * np.where(ell > 1, (ell - 1) * own[None, :], 0.0)
+        out.append((rt.comp_max[lo, hi], rt.comp_sum[lo, hi], rt.upd[lo, hi], frac[lo, hi], fill,
+                    grp.tp[None, :] * ell))
+    return out
+
+
+def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
+    """Per segment i: [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
+    largest smallest upd, largest smallest frac, summed smallest fill plus the boundaries' smallest p2p
+    between two different groups, twice) over each later segment's alive groups; 0 after the last."""
+    n_seg, n_cut = len(terms), len(seg_alive[0])
+    rest = [None] * n_seg
+    cmax, csum, upd, frac, fill = (np.zeros(n_cut) for _ in range(5))
+    for i in range(n_seg - 1, -1, -1):
+        rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p)
+        alive = seg_alive[i]
+        low = [np.where(alive, x, np.inf).min(axis=1) for x in terms[i][:5]]
+        low = [np.where(np.isfinite(x), x, 0.0) for x in low]      # a cut with no alive group is dropped anyway
+        cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
+                                       np.maximum(frac, low[3]), fill + low[4])
+    return rest
+
+
+def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
+                 n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(cut rows of ``bounds`` [C, segments + 1], sequence indices into ``chain_sequences(n_groups,
+    segments)``): :func:`planner.search.chainseq.alive_pairs` of ``seg_alive`` ([C, G] per segment) without
+    the pairs whose every completion is proven above ``threshold`` by the throughput pre-filter's value or
+    by the chain bound's (:func:`planner.search.chains.chain_lower_keys`; ``p2p``: the [G, G] p2p seconds).
+    Memory: at most about ``max_rows`` partial sequences are extended at once."""
+    n_seg = len(seg_alive)
+    terms = _segment_terms(rt, grp, bounds, p2p)
+    off = p2p[~np.eye(len(p2p), dtype=bool)]
+    cross = float(np.nanmin(off)) if off.size else 0.0
+    cross = cross if np.isfinite(cross) and cross > 0 else 0.0
+    rest = _rest_floors(terms, seg_alive, cross)
+    cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
+    scale = (1 - 1e-12) * (1 - SLACK)
+    n_pools = len(grp.caps)
+
+    def alive_rows(i, cut, acc):
+        cmax = np.maximum(acc[0], rest[i][0][cut])
+        frac = np.maximum(acc[3], rest[i][3][cut])
+        csum = acc[1] + rest[i][1][cut]
+        upd = np.maximum(acc[2], rest[i][2][cut])
+        fill = acc[4] + rest[i][4][cut]
+        used = acc[5] > 0
+        room = np.where(used, grp.caps[None, :] // np.maximum(acc[5], 1), np.iinfo(np.int64).max).min(axis=1)
+        m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
+        with np.errstate(invalid="ignore"):
+            chain = (m_min - 1) * cmax + fill + upd
+        return ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold) | (chain * scale > threshold))
+
+    def start(i, cut, g):
+        t = terms[i]
+        units = np.zeros((len(cut), n_pools), dtype=np.int64)
+        units[np.arange(len(cut)), grp.pool[g]] = t[5][cut, g]
+        return (t[0][cut, g], t[1][cut, g], t[2][cut, g], t[3][cut, g], t[4][cut, g], units)
+
+    def grow(i, cut, last, acc, idx):
+        """Extend the partial sequences (segments 0..i-1) by segment i and on to the last; in pieces of at
+        most ``max_rows`` extended rows (depth first, so the order is kept)."""
+        if i == n_seg:
+            return [(cut, idx)]
+        ci, gi = np.nonzero(seg_alive[i])                        # cut-major, groups ascending within a cut
+        cnt = np.bincount(ci, minlength=len(seg_alive[i]))
+        first = np.concatenate([[0], np.cumsum(cnt)])[:-1]
+        rep = cnt[cut]
+        total = np.cumsum(rep)
+        if len(cut) > 1 and total[-1] > max_rows:
+            mid = int(np.searchsorted(total, total[-1] / 2))
+            mid = min(max(mid, 1), len(cut) - 1)
+            return (grow(i, cut[:mid], last[:mid], tuple(a[:mid] for a in acc), idx[:mid])
+                    + grow(i, cut[mid:], last[mid:], tuple(a[mid:] for a in acc), idx[mid:]))
+        p = np.repeat(np.arange(len(cut)), rep)
+        offs = np.arange(len(p)) - np.repeat(total - rep, rep)
+        g = gi[first[cut[p]] + offs].astype(np.int64)
+        keep = g != last[p]
+        p, g = p[keep], g[keep]
+        c = cut[p]
+        t = start(i, c, g)
+        acc = (np.maximum(acc[0][p], t[0]), acc[1][p] + t[1], np.maximum(acc[2][p], t[2]),
+               np.maximum(acc[3][p], t[3]), acc[4][p] + t[4] + 2 * p2p[last[p], g], acc[5][p] + t[5])
+        ok = alive_rows(i, c, acc)
+        p, g, c, acc = p[ok], g[ok], c[ok], tuple(a[ok] for a in acc)
+        return grow(i + 1, c, g, acc, idx[p] * (n_groups - 1) + g - (g > last[p]))
+
+    cut, last = np.nonzero(seg_alive[0] & cut_ok[:, None])
+    cut, last = cut.astype(np.int64), last.astype(np.int64)
+    acc = start(0, cut, last)
+    keep = alive_rows(0, cut, acc)
+    cut, last, acc = cut[keep], last[keep], tuple(a[keep] for a in acc)
+    parts = grow(1, cut, last, acc, last.copy())
+    return (np.concatenate([c for c, _ in parts]).astype(np.int64),
+            np.concatenate([q for _, q in parts]).astype(np.int64))

@@ -1,0 +1,114 @@
+"""The chain search's prefix pruning (:func:`planner.search.chainprefix.prefix_pairs`): on random tables it
+returns a subset of ``alive_pairs`` in the same order holding every pair that both later throughput checks
+(``pair_prefilter`` and the chain bound ``chain_lower_keys``) keep, and it drops pairs; the search returns
+the same plans with it as with the plain enumeration, with more chain runs too."""
+from __future__ import annotations
+
+import sys
+from itertools import combinations
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from planner.cluster import parse_gpus
+from planner.search import Objective, SearchSpace, plan_search
+from planner.search.chainbound import pair_prefilter
+from planner.search.chainprefix import prefix_pairs
+from planner.search.chains import chain_lower_keys, score_chains, _segment_of_stage
+from planner.search.chainseq import alive_pairs, chain_sequences
+from planner.search.chaintab import ChainGroups, range_tab
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_planner_bruteforce import sailor_ctx as sailor_opt  # noqa: E402,F401,F811 - the OPT-350 fixture
+
+A, V = "A100-40", "V100-16"
+
+
+def _case(seed: int):
+    rng = np.random.default_rng(4400 + seed)
+    s_num, n_g, n_p = int(rng.integers(3, 9)), int(rng.integers(2, 6)), int(rng.integers(1, 4))
+    n_seg = int(rng.integers(2, min(5, s_num) + 1))
+    comp = rng.uniform(0.1, 1.0, (n_g, s_num))
+    if seed % 3 == 0:
+        comp = np.round(comp, 1)            # ties
+    upd = rng.uniform(0, 0.2, (n_g, s_num))
+    p2p = rng.uniform(0, 0.3, (n_g, n_g)) * (rng.random((n_g, n_g)) < 0.8)
+    tab = SimpleNamespace(comp=comp, upd=upd, upd_floor=upd, fits=rng.random((n_g, s_num)) < 0.95, p2p=p2p,
+                          egress=np.zeros((n_g, n_g)), dmin=np.ones((n_g, s_num), dtype=np.int64))
+    grp = ChainGroups([("g", f"z{i}", 1) for i in range(n_g)], rng.integers(0, n_p, size=n_g),
+                      rng.integers(4, 40, size=n_p), rng.choice([1, 2, 4], size=n_g), rng.random(n_g) * 1e-3)
+    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    rt = range_tab(tab)
+    seg_alive = [rt.fits[bounds[:, i], bounds[:, i + 1]] & (rng.random((len(bounds), n_g)) < 0.9)
+                 for i in range(n_seg)]
+    ctx = SimpleNamespace(settings=SimpleNamespace(p2p_blocking=bool(seed % 2)))
+    return tab, rt, grp, bounds, seg_alive, int(rng.integers(1, 48)), ctx, s_num
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_prefix_pairs_keep_every_pair_the_later_checks_keep(seed: int) -> None:
+    tab, rt, grp, bounds, seg_alive, n_mb, ctx, s_num = _case(seed)
+    n_g, n_seg = len(grp.names), len(seg_alive)
+    seqs = chain_sequences(n_g, n_seg)
+    kk, qq = alive_pairs(seg_alive, n_g)
+    assert len(kk) > 0
+    gs = seqs[qq[:, None], _segment_of_stage(bounds[kk], np.arange(s_num))]
+    chain_key = chain_lower_keys(score_chains(ctx, tab, grp, gs, n_mb), n_mb, s_num, Objective("throughput"))
+    finite = chain_key[np.isfinite(chain_key)]
+    thresholds = [0.0] + [float(np.quantile(finite, q)) for q in (0.0, 0.05, 0.3, 0.7, 1.0)] if len(finite) else [1.0]
+    dropped = 0
+    order = kk * len(seqs) + qq
+    for thr in thresholds:
+        pk, pq = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, thr, tab.p2p, max_rows=7)
+        got = pk * len(seqs) + pq
+        assert np.isin(got, order).all() and (np.diff(got) > 0).all()        # a subset, in alive_pairs' order
+        rows = pair_prefilter(rt, grp, bounds, seqs, kk, qq, n_mb, Objective("throughput"), thr)
+        pf_keep = np.zeros(len(kk), dtype=bool)
+        pf_keep[np.arange(len(kk)) if rows is None else rows] = True
+        needed = pf_keep & np.isfinite(chain_key) & (chain_key <= thr)
+        assert np.isin(order[needed], got).all()
+        dropped += len(kk) - len(got)
+    assert dropped > 0
+
+
+def test_prefix_pairs_equal_the_plain_pairs_at_an_infinite_bound_margin() -> None:
+    """With every term zero (nothing to prune) the pruned enumeration is ``alive_pairs`` exactly, also when it
+    splits its work into pieces of at most ``max_rows`` rows."""
+    for seed in range(20):
+        tab, rt, grp, bounds, seg_alive, n_mb, ctx, s_num = _case(seed)
+        n_g = len(grp.names)
+        kk, qq = alive_pairs(seg_alive, n_g)
+        for max_rows in (1, 5, 1 << 21):
+            pk, pq = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, np.finfo(float).max, tab.p2p, max_rows)
+            assert np.array_equal(pk, kk) and np.array_equal(pq, qq)
+
+
+@pytest.mark.parametrize("gpus,segments,objective", [
+    (f"{A}@us-central1-a=8,{A}@us-central1-b=8,{A}@us-west1-b=8", 4, Objective("throughput")),
+    (f"{A}@us-central1-a=6,{V}@us-central1-a=12,{A}@us-west1-b=6", 5, Objective("throughput")),
+    (f"{A}@us-central1-a=8,{A}@us-central1-c=8,{A}@us-west1-b=8", 5,
+     Objective("throughput", max_cost_per_iter_usd=2.0)),
+])
+def test_search_returns_the_same_plans_without_prefix_pruning(sailor_opt, monkeypatch, gpus, segments, objective):
+    import planner.search.chains as chains
+    ctx = sailor_opt
+    cluster = parse_gpus(gpus, ctx.catalog)
+    space = SearchSpace(max_stages=6, mbs_options=(1, 2), chain_segments=segments)
+    fast = plan_search(ctx, cluster, 128, objective, space, top_k=3)
+    calls = []
+
+    def plain(seg_alive, n_groups, *rest, **kw):
+        calls.append(1)
+        return alive_pairs(seg_alive, n_groups)
+
+    with monkeypatch.context() as m:
+        m.setattr(chains, "prefix_pairs", plain)
+        slow = plan_search(ctx, cluster, 128, objective, space, top_k=3)
+    assert calls                    # the chain search ran through the pruned enumeration's place
+    assert [c.key for c in fast.candidates] == [c.key for c in slow.candidates]
+    assert [c.chain for c in fast.candidates] == [c.chain for c in slow.candidates]
+    assert fast.stats.chains_exact == slow.stats.chains_exact
+    assert fast.stats.chains_bounded <= slow.stats.chains_bounded
