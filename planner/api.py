@@ -21,7 +21,7 @@ from planner.inputs import DataBundle, DataSource, load_data, make_context
 from planner.plan import Plan
 from planner.search import Candidate, Objective, SearchSpace, build_plan, plan_search
 from planner.search.budget import Progress
-from planner.search.space import CHAIN_SPLITS
+from planner.search.space import CHAIN_SPLITS, auto_chain_segments
 from planner.search.verify import checked_plans
 from planner.simulator import Estimate, SimContext
 from planner.simulator import simulate as _simulate
@@ -48,7 +48,8 @@ class PlanRequest:
     top_k: int = 1
     comparator: bool = True
     recompute: bool = True                  # search activation recomputation (ours only; baselines never)
-    chain_segments: int = 3                 # chain plans with up to this many runs (1: none; ours, sailor-space)
+    chain_segments: int | None = None       # chain plans with up to this many runs (1: none; ours, sailor-space;
+                                            # None: auto_chain_segments, 3 or the zones up to 5 for throughput)
     chain_splits: str = "even"              # chain plans' layer splits: even (Sailor's), segment (PLANNER 1.1)
                                             # or refine (even, then a heuristic pass: PLANNER 2.7; off by
                                             # default: it misses the time goals, 2.7)
@@ -62,8 +63,9 @@ class PlanRequest:
         if isinstance(self.global_batch_size, bool) or not isinstance(self.global_batch_size, int) \
                 or self.global_batch_size < 1:
             raise InputError(f"--gbs must be >= 1, got {self.global_batch_size}")
-        if isinstance(self.chain_segments, bool) or not isinstance(self.chain_segments, int) \
-                or not 1 <= self.chain_segments <= 8:
+        if self.chain_segments is not None and (isinstance(self.chain_segments, bool)
+                                                or not isinstance(self.chain_segments, int)
+                                                or not 1 <= self.chain_segments <= 8):
             raise InputError(f"--chain-segments must be an integer in 1..8, got {self.chain_segments!r}")
         if self.chain_splits not in CHAIN_SPLITS:
             raise InputError(f"--chain-splits must be {' or '.join(CHAIN_SPLITS)}, got {self.chain_splits!r}")
@@ -100,7 +102,8 @@ def search_space(request: PlanRequest) -> SearchSpace:
     """The declared space ``request.planner`` names."""
     from planner.baselines.spaces import baseline_space
     return baseline_space(request.planner, request.precision, request.max_stages, recompute=request.recompute,
-                          chain_segments=request.chain_segments,
+                          chain_segments=request.chain_segments if request.chain_segments is not None else
+                          auto_chain_segments(len(request.cluster.zones()), request.objective),
                           distributed_optimizer=request.distributed_optimizer, mixed_plans=request.mixed_plans,
                           chain_splits=request.chain_splits, two_tp=request.two_tp)
 

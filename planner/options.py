@@ -66,10 +66,10 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=1, metavar="K",
                    help="also report the K best plans the search kept (its dominance rules keep the optimum, "
                         "not every runner-up: docs/PLANNER.md 2.1)")
-    p.add_argument("--chain-segments", type=int, default=3, metavar="N",
+    p.add_argument("--chain-segments", type=int, default=None, metavar="N",
                    help="also search chain plans (pipelines that change GPU type, TP and zone along their stages) "
-                        "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3; ours and "
-                        "sailor-space)")
+                        "with up to N runs of equal stages, 2..8; 1 leaves them out (default 3, or under the "
+                        "throughput objective the number of zones up to 5; ours and sailor-space)")
     p.add_argument("--chain-splits", default=None, metavar="{even,segment,refine}",
                    help="the chain plans' layer splits: even (Sailor's: the extra layers on the last stages), "
                         "segment (each run of equal stages its own layer total, split evenly inside the run: a "

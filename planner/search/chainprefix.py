@@ -1,19 +1,25 @@
-"""The (cut, group sequence) pairs of the chain search grown one segment at a time, each partial sequence
-dropped as soon as the throughput pre-filter's value (:func:`planner.search.chainbound.pair_prefilter`) of
-every completion of it is proven above the threshold.
+"""The (cut, group sequence) pairs of the chain search grown one segment at a time under the throughput
+objective, each partial sequence dropped as soon as no completion of it can put a plan into the top K.
 
 Contract: :func:`prefix_pairs` returns a subset of :func:`planner.search.chainseq.alive_pairs` (the same
-order: cut-major, sequences in lexicographic order) that holds every pair ``pair_prefilter`` keeps.
+order: cut-major, sequences in lexicographic order) that holds every pair that the throughput pre-filter
+(:func:`planner.search.chainbound.pair_prefilter`) keeps and whose chain scores at or below the threshold at
+some replica count D (:func:`planner.search.chains.iterate_d`); with ``sync_min=None``, every pair the
+pre-filter and the chain bound (:func:`planner.search.chains.chain_lower_keys`) keep.
 
-Why it is safe (docs/PLANNER.md 2.1, *chain prefix bound*). ``pair_prefilter``'s value of a full pair is
-``(max(N cmax fmax, csum) + upd) (1 - 1e-12)`` with cmax, fmax and upd maxima over the segments and csum their
-sum. For a prefix of segments 0..i of a cut, every completion has cmax >= max(prefix cmax, the largest over
-the later segments j of the smallest cmax over j's alive groups), the same for fmax and upd, and csum >=
-prefix csum + the sum over the later segments of their smallest csum. Each factor is non-negative and every
-operation monotone, so the prefix value is <= the value of every completion (up to the rounding of the
-sums, which the margin ``SLACK`` covers: a few ulps against 1e-9), and a prefix whose value exceeds the
-threshold by the margin has no completion the pre-filter keeps. The chain search applies ``pair_prefilter``
-to what this returns, so the pairs scored are the same as without it (``tests/planner/test_chain_prefix_s21.py``).
+Why it is safe (docs/PLANNER.md 2.1, *chain prefix bound*). For a prefix of segments 0..i of a cut every
+completion has: cmax, upd and the pool share at least the prefix's and the largest over the later segments
+of their smallest over alive groups; the summed compute and the fill/drain (compute plus twice the p2p of
+every boundary, a segment's own boundaries at its group's p2p, a boundary between segments at least the
+smallest p2p between two different groups) at least the prefix's plus the later segments' smallest; D at
+most the prefix's pool room, so m = ceil(N / D) micro-batches per pipeline at least ceil(N / room); the
+period at m at least cmax and every round trip from a segment's first stage k counted at m (k >= S - m + 1,
+checked at the smallest m), each from the row's own fill after k or, for a later segment, the floors; the
+sync at least the smallest ring sync of stage 0 (and, where the iteration waits for every stage's sync, each
+segment's last stage) at any D >= d_lo, where every D < d_lo makes (ceil(N / D) - 1) cmax + fill + upd exceed
+the threshold. The pre-filter's value and (m - 1) period + fill + upd + sync are then <= those of every
+completion at every D it can reach the threshold at (up to the rounding of sums, covered by ``SLACK``), so a
+prefix above the threshold has no completion that either check keeps (``tests/planner/test_chain_prefix_s21.py``).
 """
 from __future__ import annotations
 
@@ -61,13 +67,17 @@ def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[t
 
 
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
-                 n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21
+                 n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
+                 sync_min: np.ndarray | None = None, every_stage_syncs: bool = True
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(cut rows of ``bounds`` [C, segments + 1], sequence indices into ``chain_sequences(n_groups,
     segments)``): :func:`planner.search.chainseq.alive_pairs` of ``seg_alive`` ([C, G] per segment) without
     the pairs whose every completion is proven above ``threshold`` by the throughput pre-filter's value or
-    by the chain bound's (:func:`planner.search.chains.chain_lower_keys`; ``p2p``: the [G, G] p2p seconds).
-    Memory: at most about ``max_rows`` partial sequences are extended at once."""
+    by the chain bound's (:func:`planner.search.chains.chain_lower_keys`; ``p2p``: the [G, G] p2p seconds)
+    plus a sync floor: ``sync_min`` [G, S, Dcap + 1] the smallest ring sync of (group, stage) at any replica
+    count >= d (None: no sync floor), read at the smallest D at which the chain can still reach the
+    threshold, for stage 0 and (``every_stage_syncs``: the iteration waits for every stage's sync) the last
+    stage of each segment. Memory: at most about ``max_rows`` partial sequences are extended at once."""
     n_seg = len(seg_alive)
     terms = _segment_terms(rt, grp, bounds, p2p)
     off = p2p[~np.eye(len(p2p), dtype=bool)]
@@ -77,25 +87,62 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
     n_pools = len(grp.caps)
+    picks = [[] for _ in range(n_seg)]        # per segment: [C] stages whose sync floor is read
+    if sync_min is not None:
+        picks[0].append(np.zeros(len(bounds), dtype=np.int64))
+        if every_stage_syncs:
+            for i in range(n_seg):
+                picks[i].append(bounds[:, i + 1] - 1)
+    d_top = None if sync_min is None else sync_min.shape[2] - 1
+    s_num = int(bounds[0, -1]) if len(bounds) else 0
+    ahead = [None] + [np.maximum(rest[j - 1][4] - 2 * cross, 0.0) / (s_num - bounds[:, j]) for j in range(1, n_seg)]
 
-    def alive_rows(i, cut, acc):
+    def alive_rows(i, cut, g, acc):
+        """(rows kept, the sync floor of each row): every completion's bound above the threshold drops it."""
         cmax = np.maximum(acc[0], rest[i][0][cut])
         frac = np.maximum(acc[3], rest[i][3][cut])
         csum = acc[1] + rest[i][1][cut]
         upd = np.maximum(acc[2], rest[i][2][cut])
         fill = acc[4] + rest[i][4][cut]
         used = acc[5] > 0
+        frac = np.maximum(frac, (acc[5] / grp.caps[None, :]).max(axis=1))     # the chain's share of each pool
         room = np.where(used, grp.caps[None, :] // np.maximum(acc[5], 1), np.iinfo(np.int64).max).min(axis=1)
         m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
+        sync = acc[6]
+        if sync_min is not None:
+            # at D the iteration is >= (ceil(N / D) - 1) cmax + fill + upd; a D at which that exceeds the
+            # threshold cannot hold the chain's plan, so D >= d_lo (m_max generous by 1e-9) and the sync is
+            # >= its smallest value at any D >= d_lo
+            with np.errstate(divide="ignore", invalid="ignore"):
+                spare = np.maximum(threshold / scale - fill - upd, 0.0)
+                m_max = np.where(cmax > 0, np.floor(spare / cmax * (1 + 1e-9)) + 1, np.inf)
+                d_lo = np.where(np.isfinite(m_max), np.ceil(n_mb / np.maximum(m_max, 1)), 1)
+            d_lo = np.clip(d_lo, 1, d_top).astype(np.int64)
+            for st in picks[i]:
+                sync = np.maximum(sync, sync_min[g, st[cut], d_lo])
+        # round trips (formulas.round_trip_bounds) from each segment's first stage k = lo_j: counted in the
+        # period of m micro-batches once m >= S - k + 1 (m >= m_min, so the gate at m_min is safe); from a
+        # known segment the fill after k is this row's, from a later one the rest's floor
+        lev = cmax
+        for j in range(n_seg):
+            k = bounds[cut, j]
+            gate = m_min >= s_num - k + 1
+            if j <= i:
+                trip = (acc[4] - acc[7][:, j] + rest[i][4][cut]) / (s_num - k)
+            else:
+                trip = ahead[j][cut]
+            lev = np.where(gate, np.maximum(lev, trip), lev)
         with np.errstate(invalid="ignore"):
-            chain = (m_min - 1) * cmax + fill + upd
-        return ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold) | (chain * scale > threshold))
+            chain = (m_min - 1) * lev + fill + upd + sync
+        ok = ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold) | (chain * scale > threshold))
+        return ok, sync
 
     def start(i, cut, g):
         t = terms[i]
         units = np.zeros((len(cut), n_pools), dtype=np.int64)
         units[np.arange(len(cut)), grp.pool[g]] = t[5][cut, g]
-        return (t[0][cut, g], t[1][cut, g], t[2][cut, g], t[3][cut, g], t[4][cut, g], units)
+        return (t[0][cut, g], t[1][cut, g], t[2][cut, g], t[3][cut, g], t[4][cut, g], units, np.zeros(len(cut)),
+                np.zeros((len(cut), n_seg)))       # the last: the fill before each segment's first stage
 
     def grow(i, cut, last, acc, idx):
         """Extend the partial sequences (segments 0..i-1) by segment i and on to the last; in pieces of at
@@ -119,16 +166,21 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         p, g = p[keep], g[keep]
         c = cut[p]
         t = start(i, c, g)
+        before = acc[4][p] + 2 * p2p[last[p], g]
+        at = acc[7][p]
+        at[:, i] = before
         acc = (np.maximum(acc[0][p], t[0]), acc[1][p] + t[1], np.maximum(acc[2][p], t[2]),
-               np.maximum(acc[3][p], t[3]), acc[4][p] + t[4] + 2 * p2p[last[p], g], acc[5][p] + t[5])
-        ok = alive_rows(i, c, acc)
+               np.maximum(acc[3][p], t[3]), before + t[4], acc[5][p] + t[5], acc[6][p], at)
+        ok, sync = alive_rows(i, c, g, acc)
+        acc = acc[:6] + (sync, acc[7])
         p, g, c, acc = p[ok], g[ok], c[ok], tuple(a[ok] for a in acc)
         return grow(i + 1, c, g, acc, idx[p] * (n_groups - 1) + g - (g > last[p]))
 
     cut, last = np.nonzero(seg_alive[0] & cut_ok[:, None])
     cut, last = cut.astype(np.int64), last.astype(np.int64)
     acc = start(0, cut, last)
-    keep = alive_rows(0, cut, acc)
+    keep, sync = alive_rows(0, cut, last, acc)
+    acc = acc[:6] + (sync, acc[7])
     cut, last, acc = cut[keep], last[keep], tuple(a[keep] for a in acc)
     parts = grow(1, cut, last, acc, last.copy())
     return (np.concatenate([c for c, _ in parts]).astype(np.int64),

@@ -59,11 +59,13 @@ def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objectiv
 
 def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
                     n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False,
-                    cuts: np.ndarray | None = None):
+                    cuts: np.ndarray | None = None, sync_min: np.ndarray | None = None, every_stage_syncs: bool = True):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, or
     only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
-    ``threshold()`` (re-read per chunk)."""
+    ``threshold()`` (re-read per chunk). Under the throughput objective the pairs are grown segment by segment
+    and pruned (:func:`planner.search.chainprefix.prefix_pairs`, with ``sync_min`` and ``every_stage_syncs``
+    its sync floor)."""
     if cuts is None:
         cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
@@ -88,7 +90,8 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         thr = threshold()
         seg_alive = [alive[b[:, i], b[:, i + 1]] for i in range(n_seg)]
         if prefix and thr < np.inf:     # partial sequences pruned as they grow (chainprefix)
-            kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p)
+            kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p,
+                                  sync_min=sync_min, every_stage_syncs=every_stage_syncs)
         else:
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)
@@ -334,13 +337,17 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
         floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_max, best.threshold())
         live = bool((floors[2:] <= best.threshold()).any())    # else no chain of the split can enter (2.1, 2.6)
         rt = range_tab(tab) if live else None
+        sync_min = None
         for n_seg in range(2, n_max + 1 if live else 2):
             if stop():
                 return False
             if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
                 continue
+            if sync_min is None and objective.kind == "throughput":
+                sync_min = min_sync_from(linked.full().sync)
             for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
-                                      n_mb, objective, best.threshold, stop=stop):
+                                      n_mb, objective, best.threshold, stop=stop, sync_min=sync_min,
+                                      every_stage_syncs=ctx.settings.dp_sync_waits_for_all):
                 score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
                           mbs, rc, cache, dist)
                 if stop():
@@ -352,6 +359,12 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 space, best, stats, stop):
             return False
     return True
+
+
+def min_sync_from(sync: np.ndarray) -> np.ndarray:
+    """[G, S, Dcap + 1]: the smallest of ``sync`` (a chain table's ring sync per group, stage, replica count) at
+    any replica count >= d."""
+    return np.minimum.accumulate(sync[:, :, ::-1], axis=2)[:, :, ::-1]
 
 
 def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, space, best, stats, stop) -> bool:

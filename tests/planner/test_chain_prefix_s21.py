@@ -1,7 +1,8 @@
 """The chain search's prefix pruning (:func:`planner.search.chainprefix.prefix_pairs`): on random tables it
 returns a subset of ``alive_pairs`` in the same order holding every pair that both later throughput checks
-(``pair_prefilter`` and the chain bound ``chain_lower_keys``) keep, and it drops pairs; the search returns
-the same plans with it as with the plain enumeration, with more chain runs too."""
+(``pair_prefilter`` and the chain bound ``chain_lower_keys``) keep, and with its sync floor every pair whose
+chain scores within the threshold at some D (``iterate_d``), and it drops pairs; the search returns the same
+plans with it as with the plain enumeration, with more chain runs too."""
 from __future__ import annotations
 
 import sys
@@ -16,7 +17,7 @@ from planner.cluster import parse_gpus
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search.chainbound import pair_prefilter
 from planner.search.chainprefix import prefix_pairs
-from planner.search.chains import chain_lower_keys, score_chains, _segment_of_stage
+from planner.search.chains import chain_lower_keys, iterate_d, min_sync_from, score_chains, _segment_of_stage
 from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.chaintab import ChainGroups, range_tab
 
@@ -27,7 +28,15 @@ A, V = "A100-40", "V100-16"
 
 
 def _case(seed: int):
+    """A random chain unit with at least one alive (cut, sequence) pair (drawn again until it has one)."""
     rng = np.random.default_rng(4400 + seed)
+    while True:
+        case = _draw(rng, seed)
+        if len(alive_pairs(case[4], len(case[2].names))[0]):
+            return case
+
+
+def _draw(rng, seed: int):
     s_num, n_g, n_p = int(rng.integers(3, 9)), int(rng.integers(2, 6)), int(rng.integers(1, 4))
     n_seg = int(rng.integers(2, min(5, s_num) + 1))
     comp = rng.uniform(0.1, 1.0, (n_g, s_num))
@@ -35,17 +44,33 @@ def _case(seed: int):
         comp = np.round(comp, 1)            # ties
     upd = rng.uniform(0, 0.2, (n_g, s_num))
     p2p = rng.uniform(0, 0.3, (n_g, n_g)) * (rng.random((n_g, n_g)) < 0.8)
+    caps = rng.integers(4, 40, size=n_p)
+    d_cap = int(caps.max())
+    # ring sync per (group, stage, D): 0 at D <= 1, otherwise random and not monotone in D
+    sync = rng.uniform(0, 0.5, (n_g, s_num, d_cap + 1)) * rng.uniform(0.2, 1.0, (n_g, s_num, 1))
+    sync[:, :, :2] = 0.0
     tab = SimpleNamespace(comp=comp, upd=upd, upd_floor=upd, fits=rng.random((n_g, s_num)) < 0.95, p2p=p2p,
-                          egress=np.zeros((n_g, n_g)), dmin=np.ones((n_g, s_num), dtype=np.int64))
-    grp = ChainGroups([("g", f"z{i}", 1) for i in range(n_g)], rng.integers(0, n_p, size=n_g),
-                      rng.integers(4, 40, size=n_p), rng.choice([1, 2, 4], size=n_g), rng.random(n_g) * 1e-3)
+                          egress=np.zeros((n_g, n_g)), dmin=np.ones((n_g, s_num), dtype=np.int64), sync=sync,
+                          bwd=comp * 0.6, param_bytes=None)
+    grp = ChainGroups([("g", f"z{i}", 1) for i in range(n_g)], rng.integers(0, n_p, size=n_g), caps,
+                      rng.choice([1, 2, 4], size=n_g), rng.random(n_g) * 1e-3)
     cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
     rt = range_tab(tab)
     seg_alive = [rt.fits[bounds[:, i], bounds[:, i + 1]] & (rng.random((len(bounds), n_g)) < 0.9)
                  for i in range(n_seg)]
-    ctx = SimpleNamespace(settings=SimpleNamespace(p2p_blocking=bool(seed % 2)))
+    ctx = SimpleNamespace(settings=SimpleNamespace(p2p_blocking=bool(seed % 2),
+                                                   dp_sync_waits_for_all=seed % 4 != 3))
     return tab, rt, grp, bounds, seg_alive, int(rng.integers(1, 48)), ctx, s_num
+
+
+def _best_keys(ctx, tab, grp, gs, n_mb, s_num) -> np.ndarray:
+    """Per chain its best iteration time over every D (the search's exact scoring, ``iterate_d``)."""
+    sc = score_chains(ctx, tab, grp, gs, n_mb)
+    best = np.full(len(gs), np.inf)
+    for _, sel, _, _, _, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective("throughput"), False):
+        best[sel] = np.minimum(best[sel], keys)
+    return best
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -57,21 +82,28 @@ def test_prefix_pairs_keep_every_pair_the_later_checks_keep(seed: int) -> None:
     assert len(kk) > 0
     gs = seqs[qq[:, None], _segment_of_stage(bounds[kk], np.arange(s_num))]
     chain_key = chain_lower_keys(score_chains(ctx, tab, grp, gs, n_mb), n_mb, s_num, Objective("throughput"))
-    finite = chain_key[np.isfinite(chain_key)]
+    exact = _best_keys(ctx, tab, grp, gs, n_mb, s_num)
+    assert (exact[np.isfinite(exact)] >= chain_key[np.isfinite(exact)] * (1 - 1e-9)).all()
+    finite = exact[np.isfinite(exact)]
     thresholds = [0.0] + [float(np.quantile(finite, q)) for q in (0.0, 0.05, 0.3, 0.7, 1.0)] if len(finite) else [1.0]
-    dropped = 0
     order = kk * len(seqs) + qq
+    dropped = {False: 0, True: 0}
     for thr in thresholds:
-        pk, pq = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, thr, tab.p2p, max_rows=7)
-        got = pk * len(seqs) + pq
-        assert np.isin(got, order).all() and (np.diff(got) > 0).all()        # a subset, in alive_pairs' order
         rows = pair_prefilter(rt, grp, bounds, seqs, kk, qq, n_mb, Objective("throughput"), thr)
         pf_keep = np.zeros(len(kk), dtype=bool)
         pf_keep[np.arange(len(kk)) if rows is None else rows] = True
-        needed = pf_keep & np.isfinite(chain_key) & (chain_key <= thr)
-        assert np.isin(order[needed], got).all()
-        dropped += len(kk) - len(got)
-    assert dropped > 0
+        for with_sync in (False, True):
+            pk, pq = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, thr, tab.p2p, max_rows=7,
+                                  sync_min=min_sync_from(tab.sync) if with_sync else None,
+                                  every_stage_syncs=ctx.settings.dp_sync_waits_for_all)
+            got = pk * len(seqs) + pq
+            assert np.isin(got, order).all() and (np.diff(got) > 0).all()    # a subset, in alive_pairs' order
+            # every pair that would be pushed (some D scores <= thr) or, without the sync floor, that the
+            # pre-filter and the chain bound keep
+            needed = pf_keep & ((exact <= thr) if with_sync else (np.isfinite(chain_key) & (chain_key <= thr)))
+            assert np.isin(order[needed], got).all()
+            dropped[with_sync] += len(kk) - len(got)
+    assert dropped[False] > 0 and dropped[True] >= dropped[False]
 
 
 def test_prefix_pairs_equal_the_plain_pairs_at_an_infinite_bound_margin() -> None:
@@ -110,5 +142,5 @@ def test_search_returns_the_same_plans_without_prefix_pruning(sailor_opt, monkey
     assert calls                    # the chain search ran through the pruned enumeration's place
     assert [c.key for c in fast.candidates] == [c.key for c in slow.candidates]
     assert [c.chain for c in fast.candidates] == [c.chain for c in slow.candidates]
-    assert fast.stats.chains_exact == slow.stats.chains_exact
+    assert fast.stats.chains_exact <= slow.stats.chains_exact       # the sync floor scores fewer at every D
     assert fast.stats.chains_bounded <= slow.stats.chains_bounded

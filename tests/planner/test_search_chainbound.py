@@ -84,7 +84,7 @@ def test_search_returns_the_same_plans_without_the_prefilter(sailor_opt, monkeyp
     space = SearchSpace(max_stages=6, mbs_options=(1,), chain_segments=3)
     # the pairs enumerated without the prefix pruning (session 21, chainprefix), which would leave the
     # pre-filter nothing to drop here
-    monkeypatch.setattr(chains, "prefix_pairs", lambda seg, n, *a: alive_pairs(seg, n))
+    monkeypatch.setattr(chains, "prefix_pairs", lambda seg, n, *a, **k: alive_pairs(seg, n))
     fast = plan_search(ctx, cluster, 256, objective, space, top_k=3)
     calls = []
     with monkeypatch.context() as m:
