@@ -52,13 +52,18 @@ def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.n
 def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
     """Per segment i: [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
     largest smallest upd, largest smallest frac, summed smallest fill plus the boundaries' smallest p2p
-    between two different groups, twice) over each later segment's alive groups; 0 after the last."""
+    between two different groups, twice, summed fewest GPUs) over each later segment's alive groups; 0 after
+    the last."""
     n_seg, n_cut = len(terms), len(seg_alive[0])
     rest = [None] * n_seg
     cmax, csum, upd, frac, fill = (np.zeros(n_cut) for _ in range(5))
+    units = np.zeros(n_cut, dtype=np.int64)
     for i in range(n_seg - 1, -1, -1):
-        rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p)
+        rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p,
+                   units.copy())
         alive = seg_alive[i]
+        units = units + np.where(alive, terms[i][5], np.iinfo(np.int64).max).min(axis=1).clip(max=1 << 40) \
+            * alive.any(axis=1)
         low = [np.where(alive, x, np.inf).min(axis=1) for x in terms[i][:5]]
         low = [np.where(np.isfinite(x), x, 0.0) for x in low]      # a cut with no alive group is dropped anyway
         cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
@@ -86,7 +91,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     rest = _rest_floors(terms, seg_alive, cross)
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
-    n_pools = len(grp.caps)
+    n_pools, total_caps = len(grp.caps), int(grp.caps.sum())
     picks = [[] for _ in range(n_seg)]        # per segment: [C] stages whose sync floor is read
     if sync_min is not None:
         picks[0].append(np.zeros(len(bounds), dtype=np.int64))
@@ -94,47 +99,68 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
             for i in range(n_seg):
                 picks[i].append(bounds[:, i + 1] - 1)
     d_top = None if sync_min is None else sync_min.shape[2] - 1
+    # a later segment's picked stages: at least the smallest sync over every group there ([S, Dcap + 1])
+    any_group = None if sync_min is None else sync_min.min(axis=0)
     s_num = int(bounds[0, -1]) if len(bounds) else 0
     ahead = [None] + [np.maximum(rest[j - 1][4] - 2 * cross, 0.0) / (s_num - bounds[:, j]) for j in range(1, n_seg)]
 
     def alive_rows(i, cut, g, acc):
-        """(rows kept, the sync floor of each row): every completion's bound above the threshold drops it."""
+        """(rows kept, the sync floor of each row): every completion's bound above the threshold drops it. The
+        cheaper terms first; the rest only on the rows they keep (each stage's value is a bound on its own)."""
         cmax = np.maximum(acc[0], rest[i][0][cut])
-        frac = np.maximum(acc[3], rest[i][3][cut])
         csum = acc[1] + rest[i][1][cut]
         upd = np.maximum(acc[2], rest[i][2][cut])
         fill = acc[4] + rest[i][4][cut]
-        used = acc[5] > 0
-        frac = np.maximum(frac, (acc[5] / grp.caps[None, :]).max(axis=1))     # the chain's share of each pool
-        room = np.where(used, grp.caps[None, :] // np.maximum(acc[5], 1), np.iinfo(np.int64).max).min(axis=1)
+        sync = acc[6].copy()
+        frac = np.maximum(acc[3], rest[i][3][cut])
+        ok = ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold)
+               | ((fill + upd + sync) * scale > threshold))
+        r = np.flatnonzero(ok)                              # stage 2: the pools' room
+        units = acc[5][r]
+        cm, fl, up = cmax[r], fill[r], upd[r]
+        frac_r = np.maximum(frac[r], (units / grp.caps[None, :]).max(axis=1))     # the chain's share of each pool
+        room = np.where(units > 0, grp.caps[None, :] // np.maximum(units, 1), np.iinfo(np.int64).max).min(axis=1)
+        # every pool together: D x (the chain's GPUs, at least the prefix's plus the rest's fewest) <= all GPUs
+        room = np.minimum(room, total_caps // np.maximum(units.sum(axis=1) + rest[i][5][cut[r]], 1))
         m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
-        sync = acc[6]
+        with np.errstate(invalid="ignore"):
+            bad = ((np.maximum(n_mb * cm * frac_r, csum[r]) + up) * scale > threshold) \
+                | (((m_min - 1) * cm + fl + up + sync[r]) * scale > threshold)
+        ok[r[bad]] = False
+        keep = ~bad
+        r, m_min, cm, fl, up = r[keep], m_min[keep], cm[keep], fl[keep], up[keep]
+        cr, gr = cut[r], g[r]                               # stage 3: the sync floor and the round trips
+        sy, later = sync[r], 0.0
         if sync_min is not None:
             # at D the iteration is >= (ceil(N / D) - 1) cmax + fill + upd; a D at which that exceeds the
             # threshold cannot hold the chain's plan, so D >= d_lo (m_max generous by 1e-9) and the sync is
             # >= its smallest value at any D >= d_lo
             with np.errstate(divide="ignore", invalid="ignore"):
-                spare = np.maximum(threshold / scale - fill - upd, 0.0)
-                m_max = np.where(cmax > 0, np.floor(spare / cmax * (1 + 1e-9)) + 1, np.inf)
+                spare = np.maximum(threshold / scale - fl - up, 0.0)
+                m_max = np.where(cm > 0, np.floor(spare / cm * (1 + 1e-9)) + 1, np.inf)
                 d_lo = np.where(np.isfinite(m_max), np.ceil(n_mb / np.maximum(m_max, 1)), 1)
             d_lo = np.clip(d_lo, 1, d_top).astype(np.int64)
             for st in picks[i]:
-                sync = np.maximum(sync, sync_min[g, st[cut], d_lo])
+                sy = np.maximum(sy, sync_min[gr, st[cr], d_lo])
+            for j in range(i + 1, n_seg):       # a later segment's picked stages, on any group
+                for st in picks[j]:
+                    later = np.maximum(later, any_group[st[cr], d_lo])
         # round trips (formulas.round_trip_bounds) from each segment's first stage k = lo_j: counted in the
         # period of m micro-batches once m >= S - k + 1 (m >= m_min, so the gate at m_min is safe); from a
         # known segment the fill after k is this row's, from a later one the rest's floor
-        lev = cmax
+        lev = cm
         for j in range(n_seg):
-            k = bounds[cut, j]
+            k = bounds[cr, j]
             gate = m_min >= s_num - k + 1
             if j <= i:
-                trip = (acc[4] - acc[7][:, j] + rest[i][4][cut]) / (s_num - k)
+                trip = (acc[4][r] - acc[7][r, j] + rest[i][4][cr]) / (s_num - k)
             else:
-                trip = ahead[j][cut]
+                trip = ahead[j][cr]
             lev = np.where(gate, np.maximum(lev, trip), lev)
         with np.errstate(invalid="ignore"):
-            chain = (m_min - 1) * lev + fill + upd + sync
-        ok = ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold) | (chain * scale > threshold))
+            bad = ((m_min - 1) * lev + fl + up + np.maximum(sy, later)) * scale > threshold
+        ok[r[bad]] = False
+        sync[r] = sy
         return ok, sync
 
     def start(i, cut, g):
