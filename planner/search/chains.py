@@ -29,7 +29,7 @@ from planner.search.chainprefix import prefix_pairs
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
-from planner.search.chainseq import alive_pairs as _alive_pairs, chain_sequences, segment_splits
+from planner.search.chainseq import DENSE_MAX, alive_pairs as _alive_pairs, chain_sequences, segment_splits
 from planner.search.chaintab import ChainGroups, Linked, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
@@ -59,13 +59,13 @@ def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objectiv
 
 def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
                     n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False,
-                    cuts: np.ndarray | None = None, sync_min: np.ndarray | None = None, every_stage_syncs: bool = True):
+                    cuts: np.ndarray | None = None, sync_min=None, every_stage_syncs: bool = True):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, or
     only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
     ``threshold()`` (re-read per chunk). Under the throughput objective the pairs are grown segment by segment
-    and pruned (:func:`planner.search.chainprefix.prefix_pairs`, with ``sync_min`` and ``every_stage_syncs``
-    its sync floor)."""
+    and pruned (:func:`planner.search.chainprefix.prefix_pairs`; ``sync_min``: a callable giving its sync
+    floor table, called only there, and ``every_stage_syncs``)."""
     if cuts is None:
         cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
@@ -89,9 +89,11 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         alive = rt.fits & (single <= threshold())
         thr = threshold()
         seg_alive = [alive[b[:, i], b[:, i + 1]] for i in range(n_seg)]
-        if prefix and thr < np.inf:     # partial sequences pruned as they grow (chainprefix)
+        # partial sequences pruned as they grow (chainprefix), unless the dense mask is small (cheaper whole)
+        if prefix and thr < np.inf and len(b) * n_groups ** n_seg > DENSE_MAX:
             kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p,
-                                  sync_min=sync_min, every_stage_syncs=every_stage_syncs)
+                                  sync_min=None if sync_min is None else sync_min(),
+                                  every_stage_syncs=every_stage_syncs)
         else:
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)
@@ -337,14 +339,18 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
         floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_max, best.threshold())
         live = bool((floors[2:] <= best.threshold()).any())    # else no chain of the split can enter (2.1, 2.6)
         rt = range_tab(tab) if live else None
-        sync_min = None
+        memo: list = []
+
+        def sync_min() -> np.ndarray:       # built on first use (the prefix path of a large enough unit)
+            if not memo:
+                memo.append(min_sync_from(linked.full().sync))
+            return memo[0]
+
         for n_seg in range(2, n_max + 1 if live else 2):
             if stop():
                 return False
             if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
                 continue
-            if sync_min is None and objective.kind == "throughput":
-                sync_min = min_sync_from(linked.full().sync)
             for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
                                       n_mb, objective, best.threshold, stop=stop, sync_min=sync_min,
                                       every_stage_syncs=ctx.settings.dp_sync_waits_for_all):

@@ -129,6 +129,7 @@ def test_search_returns_the_same_plans_without_prefix_pruning(sailor_opt, monkey
     ctx = sailor_opt
     cluster = parse_gpus(gpus, ctx.catalog)
     space = SearchSpace(max_stages=6, mbs_options=(1, 2), chain_segments=segments)
+    monkeypatch.setattr(chains, "DENSE_MAX", 0)       # the pruned enumeration on these small units too
     fast = plan_search(ctx, cluster, 128, objective, space, top_k=3)
     calls = []
 
