@@ -71,6 +71,24 @@ def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[t
     return rest
 
 
+def _coupled_rest(terms, seg_alive: list[np.ndarray], rest, cross_p2p: float, n_mb: int, total_caps: int
+                  ) -> list[np.ndarray]:
+    """Per segment i: [C] the sum over the segments after i of the smallest over their alive groups of
+    (fill + k x GPUs), plus their boundaries' smallest p2p twice; k = N x (the cut's cmax floor) / (all pools'
+    GPUs), the cmax floor being the largest over the cut's segments of their smallest cmax."""
+    n_seg, n_cut = len(terms), len(seg_alive[0])
+    low0 = np.where(seg_alive[0], terms[0][0], np.inf).min(axis=1)
+    cmax_cut = np.maximum(rest[0][0], np.where(np.isfinite(low0), low0, 0.0))
+    k = n_mb * cmax_cut / total_caps
+    out = [None] * n_seg
+    acc = np.zeros(n_cut)
+    for i in range(n_seg - 1, -1, -1):
+        out[i] = acc + 2 * (n_seg - 1 - i) * cross_p2p
+        val = np.where(seg_alive[i], terms[i][4] + k[:, None] * terms[i][5], np.inf).min(axis=1)
+        acc = acc + np.where(np.isfinite(val), val, 0.0)
+    return out
+
+
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
                  sync_min: np.ndarray | None = None, every_stage_syncs: bool = True
@@ -89,6 +107,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     cross = float(np.nanmin(off)) if off.size else 0.0
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0
     rest = _rest_floors(terms, seg_alive, cross)
+    coupled = _coupled_rest(terms, seg_alive, rest, cross, n_mb, int(grp.caps.sum()))
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
     n_pools, total_caps = len(grp.caps), int(grp.caps.sum())
@@ -123,9 +142,13 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         # every pool together: D x (the chain's GPUs, at least the prefix's plus the rest's fewest) <= all GPUs
         room = np.minimum(room, total_caps // np.maximum(units.sum(axis=1) + rest[i][5][cut[r]], 1))
         m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
+        # the GPUs and the fill together: m - 1 >= N x (all the chain's GPUs) / (all pools' GPUs) - 1, each later
+        # segment at its group's least fill + the coefficient x its GPUs (coefficient <= this row's cmax x N / C)
+        tied = (n_mb * units.sum(axis=1) / total_caps - 1) * cm + acc[4][r] + coupled[i][cut[r]]
         with np.errstate(invalid="ignore"):
             bad = ((np.maximum(n_mb * cm * frac_r, csum[r]) + up) * scale > threshold) \
-                | (((m_min - 1) * cm + fl + up + sync[r]) * scale > threshold)
+                | (((m_min - 1) * cm + fl + up + sync[r]) * scale > threshold) \
+                | ((tied + up + sync[r]) * scale > threshold)
         ok[r[bad]] = False
         keep = ~bad
         r, m_min, cm, fl, up = r[keep], m_min[keep], cm[keep], fl[keep], up[keep]
