@@ -26,14 +26,17 @@ from __future__ import annotations
 import numpy as np
 
 from planner.search.chaintab import ChainGroups, RangeTab
+from planner.search.space import Objective
 
 SLACK = 1e-9        # relative margin against the rounding of the summed compute (prefix + smallest rest)
+TINY = np.finfo(float).tiny     # an iteration bound is never 0 (``Objective.allows`` refuses 0)
 
 
 def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.ndarray
                    ) -> list[tuple[np.ndarray, ...]]:
-    """Per segment i: [C, G] arrays (cmax, csum, upd, frac, fill, units) of every cut's segment i on every
-    group; fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain)."""
+    """Per segment i: [C, G] arrays (cmax, csum, upd, frac, fill, units, usd) of every cut's segment i on every
+    group; fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain); usd the
+    segment's GPU dollars per second."""
     s_num = rt.fits.shape[0] - 1
     length = (np.arange(s_num + 1)[None, :] - np.arange(s_num + 1)[:, None]).clip(0)
     frac = (grp.tp[None, None, :] * length[:, :, None]) / grp.caps[grp.pool][None, None, :]
@@ -45,23 +48,26 @@ def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.n
         with np.errstate(invalid="ignore"):
             fill = rt.comp_sum[lo, hi] + 2 * np.where(ell > 1, (ell - 1) * own[None, :], 0.0)
         out.append((rt.comp_max[lo, hi], rt.comp_sum[lo, hi], rt.upd[lo, hi], frac[lo, hi], fill,
-                    grp.tp[None, :] * ell))
+                    grp.tp[None, :] * ell, (grp.tp * grp.usd_per_s)[None, :] * ell))
     return out
 
 
 def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
     """Per segment i: [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
     largest smallest upd, largest smallest frac, summed smallest fill plus the boundaries' smallest p2p
-    between two different groups, twice, summed fewest GPUs) over each later segment's alive groups; 0 after
-    the last."""
+    between two different groups, twice, summed fewest GPUs, summed least dollars per second) over each later
+    segment's alive groups; 0 after the last."""
     n_seg, n_cut = len(terms), len(seg_alive[0])
     rest = [None] * n_seg
     cmax, csum, upd, frac, fill = (np.zeros(n_cut) for _ in range(5))
     units = np.zeros(n_cut, dtype=np.int64)
+    usd = np.zeros(n_cut)
     for i in range(n_seg - 1, -1, -1):
         rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p,
-                   units.copy())
+                   units.copy(), usd.copy())
         alive = seg_alive[i]
+        low_usd = np.where(alive, terms[i][6], np.inf).min(axis=1)
+        usd = usd + np.where(np.isfinite(low_usd), low_usd, 0.0)
         units = units + np.where(alive, terms[i][5], np.iinfo(np.int64).max).min(axis=1).clip(max=1 << 40) \
             * alive.any(axis=1)
         low = [np.where(alive, x, np.inf).min(axis=1) for x in terms[i][:5]]
@@ -91,7 +97,8 @@ def _coupled_rest(terms, seg_alive: list[np.ndarray], rest, cross_p2p: float, n_
 
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
-                 sync_min: np.ndarray | None = None, every_stage_syncs: bool = True
+                 sync_min: np.ndarray | None = None, every_stage_syncs: bool = True,
+                 objective: Objective | None = None, egress: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(cut rows of ``bounds`` [C, segments + 1], sequence indices into ``chain_sequences(n_groups,
     segments)``): :func:`planner.search.chainseq.alive_pairs` of ``seg_alive`` ([C, G] per segment) without
@@ -101,6 +108,10 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     count >= d (None: no sync floor), read at the smallest D at which the chain can still reach the
     threshold, for stage 0 and (``every_stage_syncs``: the iteration waits for every stage's sync) the last
     stage of each segment. Memory: at most about ``max_rows`` partial sequences are extended at once."""
+    objective = objective or Objective()
+    plain = objective == Objective()      # throughput, no constraint: the iteration bound alone decides
+    if objective.kind != "throughput" and sync_min is not None:
+        raise ValueError("prefix_pairs: the sync floor needs the throughput objective (its threshold in seconds)")
     n_seg = len(seg_alive)
     terms = _segment_terms(rt, grp, bounds, p2p)
     off = p2p[~np.eye(len(p2p), dtype=bool)]
@@ -132,8 +143,22 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         fill = acc[4] + rest[i][4][cut]
         sync = acc[6].copy()
         frac = np.maximum(acc[3], rest[i][3][cut])
-        ok = ~(((np.maximum(n_mb * cmax * frac, csum) + upd) * scale > threshold)
-               | ((fill + upd + sync) * scale > threshold))
+
+        def over(it, rr):
+            """Rows ``rr`` whose completions all fail: iteration >= ``it``; dollars >= the GPU dollars of one
+            pipeline at D = 1 (the smallest over D, 2.1 *chain bound*) + the known egress; GPUs >= one
+            pipeline's. Throughput without constraints: ``it`` against the threshold alone."""
+            if plain:
+                return it * scale > threshold
+            cr_ = cut[rr]
+            dollars = (acc[8][rr] + rest[i][6][cr_]) * ((n_mb - 1) * cmax[rr] + fill[rr] + upd[rr]) \
+                + n_mb * acc[9][rr]
+            gpus = acc[5][rr].sum(axis=1) + rest[i][5][cr_]
+            it_s, c_s = np.maximum(it * scale, TINY), dollars * scale
+            return ~objective.allows(it_s, c_s, gpus) | (objective.key(it_s, c_s) > threshold)
+
+        every = np.arange(len(cut))
+        ok = ~(over(np.maximum(n_mb * cmax * frac, csum) + upd, every) | over(fill + upd + sync, every))
         r = np.flatnonzero(ok)                              # stage 2: the pools' room
         units = acc[5][r]
         cm, fl, up = cmax[r], fill[r], upd[r]
@@ -146,9 +171,8 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         # segment at its group's least fill + the coefficient x its GPUs (coefficient <= this row's cmax x N / C)
         tied = (n_mb * units.sum(axis=1) / total_caps - 1) * cm + acc[4][r] + coupled[i][cut[r]]
         with np.errstate(invalid="ignore"):
-            bad = ((np.maximum(n_mb * cm * frac_r, csum[r]) + up) * scale > threshold) \
-                | (((m_min - 1) * cm + fl + up + sync[r]) * scale > threshold) \
-                | ((tied + up + sync[r]) * scale > threshold)
+            bad = over(np.maximum(n_mb * cm * frac_r, csum[r]) + up, r) \
+                | over((m_min - 1) * cm + fl + up + sync[r], r) | over(tied + up + sync[r], r)
         ok[r[bad]] = False
         keep = ~bad
         r, m_min, cm, fl, up = r[keep], m_min[keep], cm[keep], fl[keep], up[keep]
@@ -181,7 +205,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
                 trip = ahead[j][cr]
             lev = np.where(gate, np.maximum(lev, trip), lev)
         with np.errstate(invalid="ignore"):
-            bad = ((m_min - 1) * lev + fl + up + np.maximum(sy, later)) * scale > threshold
+            bad = over((m_min - 1) * lev + fl + up + np.maximum(sy, later), r)
         ok[r[bad]] = False
         sync[r] = sy
         return ok, sync
@@ -191,7 +215,8 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         units = np.zeros((len(cut), n_pools), dtype=np.int64)
         units[np.arange(len(cut)), grp.pool[g]] = t[5][cut, g]
         return (t[0][cut, g], t[1][cut, g], t[2][cut, g], t[3][cut, g], t[4][cut, g], units, np.zeros(len(cut)),
-                np.zeros((len(cut), n_seg)))       # the last: the fill before each segment's first stage
+                np.zeros((len(cut), n_seg)),       # the fill before each segment's first stage
+                t[6][cut, g], np.zeros(len(cut)))  # dollars per second of one pipeline, egress per micro-batch
 
     def grow(i, cut, last, acc, idx):
         """Extend the partial sequences (segments 0..i-1) by segment i and on to the last; in pieces of at
@@ -219,9 +244,10 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         at = acc[7][p]
         at[:, i] = before
         acc = (np.maximum(acc[0][p], t[0]), acc[1][p] + t[1], np.maximum(acc[2][p], t[2]),
-               np.maximum(acc[3][p], t[3]), before + t[4], acc[5][p] + t[5], acc[6][p], at)
+               np.maximum(acc[3][p], t[3]), before + t[4], acc[5][p] + t[5], acc[6][p], at, acc[8][p] + t[6],
+               acc[9][p] + (0.0 if egress is None else egress[last[p], g]))
         ok, sync = alive_rows(i, c, g, acc)
-        acc = acc[:6] + (sync, acc[7])
+        acc = acc[:6] + (sync,) + acc[7:]
         p, g, c, acc = p[ok], g[ok], c[ok], tuple(a[ok] for a in acc)
         return grow(i + 1, c, g, acc, idx[p] * (n_groups - 1) + g - (g > last[p]))
 
@@ -229,7 +255,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     cut, last = cut.astype(np.int64), last.astype(np.int64)
     acc = start(0, cut, last)
     keep, sync = alive_rows(0, cut, last, acc)
-    acc = acc[:6] + (sync, acc[7])
+    acc = acc[:6] + (sync,) + acc[7:]
     cut, last, acc = cut[keep], last[keep], tuple(a[keep] for a in acc)
     parts = grow(1, cut, last, acc, last.copy())
     return (np.concatenate([c for c, _ in parts]).astype(np.int64),

@@ -63,9 +63,9 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, or
     only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
-    ``threshold()`` (re-read per chunk). Under the throughput objective the pairs are grown segment by segment
-    and pruned (:func:`planner.search.chainprefix.prefix_pairs`; ``sync_min``: a callable giving its sync
-    floor table, called only there, and ``every_stage_syncs``)."""
+    ``threshold()`` (re-read per chunk). Above ``DENSE_MAX`` the pairs are grown segment by segment and pruned
+    (:func:`planner.search.chainprefix.prefix_pairs`; ``sync_min``: a callable giving its sync floor table,
+    called only there under the throughput objective, and ``every_stage_syncs``)."""
     if cuts is None:
         cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
@@ -73,13 +73,13 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
     if len(seqs) != n_groups * (n_groups - 1) ** (n_seg - 1):
         raise ValueError("chains_for_cuts: seqs must be chain_sequences(len(grp.names), n_seg)")
     single = segment_table(rt, grp, n_mb, objective)
-    prefix = objective.kind == "throughput"
-    if prefix:      # blocks of cuts of at most ``chunk`` alive pairs of their first two segments each
+    if threshold() < np.inf:    # pruned as they grow: blocks of at most ``chunk`` pairs of the first two segments
         alive = rt.fits & (single <= threshold())
-        size = np.prod([alive[bounds[:, i], bounds[:, i + 1]].sum(axis=1).astype(float) for i in range(2)], axis=0)
+        size = np.prod([alive[bounds[:, i], bounds[:, i + 1]].sum(axis=1).astype(float) for i in range(2)],
+                       axis=0)
         starts = _block_starts(size, chunk)
-    else:
-        starts = range(0, len(bounds), max(1, chunk // max(1, len(seqs))))
+    else:                       # every pair enumerated: at most ``chunk`` sequences' worth of cuts
+        starts = list(range(0, len(bounds), max(1, chunk // max(1, len(seqs)))))
     ends = list(starts[1:]) + [len(bounds)]
     stages = np.arange(s_num)
     for k0, k1 in zip(starts, ends):
@@ -90,10 +90,11 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         thr = threshold()
         seg_alive = [alive[b[:, i], b[:, i + 1]] for i in range(n_seg)]
         # partial sequences pruned as they grow (chainprefix), unless the dense mask is small (cheaper whole)
-        if prefix and thr < np.inf and len(b) * n_groups ** n_seg > DENSE_MAX:
+        if thr < np.inf and len(b) * n_groups ** n_seg > DENSE_MAX:
             kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p,
-                                  sync_min=None if sync_min is None else sync_min(),
-                                  every_stage_syncs=every_stage_syncs)
+                                  sync_min=None if sync_min is None or objective.kind != "throughput" else
+                                  sync_min(), every_stage_syncs=every_stage_syncs, objective=objective,
+                                  egress=tab.egress)
         else:
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)

@@ -49,8 +49,10 @@ def _draw(rng, seed: int):
     # ring sync per (group, stage, D): 0 at D <= 1, otherwise random and not monotone in D
     sync = rng.uniform(0, 0.5, (n_g, s_num, d_cap + 1)) * rng.uniform(0.2, 1.0, (n_g, s_num, 1))
     sync[:, :, :2] = 0.0
+    egress = rng.uniform(0, 1e-4, (n_g, n_g)) * (rng.random((n_g, n_g)) < 0.6)
+    np.fill_diagonal(egress, 0.0)
     tab = SimpleNamespace(comp=comp, upd=upd, upd_floor=upd, fits=rng.random((n_g, s_num)) < 0.95, p2p=p2p,
-                          egress=np.zeros((n_g, n_g)), dmin=np.ones((n_g, s_num), dtype=np.int64), sync=sync,
+                          egress=egress, dmin=np.ones((n_g, s_num), dtype=np.int64), sync=sync,
                           bwd=comp * 0.6, param_bytes=None)
     grp = ChainGroups([("g", f"z{i}", 1) for i in range(n_g)], rng.integers(0, n_p, size=n_g), caps,
                       rng.choice([1, 2, 4], size=n_g), rng.random(n_g) * 1e-3)
@@ -64,38 +66,58 @@ def _draw(rng, seed: int):
     return tab, rt, grp, bounds, seg_alive, int(rng.integers(1, 48)), ctx, s_num
 
 
-def _best_keys(ctx, tab, grp, gs, n_mb, s_num) -> np.ndarray:
-    """Per chain its best iteration time over every D (the search's exact scoring, ``iterate_d``)."""
+def _best_keys(ctx, tab, grp, gs, n_mb, s_num, objective) -> np.ndarray:
+    """Per chain its best key over every D (the search's exact scoring, ``iterate_d``; inf where no D is
+    allowed)."""
     sc = score_chains(ctx, tab, grp, gs, n_mb)
     best = np.full(len(gs), np.inf)
-    for _, sel, _, _, _, keys in iterate_d(ctx, sc, tab, n_mb, s_num, Objective("throughput"), False):
+    for _, sel, _, _, _, keys in iterate_d(ctx, sc, tab, n_mb, s_num, objective, False):
         best[sel] = np.minimum(best[sel], keys)
     return best
 
 
-@pytest.mark.parametrize("seed", range(60))
+def _objective(seed: int, rng) -> Objective:
+    """Throughput (plain, under a dollar cap, under a GPU cap), cost (plain, under a throughput floor), value."""
+    pick = seed % 6
+    if pick == 1:
+        return Objective("throughput", max_cost_per_iter_usd=float(rng.uniform(0.01, 0.2)))
+    if pick == 2:
+        return Objective("throughput", max_gpus=int(rng.integers(3, 30)))
+    if pick == 3:
+        return Objective("cost")
+    if pick == 4:
+        return Objective("cost", min_throughput_iters_per_s=float(rng.uniform(0.02, 0.3)))
+    if pick == 5:
+        return Objective("value")
+    return Objective("throughput")
+
+
+@pytest.mark.parametrize("seed", range(72))
 def test_prefix_pairs_keep_every_pair_the_later_checks_keep(seed: int) -> None:
     tab, rt, grp, bounds, seg_alive, n_mb, ctx, s_num = _case(seed)
+    objective = _objective(seed, np.random.default_rng(seed))
     n_g, n_seg = len(grp.names), len(seg_alive)
     seqs = chain_sequences(n_g, n_seg)
     kk, qq = alive_pairs(seg_alive, n_g)
     assert len(kk) > 0
     gs = seqs[qq[:, None], _segment_of_stage(bounds[kk], np.arange(s_num))]
-    chain_key = chain_lower_keys(score_chains(ctx, tab, grp, gs, n_mb), n_mb, s_num, Objective("throughput"))
-    exact = _best_keys(ctx, tab, grp, gs, n_mb, s_num)
+    chain_key = chain_lower_keys(score_chains(ctx, tab, grp, gs, n_mb), n_mb, s_num, objective)
+    exact = _best_keys(ctx, tab, grp, gs, n_mb, s_num, objective)
     assert (exact[np.isfinite(exact)] >= chain_key[np.isfinite(exact)] * (1 - 1e-9)).all()
     finite = exact[np.isfinite(exact)]
     thresholds = [0.0] + [float(np.quantile(finite, q)) for q in (0.0, 0.05, 0.3, 0.7, 1.0)] if len(finite) else [1.0]
     order = kk * len(seqs) + qq
     dropped = {False: 0, True: 0}
+    syncs = (False, True) if objective.kind == "throughput" else (False,)
     for thr in thresholds:
-        rows = pair_prefilter(rt, grp, bounds, seqs, kk, qq, n_mb, Objective("throughput"), thr)
+        rows = pair_prefilter(rt, grp, bounds, seqs, kk, qq, n_mb, objective, thr)
         pf_keep = np.zeros(len(kk), dtype=bool)
         pf_keep[np.arange(len(kk)) if rows is None else rows] = True
-        for with_sync in (False, True):
+        for with_sync in syncs:
             pk, pq = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, thr, tab.p2p, max_rows=7,
                                   sync_min=min_sync_from(tab.sync) if with_sync else None,
-                                  every_stage_syncs=ctx.settings.dp_sync_waits_for_all)
+                                  every_stage_syncs=ctx.settings.dp_sync_waits_for_all, objective=objective,
+                                  egress=tab.egress)
             got = pk * len(seqs) + pq
             assert np.isin(got, order).all() and (np.diff(got) > 0).all()    # a subset, in alive_pairs' order
             # every pair that would be pushed (some D scores <= thr) or, without the sync floor, that the
@@ -103,7 +125,29 @@ def test_prefix_pairs_keep_every_pair_the_later_checks_keep(seed: int) -> None:
             needed = pf_keep & ((exact <= thr) if with_sync else (np.isfinite(chain_key) & (chain_key <= thr)))
             assert np.isin(order[needed], got).all()
             dropped[with_sync] += len(kk) - len(got)
-    assert dropped[False] > 0 and dropped[True] >= dropped[False]
+    assert objective.kind != "throughput" or (dropped[False] > 0 and dropped[True] >= dropped[False])
+
+
+@pytest.mark.parametrize("kind", ["cost", "value"])
+def test_prefix_pairs_drop_pairs_under_cost_and_value(kind: str) -> None:
+    """Over the random units the pruned enumeration drops pairs under the cost and value objectives too (the
+    keep-everything half is the test above)."""
+    dropped = 0
+    for seed in range(40):
+        tab, rt, grp, bounds, seg_alive, n_mb, ctx, s_num = _case(seed)
+        objective = Objective(kind)
+        n_g, n_seg = len(grp.names), len(seg_alive)
+        seqs = chain_sequences(n_g, n_seg)
+        kk, qq = alive_pairs(seg_alive, n_g)
+        gs = seqs[qq[:, None], _segment_of_stage(bounds[kk], np.arange(s_num))]
+        exact = _best_keys(ctx, tab, grp, gs, n_mb, s_num, objective)
+        if not np.isfinite(exact).any():
+            continue
+        thr = float(np.quantile(exact[np.isfinite(exact)], 0.05))
+        pk, _ = prefix_pairs(seg_alive, n_g, rt, grp, bounds, n_mb, thr, tab.p2p, objective=objective,
+                             egress=tab.egress)
+        dropped += len(kk) - len(pk)
+    assert dropped > 0
 
 
 def test_prefix_pairs_equal_the_plain_pairs_at_an_infinite_bound_margin() -> None:
@@ -123,6 +167,9 @@ def test_prefix_pairs_equal_the_plain_pairs_at_an_infinite_bound_margin() -> Non
     (f"{A}@us-central1-a=6,{V}@us-central1-a=12,{A}@us-west1-b=6", 5, Objective("throughput")),
     (f"{A}@us-central1-a=8,{A}@us-central1-c=8,{A}@us-west1-b=8", 5,
      Objective("throughput", max_cost_per_iter_usd=2.0)),
+    (f"{A}@us-central1-a=8,{A}@us-central1-b=8,{A}@us-west1-b=8", 5,
+     Objective("cost", min_throughput_iters_per_s=0.5)),
+    (f"{A}@us-central1-a=8,{A}@us-central1-b=8,{A}@us-west1-b=8", 5, Objective("value")),
 ])
 def test_search_returns_the_same_plans_without_prefix_pruning(sailor_opt, monkeypatch, gpus, segments, objective):
     import planner.search.chains as chains
