@@ -66,15 +66,20 @@ def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[t
         rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p,
                    units.copy(), usd.copy())
         alive = seg_alive[i]
-        low_usd = np.where(alive, terms[i][6], np.inf).min(axis=1)
-        usd = usd + np.where(np.isfinite(low_usd), low_usd, 0.0)
-        units = units + np.where(alive, terms[i][5], np.iinfo(np.int64).max).min(axis=1).clip(max=1 << 40) \
-            * alive.any(axis=1)
-        low = [np.where(alive, x, np.inf).min(axis=1) for x in terms[i][:5]]
-        low = [np.where(np.isfinite(x), x, 0.0) for x in low]      # a cut with no alive group is dropped anyway
+        low = [_least(x, alive) for x in terms[i]]
         cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
                                        np.maximum(frac, low[3]), fill + low[4])
+        units, usd = units + low[5].astype(np.int64), usd + low[6]
     return rest
+
+
+def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """[C]: the smallest of ``x`` [C, G] over each row's alive groups; 0 where none is alive (such a cut is
+    dropped anyway)."""
+    if x.dtype.kind != "f":
+        x = x.astype(float)
+    low = x.min(axis=1, where=alive, initial=np.inf)
+    return np.where(np.isfinite(low), low, 0.0)
 
 
 def _coupled_rest(terms, seg_alive: list[np.ndarray], rest, cross_p2p: float, n_mb: int, total_caps: int
@@ -83,15 +88,13 @@ def _coupled_rest(terms, seg_alive: list[np.ndarray], rest, cross_p2p: float, n_
     (fill + k x GPUs), plus their boundaries' smallest p2p twice; k = N x (the cut's cmax floor) / (all pools'
     GPUs), the cmax floor being the largest over the cut's segments of their smallest cmax."""
     n_seg, n_cut = len(terms), len(seg_alive[0])
-    low0 = np.where(seg_alive[0], terms[0][0], np.inf).min(axis=1)
-    cmax_cut = np.maximum(rest[0][0], np.where(np.isfinite(low0), low0, 0.0))
+    cmax_cut = np.maximum(rest[0][0], _least(terms[0][0], seg_alive[0]))
     k = n_mb * cmax_cut / total_caps
     out = [None] * n_seg
     acc = np.zeros(n_cut)
     for i in range(n_seg - 1, -1, -1):
         out[i] = acc + 2 * (n_seg - 1 - i) * cross_p2p
-        val = np.where(seg_alive[i], terms[i][4] + k[:, None] * terms[i][5], np.inf).min(axis=1)
-        acc = acc + np.where(np.isfinite(val), val, 0.0)
+        acc = acc + _least(terms[i][4] + k[:, None] * terms[i][5], seg_alive[i])
     return out
 
 
