@@ -78,14 +78,23 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
         lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
         crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
     if same_stage_bytes:
-        cols = None if rows is None or not len(idx) else \
-            egress_columns(ctx, cache, [a.params[idx] for a in arrs], list(task.tps), rows(), _dist_bytes(task, space),
-                           space.tie_embeddings)
-        if cols is None:
-            cls = _stage_bytes_class(params, full)[:, None]
-            cols = np.concatenate([cls, -cls], axis=1)
-        crit.append(cols)
+        crit.append(_egress_criteria(ctx, cache, task, arrs, idx, space, rows))
     return np.concatenate(crit, axis=1)
+
+
+def _egress_criteria(ctx: SimContext, cache: LinkCache, task: Task, arrs: list, idx: np.ndarray, space: SearchSpace,
+                     rows=None) -> np.ndarray:
+    """:func:`_split_criteria`'s columns for ``same_stage_bytes``: the per-class egress criterion where ``rows`` is
+    given and its sync table small enough, else the stage-bytes class (id and -id)."""
+    cols = None if rows is None or len(idx) < 2 else \
+        egress_columns(ctx, cache, [a.params[idx] for a in arrs], list(task.tps), rows(), _dist_bytes(task, space),
+                       space.tie_embeddings)
+    if cols is None:
+        params = np.max([a.params[idx] for a in arrs], axis=0)
+        full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
+        cls = _stage_bytes_class(params, full)[:, None]
+        cols = np.concatenate([cls, -cls], axis=1)
+    return cols
 
 
 def _stage_bytes_class(params: np.ndarray, full: np.ndarray) -> np.ndarray:
@@ -160,16 +169,18 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
     rule = split_dominance_rule(ctx, cluster, task, objective)
     parts = [idx]
     if rule is not None:
-        kept = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space,
-                                              same_stage_bytes=rule == SAME_STAGE_BYTES,
-                                              rows=lambda: row_grid(cluster, task, max_total, coarse)))]
-        parts = [kept]
-        if rule == SAME_STAGE_BYTES and len(kept) > 1:
+        crit = _split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space)
+        if rule == SAME_STAGE_BYTES:
+            extra = _egress_criteria(ctx, cache, task, arrs, idx, space,
+                                     rows=lambda: row_grid(cluster, task, max_total, coarse))
+            kept = idx[pareto_min(np.concatenate([crit, extra], axis=1))]
             # the kept splits that the dominance over every split keeps too are searched first: their plans,
             # usually the task's best, set the threshold the other kept splits' rows are bounded by (a schedule
             # only: every kept split is searched, docs/PLANNER.md 10.8.4)
-            first = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space))]
-            parts = [np.intersect1d(kept, first), np.setdiff1d(kept, first)]
+            first = np.intersect1d(kept, idx[pareto_min(crit)]) if len(kept) > 1 else kept
+            parts = [first, np.setdiff1d(kept, first)]
+        else:
+            parts = [idx[pareto_min(crit)]]
     for part in parts:
         if len(part):
             _run_splits(ctx, cluster, tables, cache, task, n_mb, arrs, part, objective, space, best, stats, sync_lb,
