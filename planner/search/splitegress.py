@@ -1,18 +1,18 @@
-"""Per-row egress of a task's layer splits, as split-dominance criteria (docs/PLANNER.md 2.1, *Split dominance*;
+"""Per-class egress of a task's layer splits, as split-dominance criteria (docs/PLANNER.md 2.1, *Split dominance*;
 10.8.4).
 
 Under ``grad_sync = "auto"`` each stage of a row over several zones takes the faster of the flat and the
 hierarchical ring, whose cross-zone bytes differ, so a stage's egress is not monotone in its bytes and a split's
-egress is not a function of its summed bytes. Here it is computed exactly instead, per split and per *sync class*
-of the task's rows (rows with the same presence pattern, replicas per zone and so the same stage syncs,
-:func:`netvec.same_sync_rows`): every distinct stage of the task's splits (the vector of its per-GPU parameters
-under each (type, TP) of the task) is synced once per class by :func:`netvec.stacked_sync_rows` on the byte sizes
-:func:`pools._row_gradients` gives the class's used pools (the scorer's own functions on the same numbers, so the
-same egress bit for bit), and a split's egress on a class is its stages' egress summed in stage order, as
-:func:`pools._sync_batch` sums it. One criterion column per class: a split that is <= another in them pays no more
-egress on any row the task scores. With tied embeddings the shared weight's all-reduce runs in stage 0's mode
-(:func:`tiedvec.tied_rows`), so the columns also hold stage 0's mode per class, both signs (equal modes: equal
-tied seconds and egress).
+egress is not a function of its summed bytes. But on one row both modes' egress is linear in the stage's bytes:
+``price 2 (n - 1) / n`` times them, n the replicas d (flat) or the zones z (hierarchical), and d >= z. So a split
+pays ``c_h F + (c_f - c_h) Phi`` there (F its stages' cross-zone bytes, Phi those of its flat stages, c_f >= c_h >=
+0), and a split no larger in F and Phi on every row pays no more egress on any. Which mode a stage takes is read
+per *sync class* of the task's rows (rows with the same presence pattern and replicas per zone,
+:func:`netvec.same_sync_rows`) and distinct stage (the vector of its per-GPU parameters under each (type, TP) of the
+task) from :func:`netvec.stacked_sync_rows` on the byte sizes :func:`pools._row_gradients` gives the class's used
+pools: the scorer's own functions on the same numbers. With tied embeddings the shared weight's all-reduce runs in
+stage 0's mode (:func:`tiedvec.tied_rows`), so the columns can also hold stage 0's mode per class, both signs (equal
+modes: equal tied seconds and egress).
 """
 from __future__ import annotations
 
@@ -32,13 +32,15 @@ MAX_SYNCS = 30_000       # (sync class, distinct stage) pairs computed at most; 
 
 def egress_columns(ctx, cache: LinkCache, params: list[np.ndarray], tps: list[tuple[str, int]],
                    rows: Iterable[tuple[np.ndarray, list[tuple[str, str, int]]]], dist_bytes: int | None,
-                   tied: bool, max_syncs: int = MAX_SYNCS, max_rows: int = 4_000_000) -> np.ndarray | None:
-    """[K, C] split-dominance columns: per split (``params``: per (type, TP) of ``tps`` its [K, S] per-GPU
-    parameters) its egress in USD on every sync class over two or more zones of ``rows`` (chunks of
-    [R, P] rows with their (zone, type, TP) columns, every row the task may score) and, with ``tied``, stage 0's
-    mode there (1.0 hierarchical) and its negation; duplicate columns dropped. Rows in one zone or with one
-    replica pay no egress and sync nothing across zones, whatever the split: they give no column. None where the
-    rows or the (class, stage) syncs exceed the limits."""
+                   tied: bool, max_syncs: int = MAX_SYNCS, max_rows: int = 4 * MAX_SYNCS) -> np.ndarray | None:
+    """[K, C] split-dominance columns per split (``params``: per (type, TP) of ``tps`` its [K, S] per-GPU
+    parameters), over the rows ``rows`` (chunks of [R, P] rows with their (zone, type, TP) columns: every row the
+    task may score): its stages' cross-zone bytes F per distinct byte row of the classes over two or more zones, its
+    flat stages' bytes Phi on each such class where the stages' modes differ and d > z, and with ``tied`` stage 0's
+    mode (1.0 hierarchical) and its negation on each class where the modes differ. Sums are exact (whole or half
+    bytes far below 2^53). Rows in one zone or with one replica pay no egress and sync nothing across zones, whatever
+    the split: they give no column. None where the rows exceed ``max_rows`` or the (class, stage) syncs
+    ``max_syncs`` (the caller's fallback)."""
     k_n, s_n = params[0].shape
     vec = np.stack(params, axis=-1).reshape(k_n * s_n, len(tps))          # every stage of every split
     vals, inv = np.unique(vec, axis=0, return_inverse=True)
