@@ -7,7 +7,8 @@ ties them); the criterion is given exactly those rows. Under ``grad_sync = "auto
 zones, under cost, value and throughput with a $/iteration cap, the splits the dominance keeps with the criterion
 must hold each task's best split; the criterion must drop more splits than the stage-bytes class
 (``SAME_STAGE_BYTES``), and comparing the summed bytes (the old rule) must lose the optimum of the 10.8.4
-reproducer, which the criterion keeps.
+reproducer, which the criterion keeps. ``taskrun.split_parts`` (what run_task searches) must hold every optimum under
+plain throughput too, where with tied embeddings the old rule (no stage-0 class) loses some.
 """
 from __future__ import annotations
 
