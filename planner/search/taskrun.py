@@ -24,6 +24,7 @@ from planner.search.rowclass import class_row_grid, task_class_table
 from planner.search.rowzone import zone_row_terms, zone_terms
 from planner.search.rows import ONE_ZONE, one_zone_rows, ordered_product_chunks, pareto_min, task_options, \
     used_rows
+from planner.search.splitegress import egress_columns
 from planner.search.space import Candidate, Objective, PoolUse, SearchSpace, SearchStats
 from planner.search.tasks import Tables, Task
 from planner.simulator import formulas as F
@@ -45,12 +46,16 @@ def row_grid(cluster: ClusterSpec, task: Task, max_total: int, coarse: int = 0):
 
 
 def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task,
-                    arrs: list, idx: np.ndarray, space: SearchSpace, same_stage_bytes: bool = False) -> np.ndarray:
+                    arrs: list, idx: np.ndarray, space: SearchSpace, same_stage_bytes: bool = False,
+                    rows=None) -> np.ndarray:
     """Per feasible split, quantities the objective is non-decreasing in: per pool the steady period at
     every micro-batch-count level, per type the slowest optimizer step, the largest stage gradient and
-    the summed stage gradients (egress). ``same_stage_bytes``: also the split's class of equal stage bytes
-    (:func:`_stage_bytes_class`, as two columns id and -id), so a split is compared only with the splits whose
-    stages carry the same bytes in some order (:func:`split_dominance_rule`)."""
+    the summed stage gradients (egress). ``same_stage_bytes`` (egress not a function of the summed bytes,
+    :func:`split_dominance_rule`): with ``rows`` (a callable giving the chunks of every row the task may score,
+    :func:`row_grid`'s) the split's exact egress on each sync class of those rows over several zones and, with
+    tied embeddings, stage 0's mode there (:func:`splitegress.egress_columns`); without ``rows``, or where those
+    are too many, the split's class of equal stage bytes (:func:`_stage_bytes_class`, as two columns id and -id),
+    so a split is compared only with the splits whose stages carry the same bytes in some order."""
     crit = []
     mb_bytes = ctx.model.boundary_activation_bytes(task.mbs, F.bytes_per_element(space.precision))
     for a, (g, tp) in zip(arrs, task.tps):
@@ -73,9 +78,42 @@ def _split_criteria(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tab
         lo, hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute)
         crit += [lo[idx, None].astype(float), -np.minimum(hi[idx], task.dmax)[:, None].astype(float)]
     if same_stage_bytes:
-        cls = _stage_bytes_class(params, full)[:, None]
-        crit += [cls, -cls]
+        crit.append(_egress_criteria(ctx, cache, task, arrs, idx, space, rows,
+                                     _tied_mode_varies(ctx, cluster, task, space)))
     return np.concatenate(crit, axis=1)
+
+
+def _egress_criteria(ctx: SimContext, cache: LinkCache, task: Task, arrs: list, idx: np.ndarray, space: SearchSpace,
+                     rows=None, tied_modes: bool = False) -> np.ndarray:
+    """:func:`_split_criteria`'s columns for ``same_stage_bytes``: the per-class egress criterion where ``rows`` is
+    given and its sync table small enough (with stage 0's mode per class where ``tied_modes``), else the stage-bytes
+    class (id and -id; with ``tied_modes`` also :func:`_stage0_class`)."""
+    cols = None if rows is None or len(idx) < 2 else \
+        egress_columns(ctx, cache, [a.params[idx] for a in arrs], list(task.tps), rows(), _dist_bytes(task, space),
+                       tied_modes)
+    if cols is None:
+        params = np.max([a.params[idx] for a in arrs], axis=0)
+        full = np.max([a.params[idx] * tp for a, (_, tp) in zip(arrs, task.tps)], axis=0)
+        cls = _stage_bytes_class(params, full)[:, None]
+        cols = np.concatenate([cls, -cls] + ([_stage0_class(arrs, idx)] if tied_modes else []), axis=1)
+    return cols
+
+
+def _tied_mode_varies(ctx: SimContext, cluster: ClusterSpec, task: Task, space: SearchSpace) -> bool:
+    """Whether the tied-embedding all-reduce can depend on the split: it runs in stage 0's mode
+    (``tiedvec.tied_rows``), and under ``grad_sync = "auto"`` on a task over several zones that mode flips with
+    stage 0's bytes (docs/PLANNER.md 10.8.4)."""
+    if not space.tie_embeddings or task.num_stages < 2 or ctx.settings.grad_sync != "auto":
+        return False
+    return len({z for g, tp in task.tps for z, _ in caps_for(cluster, g, tp, task.num_stages)}) > 1
+
+
+def _stage0_class(arrs: list, idx: np.ndarray) -> np.ndarray:
+    """[K, 2]: an id equal for two splits exactly when their first stages hold the same per-GPU parameters under
+    every (type, TP) of the task (then the same bytes, so the same mode on every row), as id and -id."""
+    first = np.stack([a.params[idx, 0] for a in arrs], axis=1)
+    cls = np.unique(first, axis=0, return_inverse=True)[1].reshape(-1).astype(float)[:, None]
+    return np.concatenate([cls, -cls], axis=1)
 
 
 def _stage_bytes_class(params: np.ndarray, full: np.ndarray) -> np.ndarray:
@@ -136,6 +174,32 @@ def split_dominance_rule(ctx: SimContext, cluster: ClusterSpec, task: Task, obje
     return ANY_SPLIT if len(zones) <= 1 else SAME_STAGE_BYTES
 
 
+def split_parts(ctx: SimContext, cluster: ClusterSpec, cache: LinkCache, tables: Tables, task: Task, arrs: list,
+                idx: np.ndarray, objective: Objective, space: SearchSpace, rows=None) -> list[np.ndarray]:
+    """The fitting splits ``idx`` that split dominance keeps (:func:`split_dominance_rule`), in the parts
+    :func:`run_task` searches one after the other. ``rows``: a callable giving the chunks of every row the task
+    may score (for the per-class egress criterion; None: the stage-bytes class)."""
+    rule = split_dominance_rule(ctx, cluster, task, objective)
+    if rule is None:
+        return [idx]
+    crit = _split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space)
+    if rule == SAME_STAGE_BYTES:
+        extra = _egress_criteria(ctx, cache, task, arrs, idx, space, rows=rows,
+                                 tied_modes=_tied_mode_varies(ctx, cluster, task, space))
+    elif _tied_mode_varies(ctx, cluster, task, space):
+        extra = _stage0_class(arrs, idx)
+    else:
+        extra = np.zeros((len(idx), 0))
+    kept = idx[pareto_min(np.concatenate([crit, extra], axis=1))]
+    if not extra.shape[1] or len(kept) < 2:
+        return [kept]
+    # the kept splits that the dominance over every split keeps too are searched first: their plans, usually the
+    # task's best, set the threshold the other kept splits' rows are bounded by (a schedule only: every kept split
+    # is searched, docs/PLANNER.md 10.8.4)
+    first = np.intersect1d(kept, idx[pareto_min(crit)])
+    return [first, np.setdiff1d(kept, first)]
+
+
 def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, gbs: int,
               objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats,
               sync_lb: np.ndarray | None = None, coarse: int = 0, stop=lambda: False) -> None:
@@ -145,10 +209,21 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
                                       task.dmax))[0]
     d_lo, d_hi = tables.dist_range(task.tps, task.mbs, task.num_stages, task.recompute) if task.dist \
         else (None, None)
-    rule = split_dominance_rule(ctx, cluster, task, objective)
-    if rule is not None:
-        idx = idx[pareto_min(_split_criteria(ctx, cluster, cache, tables, task, arrs, idx, space,
-                                             same_stage_bytes=rule == SAME_STAGE_BYTES))]
+    # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
+    max_total = min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb
+    parts = split_parts(ctx, cluster, cache, tables, task, arrs, idx, objective, space,
+                        rows=lambda: row_grid(cluster, task, max_total, coarse))
+    for part in parts:
+        if len(part):
+            _run_splits(ctx, cluster, tables, cache, task, n_mb, arrs, part, objective, space, best, stats, sync_lb,
+                        coarse, stop, d_lo, d_hi, max_total)
+
+
+def _run_splits(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkCache, task: Task, n_mb: int,
+                arrs: list, idx: np.ndarray, objective: Objective, space: SearchSpace, best: TopK, stats: SearchStats,
+                sync_lb: np.ndarray | None, coarse: int, stop, d_lo: np.ndarray | None, d_hi: np.ndarray | None,
+                max_total: int) -> None:
+    """:func:`run_task`'s rows of the splits ``idx`` (pool models, row floors, bounds, exact scores)."""
     models = {int(k): pool_models(ctx, cluster, tables, cache, task, int(k), n_mb, space) for k in idx}
     floors = None
     # with one replica per stage the distributed optimizer changes nothing (memory / 1, step / 1, no sync): its
@@ -157,8 +232,6 @@ def run_task(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: LinkC
     one_replica_twin = task.dist and False in space.distributed_optimizer and not dist_dominated(space, task.tps, scale)
     zt = zone_terms(ctx, cluster, tables, cache, task, n_mb)     # rows over several zones (2.6, round 4)
     egress = None
-    # a task without the distributed optimizer may search only its smaller rows (distopt.plain_rows_cap)
-    max_total = min(n_mb, task.dmax) if not task.dist and task.dmax else n_mb
     thr0 = best.threshold()         # rows of classes whose floor exceeds it are never built (rowclass.py)
     ctab = task_class_table(cluster, task, models, n_mb, objective, sync_lb, zt, max_total, coarse) \
         if thr0 < np.inf else None
