@@ -16,6 +16,7 @@ A table and one last summary line go to stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, chosen: list, cache: Path) -> int:
     if chosen:
         run_once(ROOT, _command(chosen[0], args.sailor_data), cache)
+    load0 = os.getloadavg()[0]
     print("setup                 limit  it/s     exact  cpu s (median)  chain (zones x stages)")
     gains, wit, lows = [], [], []
     for st in chosen:
@@ -83,6 +85,8 @@ def _run(args: argparse.Namespace, chosen: list, cache: Path) -> int:
         lows.append(dd / UPPER_B[st.name])
         print(f"{'':21s} def/3 {dd / d3:.3f}  def/witness {dd / WITNESS[st.name]:.3f}  "
               f"def/ub(b) {dd / UPPER_B[st.name]:.3f} (ours >= that x (b))")
+    print(f"load average (1 min) {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} cores; "
+          f"{args.runs} runs per setup and limit")
     if not chosen:
         print("summary: no setup matched")
         return 1
