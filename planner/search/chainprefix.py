@@ -34,8 +34,8 @@ TINY = np.finfo(float).tiny     # an iteration bound is never 0 (``Objective.all
 
 def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.ndarray
                    ) -> list[tuple[np.ndarray, ...]]:
-    """Per segment i: [C, G] arrays (cmax, csum, upd, frac, fill, units, usd) of every cut's segment i on every
-    group; fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain); usd the
+    """Per segment i: [7, C, G] (cmax, csum, upd, frac, fill, units, usd) of every cut's segment i on every
+    group (units, whole numbers, as floats); fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain); usd the
     segment's GPU dollars per second."""
     s_num = rt.fits.shape[0] - 1
     length = (np.arange(s_num + 1)[None, :] - np.arange(s_num + 1)[:, None]).clip(0)
@@ -47,8 +47,8 @@ def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.n
         ell = length[lo, hi][:, None]
         with np.errstate(invalid="ignore"):
             fill = rt.comp_sum[lo, hi] + 2 * np.where(ell > 1, (ell - 1) * own[None, :], 0.0)
-        out.append((rt.comp_max[lo, hi], rt.comp_sum[lo, hi], rt.upd[lo, hi], frac[lo, hi], fill,
-                    grp.tp[None, :] * ell, (grp.tp * grp.usd_per_s)[None, :] * ell))
+        out.append(np.stack([rt.comp_max[lo, hi], rt.comp_sum[lo, hi], rt.upd[lo, hi], frac[lo, hi], fill,
+                             (grp.tp[None, :] * ell).astype(float), (grp.tp * grp.usd_per_s)[None, :] * ell]))
     return out
 
 
@@ -65,20 +65,35 @@ def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[t
     for i in range(n_seg - 1, -1, -1):
         rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p,
                    units.copy(), usd.copy())
-        alive = seg_alive[i]
-        low = [_least(x, alive) for x in terms[i]]
+        low = _least(terms[i], seg_alive[i])         # [7, C]
         cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
                                        np.maximum(frac, low[3]), fill + low[4])
         units, usd = units + low[5].astype(np.int64), usd + low[6]
     return rest
 
 
+def _rest_room(terms, seg_alive: list[np.ndarray], grp: ChainGroups) -> list[np.ndarray]:
+    """Per segment i: [C] the most pipelines the segments after i allow: the smallest over them of the largest,
+    over their alive groups, of the group's pool GPUs // the segment's GPUs on it (D x a segment's GPUs fit in its
+    pool); int64 max after the last."""
+    big = np.iinfo(np.int64).max
+    n_seg, n_cut = len(terms), len(seg_alive[0])
+    out = [None] * n_seg
+    acc = np.full(n_cut, big, dtype=np.int64)
+    caps = grp.caps[grp.pool][None, :]
+    for i in range(n_seg - 1, -1, -1):
+        out[i] = acc.copy()
+        most = np.where(seg_alive[i], caps // np.maximum(terms[i][5], 1), -1).max(axis=1)
+        acc = np.minimum(acc, np.where(most < 0, big, most))       # a cut with no alive group is dropped anyway
+    return out
+
+
 def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
-    """[C]: the smallest of ``x`` [C, G] over each row's alive groups; 0 where none is alive (such a cut is
-    dropped anyway)."""
+    """[..., C]: the smallest of ``x`` [..., C, G] over each row's alive groups; 0 where none is alive (such a
+    cut is dropped anyway)."""
     if x.dtype.kind != "f":
         x = x.astype(float)
-    low = x.min(axis=1, where=alive, initial=np.inf)
+    low = x.min(axis=-1, where=alive, initial=np.inf)
     return np.where(np.isfinite(low), low, 0.0)
 
 
@@ -122,6 +137,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0
     rest = _rest_floors(terms, seg_alive, cross)
     coupled = _coupled_rest(terms, seg_alive, rest, cross, n_mb, int(grp.caps.sum()))
+    later_room = _rest_room(terms, seg_alive, grp)
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
     n_pools, total_caps = len(grp.caps), int(grp.caps.sum())
@@ -169,6 +185,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         room = np.where(units > 0, grp.caps[None, :] // np.maximum(units, 1), np.iinfo(np.int64).max).min(axis=1)
         # every pool together: D x (the chain's GPUs, at least the prefix's plus the rest's fewest) <= all GPUs
         room = np.minimum(room, total_caps // np.maximum(units.sum(axis=1) + rest[i][5][cut[r]], 1))
+        room = np.minimum(room, later_room[i][cut[r]])      # each later segment in some pool
         m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
         # the GPUs and the fill together: m - 1 >= N x (all the chain's GPUs) / (all pools' GPUs) - 1, each later
         # segment at its group's least fill + the coefficient x its GPUs (coefficient <= this row's cmax x N / C)
