@@ -32,92 +32,115 @@ SLACK = 1e-9        # relative margin against the rounding of the summed compute
 TINY = np.finfo(float).tiny     # an iteration bound is never 0 (``Objective.allows`` refuses 0)
 
 
-def _segment_terms(rt: RangeTab, grp: ChainGroups, bounds: np.ndarray, p2p: np.ndarray
-                   ) -> list[tuple[np.ndarray, ...]]:
-    """Per segment i: [7, C, G] (cmax, csum, upd, frac, fill, units, usd) of every cut's segment i on every
-    group (units, whole numbers, as floats); fill = csum + 2 (stages - 1) x the group's own p2p (the segment's part of the fill/drain); usd the
-    segment's GPU dollars per second."""
+def _range_terms(rt: RangeTab, grp: ChainGroups, p2p: np.ndarray) -> np.ndarray:
+    """[7, S + 1, S + 1, G]: per stage range lo..hi-1 and group, (cmax, csum, upd, frac, fill, units, usd) of a
+    segment over that range on that group (units, whole numbers, as floats); fill = csum + 2 (stages - 1) x
+    the group's own p2p (the segment's part of the fill/drain); usd the segment's GPU dollars per second."""
     s_num = rt.fits.shape[0] - 1
-    length = (np.arange(s_num + 1)[None, :] - np.arange(s_num + 1)[:, None]).clip(0)
-    frac = (grp.tp[None, None, :] * length[:, :, None]) / grp.caps[grp.pool][None, None, :]
-    own = np.diag(p2p)
-    out = []
-    for i in range(bounds.shape[1] - 1):
-        lo, hi = bounds[:, i], bounds[:, i + 1]
-        ell = length[lo, hi][:, None]
-        with np.errstate(invalid="ignore"):
-            fill = rt.comp_sum[lo, hi] + 2 * np.where(ell > 1, (ell - 1) * own[None, :], 0.0)
-        out.append(np.stack([rt.comp_max[lo, hi], rt.comp_sum[lo, hi], rt.upd[lo, hi], frac[lo, hi], fill,
-                             (grp.tp[None, :] * ell).astype(float), (grp.tp * grp.usd_per_s)[None, :] * ell]))
-    return out
+    ell = (np.arange(s_num + 1)[None, :] - np.arange(s_num + 1)[:, None]).clip(0)[:, :, None]
+    with np.errstate(invalid="ignore"):
+        fill = rt.comp_sum + 2 * np.where(ell > 1, (ell - 1) * np.diag(p2p)[None, None, :], 0.0)
+    units = (grp.tp[None, None, :] * ell).astype(float)
+    return np.stack([rt.comp_max, rt.comp_sum, rt.upd, units / grp.caps[grp.pool][None, None, :], fill, units,
+                     units * grp.usd_per_s[None, None, :]])
 
 
-def _rest_floors(terms, seg_alive: list[np.ndarray], cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
+class _Segments:
+    """The cuts' segments on the range table ``T``: per segment i its bounds and the smallest of each term over
+    its alive groups (per stage range where ``range_alive`` gives the alive groups of every range, which the
+    caller promises equal ``seg_alive``; else per cut)."""
+
+    def __init__(self, T: np.ndarray, bounds: np.ndarray, seg_alive: list[np.ndarray],
+                 range_alive: np.ndarray | None, caps: np.ndarray) -> None:
+        self.T, self.seg_alive, self.caps = T, seg_alive, caps
+        self.lo = [bounds[:, i] for i in range(len(seg_alive))]
+        self.hi = [bounds[:, i + 1] for i in range(len(seg_alive))]
+        self.range_least = None if range_alive is None else _least(T, range_alive)            # [7, S+1, S+1]
+        self.range_room = None if range_alive is None else _most_room(T[5], range_alive, caps)
+
+    def least(self, i: int) -> np.ndarray:
+        """[7, C]: segment i's smallest terms over its alive groups."""
+        if self.range_least is not None:
+            return self.range_least[:, self.lo[i], self.hi[i]]
+        return _least(self.T[:, self.lo[i], self.hi[i], :], self.seg_alive[i])
+
+    def room(self, i: int) -> np.ndarray:
+        """[C]: the most pipelines segment i allows on any alive group (-1: none alive)."""
+        if self.range_room is not None:
+            return self.range_room[self.lo[i], self.hi[i]]
+        return _most_room(self.T[5][self.lo[i], self.hi[i]], self.seg_alive[i], self.caps)
+
+    def at(self, k: int, i: int, cut: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """Term k of segment i of cuts ``cut`` on groups ``g``."""
+        return self.T[k][self.lo[i][cut], self.hi[i][cut], g]
+
+
+def _most_room(units: np.ndarray, alive: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """[...]: the largest over the alive groups of pool GPUs // GPUs (units [..., G]); -1 where none is alive."""
+    return np.where(alive, caps // np.maximum(units.astype(np.int64), 1), -1).max(axis=-1)
+
+
+def _rest_floors(segs: _Segments, n_cut: int, cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
     """Per segment i: [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
     largest smallest upd, largest smallest frac, summed smallest fill plus the boundaries' smallest p2p
     between two different groups, twice, summed fewest GPUs, summed least dollars per second) over each later
     segment's alive groups; 0 after the last."""
-    n_seg, n_cut = len(terms), len(seg_alive[0])
+    n_seg = len(segs.lo)
     rest = [None] * n_seg
-    cmax, csum, upd, frac, fill = (np.zeros(n_cut) for _ in range(5))
-    units = np.zeros(n_cut, dtype=np.int64)
-    usd = np.zeros(n_cut)
+    cmax, csum, upd, frac, fill, units, usd = (np.zeros(n_cut) for _ in range(7))
     for i in range(n_seg - 1, -1, -1):
-        rest[i] = (cmax.copy(), csum.copy(), upd.copy(), frac.copy(), fill + 2 * (n_seg - 1 - i) * cross_p2p,
-                   units.copy(), usd.copy())
-        low = _least(terms[i], seg_alive[i])         # [7, C]
+        rest[i] = (cmax, csum, upd, frac, fill + 2 * (n_seg - 1 - i) * cross_p2p, units, usd)
+        low = segs.least(i)         # [7, C]
         cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
                                        np.maximum(frac, low[3]), fill + low[4])
-        units, usd = units + low[5].astype(np.int64), usd + low[6]
+        units, usd = units + low[5], usd + low[6]
     return rest
 
 
-def _rest_room(terms, seg_alive: list[np.ndarray], grp: ChainGroups) -> list[np.ndarray]:
+def _rest_room(segs: _Segments, n_cut: int) -> list[np.ndarray]:
     """Per segment i: [C] the most pipelines the segments after i allow: the smallest over them of the largest,
     over their alive groups, of the group's pool GPUs // the segment's GPUs on it (D x a segment's GPUs fit in its
     pool); int64 max after the last."""
     big = np.iinfo(np.int64).max
-    n_seg, n_cut = len(terms), len(seg_alive[0])
+    n_seg = len(segs.lo)
     out = [None] * n_seg
     acc = np.full(n_cut, big, dtype=np.int64)
-    caps = grp.caps[grp.pool][None, :]
     for i in range(n_seg - 1, -1, -1):
-        out[i] = acc.copy()
-        most = np.where(seg_alive[i], caps // np.maximum(terms[i][5], 1), -1).max(axis=1)
-        acc = np.minimum(acc, np.where(most < 0, big, most))       # a cut with no alive group is dropped anyway
+        out[i] = acc
+        most = segs.room(i)
+        acc = np.minimum(acc, np.where(most < 0, big, most))       # none alive: the cut is dropped anyway
     return out
 
 
 def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
-    """[..., C]: the smallest of ``x`` [..., C, G] over each row's alive groups; 0 where none is alive (such a
-    cut is dropped anyway)."""
-    if x.dtype.kind != "f":
-        x = x.astype(float)
-    low = x.min(axis=-1, where=alive, initial=np.inf)
+    """[...]: the smallest of ``x`` [..., G] over the alive groups (``alive`` broadcast against it); 0 where
+    none is alive (such a cut is dropped anyway)."""
+    low = np.where(alive, x, np.inf).min(axis=-1)
     return np.where(np.isfinite(low), low, 0.0)
 
 
-def _coupled_rest(terms, seg_alive: list[np.ndarray], rest, cross_p2p: float, n_mb: int, total_caps: int
+def _coupled_rest(segs: _Segments, n_cut: int, rest, cross_p2p: float, n_mb: int, total_caps: int
                   ) -> list[np.ndarray]:
     """Per segment i: [C] the sum over the segments after i of the smallest over their alive groups of
     (fill + k x GPUs), plus their boundaries' smallest p2p twice; k = N x (the cut's cmax floor) / (all pools'
     GPUs), the cmax floor being the largest over the cut's segments of their smallest cmax."""
-    n_seg, n_cut = len(terms), len(seg_alive[0])
-    cmax_cut = np.maximum(rest[0][0], _least(terms[0][0], seg_alive[0]))
+    n_seg = len(segs.lo)
+    cmax_cut = np.maximum(rest[0][0], segs.least(0)[0])
     k = n_mb * cmax_cut / total_caps
     out = [None] * n_seg
     acc = np.zeros(n_cut)
     for i in range(n_seg - 1, -1, -1):
         out[i] = acc + 2 * (n_seg - 1 - i) * cross_p2p
-        acc = acc + _least(terms[i][4] + k[:, None] * terms[i][5], seg_alive[i])
+        t = segs.T[:, segs.lo[i], segs.hi[i], :]
+        acc = acc + _least(t[4] + k[:, None] * t[5], segs.seg_alive[i])
     return out
 
 
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
                  sync_min: np.ndarray | None = None, every_stage_syncs: bool = True,
-                 objective: Objective | None = None, egress: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 objective: Objective | None = None, egress: np.ndarray | None = None,
+                 range_alive: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(cut rows of ``bounds`` [C, segments + 1], sequence indices into ``chain_sequences(n_groups,
     segments)``): :func:`planner.search.chainseq.alive_pairs` of ``seg_alive`` ([C, G] per segment) without
     the pairs whose every completion is proven above ``threshold`` by the throughput pre-filter's value or
@@ -125,19 +148,22 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     plus a sync floor: ``sync_min`` [G, S, Dcap + 1] the smallest ring sync of (group, stage) at any replica
     count >= d (None: no sync floor), read at the smallest D at which the chain can still reach the
     threshold, for stage 0 and (``every_stage_syncs``: the iteration waits for every stage's sync) the last
-    stage of each segment. Memory: at most about ``max_rows`` partial sequences are extended at once."""
+    stage of each segment. ``range_alive`` [S + 1, S + 1, G]: the alive groups of every stage range, when
+    ``seg_alive[i]`` is ``range_alive[bounds[:, i], bounds[:, i + 1]]`` (the chain search's case; the floors are
+    then taken per range, the same values). Memory: at most about ``max_rows`` partial sequences are extended at
+    once."""
     objective = objective or Objective()
     plain = objective == Objective()      # throughput, no constraint: the iteration bound alone decides
     if objective.kind != "throughput" and sync_min is not None:
         raise ValueError("prefix_pairs: the sync floor needs the throughput objective (its threshold in seconds)")
-    n_seg = len(seg_alive)
-    terms = _segment_terms(rt, grp, bounds, p2p)
+    n_seg, n_cut = len(seg_alive), len(bounds)
+    segs = _Segments(_range_terms(rt, grp, p2p), bounds, seg_alive, range_alive, grp.caps[grp.pool])
     off = p2p[~np.eye(len(p2p), dtype=bool)]
     cross = float(np.nanmin(off)) if off.size else 0.0
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0
-    rest = _rest_floors(terms, seg_alive, cross)
-    coupled = _coupled_rest(terms, seg_alive, rest, cross, n_mb, int(grp.caps.sum()))
-    later_room = _rest_room(terms, seg_alive, grp)
+    rest = _rest_floors(segs, n_cut, cross)
+    coupled = _coupled_rest(segs, n_cut, rest, cross, n_mb, int(grp.caps.sum()))
+    later_room = _rest_room(segs, n_cut)
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
     n_pools, total_caps = len(grp.caps), int(grp.caps.sum())
@@ -202,7 +228,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
             # at D the iteration is >= (ceil(N / D) - 1) cmax + fill + upd; a D at which that exceeds the
             # threshold cannot hold the chain's plan, so D >= d_lo (m_max generous by 1e-9) and the sync is
             # >= its smallest value at any D >= d_lo
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 spare = np.maximum(threshold / scale - fl - up, 0.0)
                 m_max = np.where(cm > 0, np.floor(spare / cm * (1 + 1e-9)) + 1, np.inf)
                 d_lo = np.where(np.isfinite(m_max), np.ceil(n_mb / np.maximum(m_max, 1)), 1)
@@ -231,12 +257,12 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         return ok, sync
 
     def start(i, cut, g):
-        t = terms[i]
         units = np.zeros((len(cut), n_pools), dtype=np.int64)
-        units[np.arange(len(cut)), grp.pool[g]] = t[5][cut, g]
-        return (t[0][cut, g], t[1][cut, g], t[2][cut, g], t[3][cut, g], t[4][cut, g], units, np.zeros(len(cut)),
+        units[np.arange(len(cut)), grp.pool[g]] = segs.at(5, i, cut, g)
+        return (segs.at(0, i, cut, g), segs.at(1, i, cut, g), segs.at(2, i, cut, g), segs.at(3, i, cut, g),
+                segs.at(4, i, cut, g), units, np.zeros(len(cut)),
                 np.zeros((len(cut), n_seg)),       # the fill before each segment's first stage
-                t[6][cut, g], np.zeros(len(cut)))  # dollars per second of one pipeline, egress per micro-batch
+                segs.at(6, i, cut, g), np.zeros(len(cut)))  # dollars per second of a pipeline, egress per mb
 
     def grow(i, cut, last, acc, idx):
         """Extend the partial sequences (segments 0..i-1) by segment i and on to the last; in pieces of at

@@ -94,7 +94,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
             kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p,
                                   sync_min=None if sync_min is None or objective.kind != "throughput" else
                                   sync_min(), every_stage_syncs=every_stage_syncs, objective=objective,
-                                  egress=tab.egress)
+                                  egress=tab.egress, range_alive=alive)
         else:
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)

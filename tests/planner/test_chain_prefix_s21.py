@@ -192,3 +192,25 @@ def test_search_returns_the_same_plans_without_prefix_pruning(sailor_opt, monkey
     assert [c.chain for c in fast.candidates] == [c.chain for c in slow.candidates]
     assert fast.stats.chains_exact <= slow.stats.chains_exact       # the sync floor scores fewer at every D
     assert fast.stats.chains_bounded <= slow.stats.chains_bounded
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_prefix_pairs_per_range_floors_equal_the_per_cut_ones(seed: int) -> None:
+    """Where every cut's alive groups are its stage ranges' (the chain search's case), the floors taken once per
+    range (``range_alive``) give the same pairs as the floors taken per cut."""
+    tab, rt, grp, bounds, _, n_mb, ctx, s_num = _case(seed)
+    rng = np.random.default_rng(700 + seed)
+    range_alive = rt.fits & (rng.random(rt.fits.shape) < 0.85)
+    n_seg = int(rng.integers(2, min(5, s_num) + 1))
+    cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
+    bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
+    seg_alive = [range_alive[bounds[:, i], bounds[:, i + 1]] for i in range(n_seg)]
+    objective = _objective(seed, rng)
+    sync = min_sync_from(tab.sync) if objective.kind == "throughput" else None
+    for thr in (0.5, 1.0, 2.0, 4.0, 8.0, np.finfo(float).max):
+        args = (seg_alive, len(grp.names), rt, grp, bounds, n_mb, thr, tab.p2p)
+        kw = dict(max_rows=11, sync_min=sync, every_stage_syncs=ctx.settings.dp_sync_waits_for_all,
+                  objective=objective, egress=tab.egress)
+        a = prefix_pairs(*args, **kw)
+        b = prefix_pairs(*args, **kw, range_alive=range_alive)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
