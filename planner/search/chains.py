@@ -29,7 +29,7 @@ from planner.search.chainprefix import prefix_pairs
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
-from planner.search.chainseq import DENSE_MAX, alive_pairs as _alive_pairs, chain_sequences, segment_splits
+from planner.search.chainseq import DENSE_MAX, alive_pairs as _alive_pairs, decode_sequences, segment_splits
 from planner.search.chaintab import ChainGroups, Linked, RangeTab, StageTab, chain_groups, range_tab, stage_tab
 from planner.search.netvec import LinkCache
 from planner.search.space import Candidate, Objective, SearchSpace, SearchStats
@@ -57,11 +57,13 @@ def segment_table(rt: RangeTab, grp: ChainGroups, n_mb: int, objective: Objectiv
     return np.where(ok, key, np.inf)
 
 
-def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray,
+def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n_seg: int, seqs: np.ndarray | None,
                     n_mb: int, objective: Objective, threshold, chunk: int = 1_000_000, stop=lambda: False,
                     cuts: np.ndarray | None = None, sync_min=None, every_stage_syncs: bool = True):
     """Yield chains [C, S] (group index per stage) of ``n_seg`` segments (every way to cut the S stages, or
-    only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``seqs``) whose every stage fits and whose lower bounds (each segment's alone,
+    only ``cuts`` ([K, n_seg - 1] inner bounds), every sequence of ``chain_sequences(len(grp.names), n_seg)``:
+    ``seqs`` is that table or None, the rows then decoded from their index, :func:`decode_sequences`) whose
+    every stage fits and whose lower bounds (each segment's alone,
     :func:`segment_table`, then the whole chain's, :func:`segment_lower_keys`) can still reach
     ``threshold()`` (re-read per chunk). Above ``DENSE_MAX`` the pairs are grown segment by segment and pruned
     (:func:`planner.search.chainprefix.prefix_pairs`; ``sync_min``: a callable giving its sync floor table,
@@ -70,7 +72,8 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         cuts = np.array(list(combinations(range(1, s_num), n_seg - 1)), dtype=np.int64).reshape(-1, n_seg - 1)
     bounds = np.column_stack([np.zeros(len(cuts), dtype=np.int64), cuts, np.full(len(cuts), s_num)])
     n_groups = len(grp.names)
-    if len(seqs) != n_groups * (n_groups - 1) ** (n_seg - 1):
+    n_seqs = n_groups * (n_groups - 1) ** (n_seg - 1)
+    if seqs is not None and len(seqs) != n_seqs:
         raise ValueError("chains_for_cuts: seqs must be chain_sequences(len(grp.names), n_seg)")
     single = segment_table(rt, grp, n_mb, objective)
     if threshold() < np.inf:    # pruned as they grow: blocks of at most ``chunk`` pairs of the first two segments
@@ -79,7 +82,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
                        axis=0)
         starts = _block_starts(size, chunk)
     else:                       # every pair enumerated: at most ``chunk`` sequences' worth of cuts
-        starts = list(range(0, len(bounds), max(1, chunk // max(1, len(seqs)))))
+        starts = list(range(0, len(bounds), max(1, chunk // max(1, n_seqs))))
     ends = list(starts[1:]) + [len(bounds)]
     stages = np.arange(s_num)
     for k0, k1 in zip(starts, ends):
@@ -99,14 +102,15 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)
             k_, q_ = kk[j0:j0 + chunk], qq[j0:j0 + chunk]
-            rows = pair_prefilter(rt, grp, b, seqs, k_, q_, n_mb, objective, thr)     # the same kept pairs, faster
+            sub = decode_sequences(q_, n_groups, n_seg) if seqs is None else seqs[q_]      # [pairs, n_seg]
+            rows = pair_prefilter(rt, grp, b, sub, k_, np.arange(len(q_)), n_mb, objective, thr)   # (faster)
             if rows is not None:
-                k_, q_ = k_[rows], q_[rows]
-            lb = segment_lower_keys(tab, rt, grp, b[k_], seqs[q_], n_mb, objective, True)
+                k_, sub = k_[rows], sub[rows]
+            lb = segment_lower_keys(tab, rt, grp, b[k_], sub, n_mb, objective, True)
             keep = np.isfinite(lb) & (lb <= thr)
-            k_, q_ = k_[keep], q_[keep]
+            k_, sub = k_[keep], sub[keep]
             if len(k_):
-                yield seqs[q_[:, None], _segment_of_stage(b[k_], stages)]
+                yield np.take_along_axis(sub, _segment_of_stage(b[k_], stages), axis=1)
 
 
 def _block_starts(size: np.ndarray, chunk: int) -> list[int]:
@@ -352,7 +356,7 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 return False
             if floors[n_seg] > best.threshold():      # no chain of n_seg segments can enter (2.1)
                 continue
-            for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, chain_sequences(len(grp.names), n_seg),
+            for gs in chains_for_cuts(tab, rt, grp, s_num, n_seg, None,
                                       n_mb, objective, best.threshold, stop=stop, sync_min=sync_min,
                                       every_stage_syncs=ctx.settings.dp_sync_waits_for_all):
                 score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, counts[0],
@@ -380,7 +384,6 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
     of that one cut. False when ``stop()`` ended it."""
     s_num, even, mbs, n_mb, d_cap, rc, dist = unit
     for n_seg in range(2, n_max + 1):
-        seqs = chain_sequences(len(grp.names), n_seg)
         for cut in combinations(range(1, s_num), n_seg - 1):
             for split in segment_splits(ctx.model.num_layers, (0,) + cut + (s_num,)):
                 if stop():
@@ -391,7 +394,7 @@ def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, spac
                 floors = unit_floors(linked.for_floors(objective), grp, n_mb, objective, n_seg, best.threshold())
                 if floors[n_seg] > best.threshold():
                     continue
-                for gs in chains_for_cuts(linked.tab, range_tab(linked.tab), grp, s_num, n_seg, seqs, n_mb,
+                for gs in chains_for_cuts(linked.tab, range_tab(linked.tab), grp, s_num, n_seg, None, n_mb,
                                           objective, best.threshold, stop=stop,
                                           cuts=np.array([cut], dtype=np.int64)):
                     score_cut(ctx, linked, grp, gs, n_mb, s_num, objective, space, best, stats, split[0], mbs,

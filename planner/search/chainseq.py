@@ -27,6 +27,23 @@ def chain_sequences(n_groups: int, n_seg: int) -> np.ndarray:
     return seqs
 
 
+def decode_sequences(idx: np.ndarray, n_groups: int, n_seg: int) -> np.ndarray:
+    """[len(idx), n_seg]: the rows ``idx`` of :func:`chain_sequences` (n_groups, n_seg), computed from the index
+    (its first group times (G - 1)^(n - 1), then each next group's rank among the G - 1 groups that differ from
+    the one before it) without building the whole table."""
+    idx = np.asarray(idx, dtype=np.int64)
+    out = np.empty((len(idx), n_seg), dtype=np.int64)
+    base = n_groups - 1
+    ranks, rem = [], idx.copy()
+    for _ in range(n_seg - 1):
+        ranks.append(rem % base)
+        rem = rem // base
+    out[:, 0] = rem
+    for i, r in enumerate(reversed(ranks), start=1):
+        out[:, i] = r + (r >= out[:, i - 1])
+    return out
+
+
 def alive_pairs(seg_alive: list[np.ndarray], n_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """(cut rows, sequence indices into ``chain_sequences(n_groups, len(seg_alive))``) of every sequence whose
     segment i's group is alive for the cut (``seg_alive[i]``: [cuts, G]), cut-major and in sequence order:

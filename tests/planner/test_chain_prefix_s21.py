@@ -214,3 +214,15 @@ def test_prefix_pairs_per_range_floors_equal_the_per_cut_ones(seed: int) -> None
         a = prefix_pairs(*args, **kw)
         b = prefix_pairs(*args, **kw, range_alive=range_alive)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_decode_sequences_equals_the_table() -> None:
+    """The chain search reads group sequences from their index (:func:`decode_sequences`): the same rows as
+    :func:`chain_sequences`."""
+    from planner.search.chainseq import decode_sequences
+    for n_groups, n_seg in [(2, 2), (2, 5), (3, 3), (5, 4), (7, 2), (4, 5)]:
+        table = chain_sequences(n_groups, n_seg)
+        idx = np.arange(len(table))
+        assert np.array_equal(decode_sequences(idx, n_groups, n_seg), table)
+        pick = np.random.default_rng(n_groups * 10 + n_seg).integers(0, len(table), size=17)
+        assert np.array_equal(decode_sequences(pick, n_groups, n_seg), table[pick])
