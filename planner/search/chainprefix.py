@@ -119,23 +119,6 @@ def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(low), low, 0.0)
 
 
-def _coupled_rest(segs: _Segments, n_cut: int, rest, cross_p2p: float, n_mb: int, total_caps: int
-                  ) -> list[np.ndarray]:
-    """Per segment i: [C] the sum over the segments after i of the smallest over their alive groups of
-    (fill + k x GPUs), plus their boundaries' smallest p2p twice; k = N x (the cut's cmax floor) / (all pools'
-    GPUs), the cmax floor being the largest over the cut's segments of their smallest cmax."""
-    n_seg = len(segs.lo)
-    cmax_cut = np.maximum(rest[0][0], segs.least(0)[0])
-    k = n_mb * cmax_cut / total_caps
-    out = [None] * n_seg
-    acc = np.zeros(n_cut)
-    for i in range(n_seg - 1, -1, -1):
-        out[i] = acc + 2 * (n_seg - 1 - i) * cross_p2p
-        t = segs.T[:, segs.lo[i], segs.hi[i], :]
-        acc = acc + _least(t[4] + k[:, None] * t[5], segs.seg_alive[i])
-    return out
-
-
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
                  sync_min: np.ndarray | None = None, every_stage_syncs: bool = True,
@@ -162,7 +145,6 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     cross = float(np.nanmin(off)) if off.size else 0.0
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0
     rest = _rest_floors(segs, n_cut, cross)
-    coupled = _coupled_rest(segs, n_cut, rest, cross, n_mb, int(grp.caps.sum()))
     later_room = _rest_room(segs, n_cut)
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
@@ -213,12 +195,9 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         room = np.minimum(room, total_caps // np.maximum(units.sum(axis=1) + rest[i][5][cut[r]], 1))
         room = np.minimum(room, later_room[i][cut[r]])      # each later segment in some pool
         m_min = -(-n_mb // np.maximum(np.minimum(room, n_mb), 1))
-        # the GPUs and the fill together: m - 1 >= N x (all the chain's GPUs) / (all pools' GPUs) - 1, each later
-        # segment at its group's least fill + the coefficient x its GPUs (coefficient <= this row's cmax x N / C)
-        tied = (n_mb * units.sum(axis=1) / total_caps - 1) * cm + acc[4][r] + coupled[i][cut[r]]
         with np.errstate(invalid="ignore"):
             bad = over(np.maximum(n_mb * cm * frac_r, csum[r]) + up, r) \
-                | over((m_min - 1) * cm + fl + up + sync[r], r) | over(tied + up + sync[r], r)
+                | over((m_min - 1) * cm + fl + up + sync[r], r)
         ok[r[bad]] = False
         keep = ~bad
         r, m_min, cm, fl, up = r[keep], m_min[keep], cm[keep], fl[keep], up[keep]
