@@ -32,7 +32,7 @@ SLACK = 1e-9        # relative margin against the rounding of the summed compute
 TINY = np.finfo(float).tiny     # an iteration bound is never 0 (``Objective.allows`` refuses 0)
 
 
-def _range_terms(rt: RangeTab, grp: ChainGroups, p2p: np.ndarray) -> np.ndarray:
+def range_term_table(rt: RangeTab, grp: ChainGroups, p2p: np.ndarray) -> np.ndarray:
     """[7, S + 1, S + 1, G]: per stage range lo..hi-1 and group, (cmax, csum, upd, frac, fill, units, usd) of a
     segment over that range on that group (units, whole numbers, as floats); fill = csum + 2 (stages - 1) x
     the group's own p2p (the segment's part of the fill/drain); usd the segment's GPU dollars per second."""
@@ -123,7 +123,8 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
                  sync_min: np.ndarray | None = None, every_stage_syncs: bool = True,
                  objective: Objective | None = None, egress: np.ndarray | None = None,
-                 range_alive: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 range_alive: np.ndarray | None = None, range_terms: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(cut rows of ``bounds`` [C, segments + 1], sequence indices into ``chain_sequences(n_groups,
     segments)``): :func:`planner.search.chainseq.alive_pairs` of ``seg_alive`` ([C, G] per segment) without
     the pairs whose every completion is proven above ``threshold`` by the throughput pre-filter's value or
@@ -133,14 +134,15 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     threshold, for stage 0 and (``every_stage_syncs``: the iteration waits for every stage's sync) the last
     stage of each segment. ``range_alive`` [S + 1, S + 1, G]: the alive groups of every stage range, when
     ``seg_alive[i]`` is ``range_alive[bounds[:, i], bounds[:, i + 1]]`` (the chain search's case; the floors are
-    then taken per range, the same values). Memory: at most about ``max_rows`` partial sequences are extended at
-    once."""
+    then taken per range, the same values); ``range_terms``: :func:`range_term_table` of ``rt``, ``grp`` and
+    ``p2p`` when the caller has it. Memory: at most about ``max_rows`` partial sequences are extended at once."""
     objective = objective or Objective()
     plain = objective == Objective()      # throughput, no constraint: the iteration bound alone decides
     if objective.kind != "throughput" and sync_min is not None:
         raise ValueError("prefix_pairs: the sync floor needs the throughput objective (its threshold in seconds)")
     n_seg, n_cut = len(seg_alive), len(bounds)
-    segs = _Segments(_range_terms(rt, grp, p2p), bounds, seg_alive, range_alive, grp.caps[grp.pool])
+    terms = range_terms if range_terms is not None else range_term_table(rt, grp, p2p)
+    segs = _Segments(terms, bounds, seg_alive, range_alive, grp.caps[grp.pool])
     off = p2p[~np.eye(len(p2p), dtype=bool)]
     cross = float(np.nanmin(off)) if off.size else 0.0
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0

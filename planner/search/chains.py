@@ -25,7 +25,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.chainbound import pair_prefilter
-from planner.search.chainprefix import prefix_pairs
+from planner.search.chainprefix import prefix_pairs, range_term_table
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
@@ -85,6 +85,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         starts = list(range(0, len(bounds), max(1, chunk // max(1, n_seqs))))
     ends = list(starts[1:]) + [len(bounds)]
     stages = np.arange(s_num)
+    terms = range_term_table(rt, grp, tab.p2p)
     for k0, k1 in zip(starts, ends):
         if stop():
             return
@@ -97,7 +98,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
             kk, qq = prefix_pairs(seg_alive, len(grp.names), rt, grp, b, n_mb, thr, tab.p2p,
                                   sync_min=None if sync_min is None or objective.kind != "throughput" else
                                   sync_min(), every_stage_syncs=every_stage_syncs, objective=objective,
-                                  egress=tab.egress, range_alive=alive)
+                                  egress=tab.egress, range_alive=alive, range_terms=terms)
         else:
             kk, qq = _alive_pairs(seg_alive, len(grp.names))
         for j0 in range(0, len(kk), chunk):         # (the prefix path may return more than a chunk)
