@@ -80,8 +80,9 @@ def _most_room(units: np.ndarray, alive: np.ndarray, caps: np.ndarray) -> np.nda
     return np.where(alive, caps // np.maximum(units.astype(np.int64), 1), -1).max(axis=-1)
 
 
-def _rest_floors(segs: _Segments, n_cut: int, cross_p2p: float) -> list[tuple[np.ndarray, ...]]:
-    """Per segment i: [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
+def _rest_floors(segs: _Segments, n_cut: int, cross_p2p: float
+                 ) -> tuple[list[tuple[np.ndarray, ...]], tuple[np.ndarray, ...]]:
+    """(per segment i, and then the same over every segment): [C] floors of the segments after i (largest smallest cmax, summed smallest csum,
     largest smallest upd, largest smallest frac, summed smallest fill plus the boundaries' smallest p2p
     between two different groups, twice, summed fewest GPUs, summed least dollars per second) over each later
     segment's alive groups; 0 after the last."""
@@ -94,11 +95,11 @@ def _rest_floors(segs: _Segments, n_cut: int, cross_p2p: float) -> list[tuple[np
         cmax, csum, upd, frac, fill = (np.maximum(cmax, low[0]), csum + low[1], np.maximum(upd, low[2]),
                                        np.maximum(frac, low[3]), fill + low[4])
         units, usd = units + low[5], usd + low[6]
-    return rest
+    return rest, (cmax, csum, upd, frac, fill + 2 * (n_seg - 1) * cross_p2p, units, usd)
 
 
-def _rest_room(segs: _Segments, n_cut: int) -> list[np.ndarray]:
-    """Per segment i: [C] the most pipelines the segments after i allow: the smallest over them of the largest,
+def _rest_room(segs: _Segments, n_cut: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """(per segment i, and then over every segment): [C] the most pipelines the segments after i allow: the smallest over them of the largest,
     over their alive groups, of the group's pool GPUs // the segment's GPUs on it (D x a segment's GPUs fit in its
     pool); int64 max after the last."""
     big = np.iinfo(np.int64).max
@@ -109,7 +110,7 @@ def _rest_room(segs: _Segments, n_cut: int) -> list[np.ndarray]:
         out[i] = acc
         most = segs.room(i)
         acc = np.minimum(acc, np.where(most < 0, big, most))       # none alive: the cut is dropped anyway
-    return out
+    return out, acc
 
 
 def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
@@ -117,6 +118,14 @@ def _least(x: np.ndarray, alive: np.ndarray) -> np.ndarray:
     none is alive (such a cut is dropped anyway)."""
     low = np.where(alive, x, np.inf).min(axis=-1)
     return np.where(np.isfinite(low), low, 0.0)
+
+
+def _fails(objective: Objective, scale: float, threshold: float, it: np.ndarray, dollars: np.ndarray,
+           gpus: np.ndarray) -> np.ndarray:
+    """Where bounds on the iteration seconds, the dollars and the GPUs (each <= the real value) already fail the
+    objective's constraints or put its key above the threshold."""
+    it_s, c_s = np.maximum(it * scale, TINY), dollars * scale
+    return ~objective.allows(it_s, c_s, gpus) | (objective.key(it_s, c_s) > threshold)
 
 
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
@@ -146,8 +155,8 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
     off = p2p[~np.eye(len(p2p), dtype=bool)]
     cross = float(np.nanmin(off)) if off.size else 0.0
     cross = cross if np.isfinite(cross) and cross > 0 else 0.0
-    rest = _rest_floors(segs, n_cut, cross)
-    later_room = _rest_room(segs, n_cut)
+    rest, whole = _rest_floors(segs, n_cut, cross)
+    later_room, room_all = _rest_room(segs, n_cut)
     cut_ok = np.logical_and.reduce([a.any(axis=1) for a in seg_alive])
     scale = (1 - 1e-12) * (1 - SLACK)
     n_pools, total_caps = len(grp.caps), int(grp.caps.sum())
@@ -182,9 +191,7 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
             cr_ = cut[rr]
             dollars = (acc[8][rr] + rest[i][6][cr_]) * ((n_mb - 1) * cmax[rr] + fill[rr] + upd[rr]) \
                 + n_mb * acc[9][rr]
-            gpus = acc[5][rr].sum(axis=1) + rest[i][5][cr_]
-            it_s, c_s = np.maximum(it * scale, TINY), dollars * scale
-            return ~objective.allows(it_s, c_s, gpus) | (objective.key(it_s, c_s) > threshold)
+            return _fails(objective, scale, threshold, it, dollars, acc[5][rr].sum(axis=1) + rest[i][5][cr_])
 
         every = np.arange(len(cut))
         ok = ~(over(np.maximum(n_mb * cmax * frac, csum) + upd, every) | over(fill + upd + sync, every))
@@ -278,6 +285,17 @@ def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: 
         p, g, c, acc = p[ok], g[ok], c[ok], tuple(a[ok] for a in acc)
         return grow(i + 1, c, g, acc, idx[p] * (n_groups - 1) + g - (g > last[p]))
 
+    # whole cuts first: every segment at its floors (the bounds of alive_rows with nothing known yet)
+    cmx, csm, upd0, frc, fll, unt, usd0 = whole
+    room0 = np.minimum(room_all, total_caps // np.maximum(unt, 1))
+    m0 = -(-n_mb // np.maximum(np.minimum(room0, n_mb), 1))
+    it_a, it_b = np.maximum(n_mb * cmx * frc, csm) + upd0, (m0 - 1) * cmx + fll + upd0
+    if plain:
+        cut_ok &= ~((it_a * scale > threshold) | (it_b * scale > threshold))
+    else:
+        dollars = usd0 * ((n_mb - 1) * cmx + fll + upd0)
+        cut_ok &= ~(_fails(objective, scale, threshold, it_a, dollars, unt)
+                    | _fails(objective, scale, threshold, it_b, dollars, unt))
     cut, last = np.nonzero(seg_alive[0] & cut_ok[:, None])
     cut, last = cut.astype(np.int64), last.astype(np.int64)
     acc = start(0, cut, last)
