@@ -128,6 +128,24 @@ def _fails(objective: Objective, scale: float, threshold: float, it: np.ndarray,
     return ~objective.allows(it_s, c_s, gpus) | (objective.key(it_s, c_s) > threshold)
 
 
+def block_starts(size: np.ndarray, chunk: int) -> list[int]:
+    """The first cut of each block: consecutive cuts whose ``size`` adds up to at most ``chunk`` (a cut larger
+    than ``chunk`` alone)."""
+    starts, acc = [0], 0.0
+    for k, x in enumerate(size.tolist()):
+        if acc > 0 and acc + x > chunk:
+            starts.append(k)
+            acc = 0.0
+        acc += x
+    return starts if len(size) else []
+
+
+def min_sync_from(sync: np.ndarray) -> np.ndarray:
+    """[G, S, Dcap + 1]: the smallest of ``sync`` (a chain table's ring sync per group, stage, replica count) at
+    any replica count >= d."""
+    return np.minimum.accumulate(sync[:, :, ::-1], axis=2)[:, :, ::-1]
+
+
 def prefix_pairs(seg_alive: list[np.ndarray], n_groups: int, rt: RangeTab, grp: ChainGroups, bounds: np.ndarray,
                  n_mb: int, threshold: float, p2p: np.ndarray, max_rows: int = 1 << 21,
                  sync_min: np.ndarray | None = None, every_stage_syncs: bool = True,

@@ -25,7 +25,7 @@ import numpy as np
 
 from planner.cluster import ClusterSpec
 from planner.search.chainbound import pair_prefilter
-from planner.search.chainprefix import prefix_pairs, range_term_table
+from planner.search.chainprefix import block_starts, min_sync_from, prefix_pairs, range_term_table
 from planner.search.chainfloor import unit_floors
 from planner.search.distopt import chain_dist_options
 from planner.search.chainvalue import chain_value_keys, segment_value_keys
@@ -80,7 +80,7 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
         alive = rt.fits & (single <= threshold())
         size = np.prod([alive[bounds[:, i], bounds[:, i + 1]].sum(axis=1).astype(float) for i in range(2)],
                        axis=0)
-        starts = _block_starts(size, chunk)
+        starts = block_starts(size, chunk)
     else:                       # every pair enumerated: at most ``chunk`` sequences' worth of cuts
         starts = list(range(0, len(bounds), max(1, chunk // max(1, n_seqs))))
     ends = list(starts[1:]) + [len(bounds)]
@@ -112,18 +112,6 @@ def chains_for_cuts(tab: StageTab, rt: RangeTab, grp: ChainGroups, s_num: int, n
             k_, sub = k_[keep], sub[keep]
             if len(k_):
                 yield np.take_along_axis(sub, _segment_of_stage(b[k_], stages), axis=1)
-
-
-def _block_starts(size: np.ndarray, chunk: int) -> list[int]:
-    """The first cut of each block: consecutive cuts whose ``size`` adds up to at most ``chunk`` (a cut larger
-    than ``chunk`` alone)."""
-    starts, acc = [0], 0.0
-    for k, x in enumerate(size.tolist()):
-        if acc > 0 and acc + x > chunk:
-            starts.append(k)
-            acc = 0.0
-        acc += x
-    return starts if len(size) else []
 
 
 def _segment_of_stage(bounds: np.ndarray, stages: np.ndarray) -> np.ndarray:
@@ -371,12 +359,6 @@ def search_chains(ctx: SimContext, cluster: ClusterSpec, tables: Tables, cache: 
                 space, best, stats, stop):
             return False
     return True
-
-
-def min_sync_from(sync: np.ndarray) -> np.ndarray:
-    """[G, S, Dcap + 1]: the smallest of ``sync`` (a chain table's ring sync per group, stage, replica count) at
-    any replica count >= d."""
-    return np.minimum.accumulate(sync[:, :, ::-1], axis=2)[:, :, ::-1]
 
 
 def _search_segment_splits(ctx, cache, tables, grp, unit, n_max, objective, space, best, stats, stop) -> bool:

@@ -16,8 +16,8 @@ import pytest
 from planner.cluster import parse_gpus
 from planner.search import Objective, SearchSpace, plan_search
 from planner.search.chainbound import pair_prefilter
-from planner.search.chainprefix import prefix_pairs
-from planner.search.chains import chain_lower_keys, iterate_d, min_sync_from, score_chains, _segment_of_stage
+from planner.search.chainprefix import min_sync_from, prefix_pairs
+from planner.search.chains import chain_lower_keys, iterate_d, score_chains, _segment_of_stage
 from planner.search.chainseq import alive_pairs, chain_sequences
 from planner.search.chaintab import ChainGroups, range_tab
 
